@@ -1,0 +1,1 @@
+"""DynaSD Explorer engine: multi-candidate speculative decoding, step by step, with traces."""

@@ -1,0 +1,86 @@
+"""A model with its KV cache and the bookkeeping speculative decoding needs.
+
+The cache always holds a prefix of the committed tokens (`cached_len` of them), possibly followed by tree nodes of
+the current step. Keys/values of the tree nodes on the accepted path are moved down in place, the rest is cropped,
+so the prefix is never recomputed and never copied as a whole.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from .tree import additive
+
+
+class CachedModel:
+    def __init__(self, model: torch.nn.Module, need_hidden: bool = False) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.need_hidden = need_hidden
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.cached_len = 0   # committed tokens whose keys/values are in the cache
+        self.tree_len = 0     # tree nodes of the current step cached after them
+        self.forwards = 0
+
+    @torch.inference_mode()
+    def forward(self, chain: list[int], nodes: list[int], tree_mask: torch.Tensor | None,
+                node_positions: list[int], keep_logits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed `chain` (committed tokens not yet cached, causal) then `nodes` (tree nodes whose attention is
+        `tree_mask`: rows = the new nodes, columns = all tree nodes cached this step plus the new ones).
+
+        Returns the logits of the last `keep_logits` inputs (float32) and, if asked for, their final hidden states.
+        """
+        past = self.cached_len + self.tree_len
+        n_chain, n_nodes = len(chain), len(nodes)
+        q_len = n_chain + n_nodes
+        kv_len = past + q_len
+        mask = torch.zeros(q_len, kv_len, dtype=self.dtype)
+        if n_chain:
+            chain_block = torch.ones(n_chain, n_chain, dtype=torch.bool).tril()
+            mask[:n_chain, past:past + n_chain] = additive(chain_block, self.dtype)
+            mask[:n_chain, past + n_chain:] = float("-inf")
+        if n_nodes:
+            # Tree nodes see every committed token and, among tree nodes, only their ancestors and themselves.
+            # A chain is only fed before any tree node of the step is cached: the layout is [committed | tree].
+            tree_cols = tree_mask.shape[1]
+            mask[n_chain:, kv_len - tree_cols:] = additive(tree_mask, self.dtype)
+        positions = list(range(self.cached_len, self.cached_len + n_chain)) + list(node_positions)
+        ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, attention_mask=mask[None, None].to(self.device),
+                         position_ids=torch.tensor([positions], device=self.device), cache=self.cache,
+                         use_cache=True, logits_to_keep=keep_logits, output_hidden_states=self.need_hidden)
+        self.forwards += 1
+        self.cached_len += n_chain
+        self.tree_len += n_nodes
+        hidden = out.hidden_states[-1][0, -keep_logits:] if self.need_hidden else None
+        return out.logits[0, -keep_logits:].float(), hidden
+
+    def prefill(self, tokens: list[int], keep_logits: int = 1) -> torch.Tensor:
+        """Cache `tokens` (committed) and return the logits of the last `keep_logits` of them."""
+        logits, _ = self.forward(tokens, [], None, [], keep_logits)
+        return logits
+
+    @torch.inference_mode()
+    def keep_path(self, path_nodes: list[int], committed_len: int) -> None:
+        """Keep the cached tree nodes in `path_nodes` (increasing node indices) as committed tokens, drop the rest.
+
+        Only nodes that were actually fed this step can be kept; the caller passes the fed prefix of the path.
+        """
+        base = self.cached_len
+        m = len(path_nodes)
+        if path_nodes and path_nodes != list(range(m)):
+            src = torch.tensor(path_nodes, device=self.device) + base
+            for layer in self.cache.layers:
+                # Gather first, then write: sources lie at or after their destinations.
+                layer.keys[:, :, base:base + m] = layer.keys.index_select(2, src)
+                layer.values[:, :, base:base + m] = layer.values.index_select(2, src)
+        drop = self.tree_len - m
+        if drop:
+            self.cache.crop(-drop)
+        self.cached_len = base + m
+        self.tree_len = 0
+        assert self.cached_len <= committed_len

@@ -1,0 +1,35 @@
+"""Autoregressive decoding with the target alone: one forward per token, the reference for everything else."""
+from __future__ import annotations
+
+import time
+
+from ..cache import CachedModel
+from ..sampling import logits_to_probs, sample_one
+from ..trace import StepTrace
+from .base import Decoder
+
+
+class ARDecoder(Decoder):
+    method = "ar"
+
+    def _prefill(self) -> None:
+        self.target = CachedModel(self.pair.target)
+        # Everything but the last prompt token; the last one is fed by the first step (uniform step cost).
+        if len(self.committed) > 1:
+            self.target.prefill(self.committed[:-1])
+
+    def _step(self) -> StepTrace:
+        started = time.perf_counter()
+        context_len = len(self.committed)
+        logits = self.target.prefill(self.committed[self.target.cached_len:])[-1]
+        verified = time.perf_counter()
+        if self.sampling.greedy:
+            token = int(logits.argmax())
+        else:
+            token = sample_one(logits_to_probs(logits, self.sampling), self.generator)
+        self.committed.append(token)
+        return StepTrace(index=len(self.run.steps), context_len=context_len, nodes=[], max_nodes=0, max_depth=0,
+                         live_depth=0, root_rows=1, verify_mask=[], position_ids=[context_len - 1],
+                         accepted_path=[], committed=[token], committed_tokens=self.pair.token_strings([token]),
+                         committed_origins=["target"], final_parent=-1, verify_seconds=verified - started,
+                         accept_seconds=time.perf_counter() - verified, target_forwards=1)

