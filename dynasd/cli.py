@@ -14,6 +14,9 @@ from pathlib import Path
 # command -> module; each module has add_arguments(parser) and run(args)
 COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
+    "bench": ("dynasd.bench", "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
+    "train-draft": ("dynasd.distill", "Distil a small draft from the target (generate data, train, export)."),
+    "train-decision": ("dynasd.decision_training", "Train the hard and soft early-stop decision models."),
 }
 
 

@@ -143,6 +143,8 @@ def tiny_random_pair(vocab_size: int | None = None, device: str | None = "cpu", 
     target = tiny_llama(vocab, seed=seed + 1, layers=2)
     draft = tiny_llama(vocab, seed=seed + 2, layers=1)
     with torch.no_grad():
+        # Sharper logits give confident and unsure positions alike (stop policies then have something to do).
+        target.lm_head.weight.mul_(3.0)
         # The target's second layer only nudges the residual stream, so the one-layer draft is often right.
         target.model.layers[1].self_attn.o_proj.weight.mul_(0.1)
         target.model.layers[1].mlp.down_proj.weight.mul_(0.1)
@@ -203,11 +205,12 @@ def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Modu
     config = target.config.__class__.from_json_file(str(folder / "config.json"))
     draft = target.__class__(config)
     state = load_file(str(folder / "model.safetensors"))
+    missing = [k for k in draft.state_dict() if k not in state
+               and not k.startswith(("model.embed_tokens", "lm_head")) and "rotary" not in k]
+    if missing:
+        raise ModelLoadError(f"the distilled draft in {folder} lacks weights: {', '.join(missing[:3])}")
     draft.load_state_dict(state, strict=False)
     with torch.no_grad():
-        # The target's second layer only nudges the residual stream, so the one-layer draft is often right.
-        target.model.layers[1].self_attn.o_proj.weight.mul_(0.1)
-        target.model.layers[1].mlp.down_proj.weight.mul_(0.1)
         draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
         if not config.tie_word_embeddings:
             draft.lm_head.weight.copy_(target.lm_head.weight)

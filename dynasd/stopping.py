@@ -3,26 +3,36 @@
 After each draft level every live tip gets a score from the draft distribution it was drawn from; drafting goes
 one level deeper while any score reaches the threshold. Scores use the draft's plain softmax (temperature 1), so
 one threshold means the same thing at every sampling temperature.
+
+"cumulative" scores a tip by the predicted probability that its whole chain is accepted: the product of the
+per-level acceptance predictions (a decision model's, or the draft's top probability without one) from level 1 to
+the tip. Drafting deeper pays only while some chain is still likely to survive verification; a per-token score
+keeps drafting behind a chain that is already likely to have failed. The product needs to know where a tree
+starts: the decoder calls `start_tree()` before each draft (a no-op for the stateless policies); without that call
+the policy also restarts after every stop.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .decision import DecisionModel
 
-STOP_POLICIES = ("none", "confidence", "decision")
+STOP_POLICIES = ("none", "confidence", "decision", "cumulative")
 
 
 @dataclass
 class StopPolicy:
-    """`name`: none | confidence | decision. `decision_model` is needed for the last."""
+    """`name`: none | confidence | decision | cumulative. `decision` needs a `decision_model`; `cumulative` uses
+    one when given, else the draft's top probability."""
 
     name: str = "none"
     threshold: float = 0.4
     decision_model: DecisionModel | None = None
+    # cumulative: chain acceptance of each row of the previous call (the parents of this call's rows)
+    _chain: list[float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.name not in STOP_POLICIES:
@@ -36,20 +46,50 @@ class StopPolicy:
     def needs_hidden(self) -> bool:
         return self.decision_model is not None and self.decision_model.kind == "soft"
 
+    def start_tree(self) -> None:
+        """A new draft tree begins: forget the chain products of the last one."""
+        self._chain = None
+
     def scores(self, parent_probs: torch.Tensor, parent_hidden: torch.Tensor | None) -> list[float]:
-        """One score per tip; `parent_probs` (n, V) is the softmax each tip was drawn from."""
+        """One score per parent row; `parent_probs` (n, V) is the softmax the row's children are drawn from.
+        Rows come parent-major, each row a node of the previous level (the first call: the root)."""
         if self.name == "confidence":
             return parent_probs.max(dim=-1).values.tolist()
         if self.name == "decision":
             return self.decision_model.score(parent_probs, parent_hidden).tolist()
+        if self.name == "cumulative":
+            if self.decision_model is not None:
+                step = self.decision_model.score(parent_probs, parent_hidden).tolist()
+            else:
+                step = parent_probs.max(dim=-1).values.tolist()
+            n, prev = len(step), self._chain
+            if prev is None or n % len(prev):
+                path = [1.0] * n
+            else:  # row i of this call is child i // k of the previous call's rows (parent-major, k per parent)
+                k = n // len(prev)
+                path = [prev[i // k] for i in range(n)]
+            self._chain = [a * b for a, b in zip(path, step)]
+            return list(self._chain)
         return []
 
     def keep_drafting(self, scores: list[float]) -> bool:
-        return self.name == "none" or max(scores, default=0.0) >= self.threshold
+        keep = self.name == "none" or max(scores, default=0.0) >= self.threshold
+        if not keep:
+            self._chain = None
+        return keep
 
 
 def make_stop_policy(name: str, threshold: float = 0.4, decision_path: str | Path | None = None) -> StopPolicy:
     model = None
+    if name == "cumulative":
+        from .models import ASSETS_DIR
+
+        path = Path(decision_path) if decision_path else ASSETS_DIR / "decision-smollm2-hard"
+        if decision_path or (path / "decision.json").is_file():
+            try:
+                model = DecisionModel.load(path)
+            except FileNotFoundError as exc:
+                raise ValueError(str(exc)) from exc
     if name == "decision":
         from .models import ASSETS_DIR
 

@@ -84,9 +84,9 @@ class TreeShape:
 
 def parse_branching(text: str) -> tuple[int, ...]:
     """'4,2,2,1' -> (4, 2, 2, 1); raises ValueError with a readable message."""
-    parts = [p.strip() for p in str(text).replace("x", ",").split(",") if p.strip()]
-    if not parts:
+    if not str(text).strip():
         raise ValueError("empty tree shape")
+    parts = [p.strip() for p in str(text).split(",")]
     try:
         values = tuple(int(p) for p in parts)
     except ValueError as exc:

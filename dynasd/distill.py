@@ -1,0 +1,476 @@
+"""`python -m dynasd train-draft`: distil a small draft from the target.
+
+Three stages, each resumable from the files it leaves in `--out`:
+1. generate: the target answers prompts (TriviaQA questions, PIQA goals, read by path) greedily, in batches. With
+   greedy decoding the next token of the target's own answer *is* the target's argmax, so the text alone is the
+   training signal: cross-entropy on it trains exactly the quantity sd accepts at T = 0 (top-1 agreement).
+   A held-out share of the prompts is kept apart; its labels are recomputed with a teacher-forced target forward in
+   the dtype the engine runs (fp32), so the agreement we report is against the engine's target.
+2. train: the draft is K of the target's own layers (chosen by untrained agreement, e.g. [0, 1, 29]: keeping the
+   last layer, which feeds the head, starts far better than the first K) with the target's final norm; the
+   embedding and head stay the target's, frozen and shared, so only K layers (+ norm) are stored. The softmax runs
+   over the tokens that occur in the training text (the 49152-wide head is ~8x a layer; the rest of the vocabulary
+   never appears as a label), while agreement is always measured over the full vocabulary.
+3. export: config.json + fp16 model.safetensors without embeddings, loaded by `models.load_distilled_draft`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "shared" / "train_prompts"
+DEFAULT_INIT_CANDIDATES = ("0,1,29", "0,28,29", "0,15,29", "0,1,2", "0,29", "0,1,28,29")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# prompts and generated data
+
+def read_train_prompts(paths: list[str | Path]) -> list[str]:
+    """Prompt texts from JSON files (a list of objects with 'question' or 'goal'), or folders of them."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(path.glob("*.json"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"no prompts at '{path}'")
+    texts = []
+    for file in files:
+        for obj in json.loads(file.read_text(encoding="utf-8")):
+            text = obj.get("question") or obj.get("goal") if isinstance(obj, dict) else obj
+            if isinstance(text, str) and text.strip():
+                texts.append(text.strip())
+    if not texts:
+        raise ValueError(f"no prompts found in {', '.join(map(str, paths))}")
+    return texts
+
+
+@dataclass
+class Sequence:
+    """A prompt (chat-templated) followed by the target's greedy answer; labels start at `answer_start`."""
+
+    ids: list[int]
+    answer_start: int
+
+
+def save_sequences(path: Path, seqs: list[Sequence]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(json.dumps({"ids": s.ids, "answer_start": s.answer_start}) for s in seqs) + "\n")
+    tmp.replace(path)
+
+
+def load_sequences(paths) -> list[Sequence]:
+    seqs = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                obj = json.loads(line)
+                seqs.append(Sequence(obj["ids"], obj["answer_start"]))
+    return seqs
+
+
+@torch.inference_mode()
+def generate_answers(model, prompts: list[list[int]], pad_id: int, eos_ids: set[int], max_new_tokens: int
+                     ) -> list[Sequence]:
+    """Greedy answers for one batch of prompts (left-padded), cut after the first end-of-sequence token."""
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                         pad_token_id=pad_id, eos_token_id=sorted(eos_ids))
+    seqs = []
+    for row, p in enumerate(prompts):
+        answer = out[row, width:].tolist()
+        for i, tok in enumerate(answer):
+            if tok in eos_ids:
+                answer = answer[:i + 1]
+                break
+        seqs.append(Sequence(list(p) + answer, len(p)))
+    return seqs
+
+
+def generate_stage(args, log) -> None:
+    from tqdm import tqdm
+
+    from .models import load_pair
+
+    data_dir = Path(args.out) / "data"
+    texts = read_train_prompts(args.prompts)
+    random.Random(args.seed).shuffle(texts)
+    heldout_texts, train_texts = texts[:args.heldout], texts[args.heldout:args.heldout + args.gen_prompts]
+    pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype)
+    model, pad = pair.target, pair.tokenizer.pad_token_id
+    pad = pad if pad is not None else min(pair.eos_token_ids)
+    jobs = [("heldout", heldout_texts)] + [(f"train-{i // args.shard_prompts:04d}",
+                                            train_texts[i:i + args.shard_prompts])
+                                           for i in range(0, len(train_texts), args.shard_prompts)]
+    start = time.time()
+    bar = tqdm(total=sum(len(t) for _, t in jobs), desc="generate", unit="prompt")
+    for name, chunk in jobs:
+        path = data_dir / f"{name}.jsonl"
+        if path.is_file():  # resumable: finished shards are kept
+            bar.update(len(chunk))
+            continue
+        if args.gen_minutes and time.time() - start > 60 * args.gen_minutes:
+            break
+        # Similar lengths in one batch waste less padding.
+        encoded = sorted((pair.encode_prompt(t) for t in chunk), key=len)
+        seqs = []
+        for i in range(0, len(encoded), args.gen_batch):
+            seqs += generate_answers(model, encoded[i:i + args.gen_batch], pad, set(pair.eos_token_ids),
+                                     args.gen_max_new_tokens)
+            bar.update(len(encoded[i:i + args.gen_batch]))
+            bar.set_postfix(answer_tokens=sum(len(s.ids) - s.answer_start for s in seqs),
+                            tok_per_s=round(sum(len(s.ids) - s.answer_start for s in seqs) / (time.time() - start)))
+        save_sequences(path, seqs)
+        answer_tokens = sum(len(s.ids) - s.answer_start for s in seqs)
+        log({"stage": "generate", "shard": name, "prompts": len(seqs), "answer_tokens": answer_tokens,
+             "elapsed_s": round(time.time() - start, 1)})
+    bar.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the draft: K of the target's layers, sharing its embedding and head
+
+def parse_layers(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def draft_from_target(target, layers: list[int]):
+    """A draft made of the target's `layers` (in that order) + its final norm; embedding and head are the
+    target's own tensors (shared, never trained)."""
+    n = target.config.num_hidden_layers
+    if not layers or any(not 0 <= i < n for i in layers):
+        raise ValueError(f"draft layers must be indices in 0..{n - 1}, got {layers}")
+    config = target.config.__class__.from_dict(target.config.to_dict())
+    config.num_hidden_layers = len(layers)
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in layers]
+    config.dynasd_source_layers = list(layers)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    dtype = target.model.embed_tokens.weight.dtype
+    draft = target.__class__(config).to(dtype)
+    with torch.no_grad():
+        for new, old in enumerate(layers):
+            source = dict(target.model.layers[old].named_modules())
+            for name, module in draft.model.layers[new].named_modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.weight.copy_(plain_weight(source[name], module.in_features, dtype))
+                    if module.bias is not None:
+                        module.bias.copy_(source[name].bias)
+                elif not list(module.children()) and hasattr(module, "weight"):  # norms
+                    module.weight.copy_(source[name].weight)
+        draft.model.norm.weight.copy_(target.model.norm.weight)
+    draft.model.embed_tokens.weight = target.model.embed_tokens.weight
+    if config.tie_word_embeddings:
+        draft.lm_head.weight = draft.model.embed_tokens.weight
+    else:
+        draft.lm_head.weight = target.lm_head.weight
+    for name, param in draft.named_parameters():
+        param.requires_grad_(not (name.startswith("model.embed_tokens") or name.startswith("lm_head")))
+    return draft
+
+
+def plain_weight(module: torch.nn.Module, in_features: int, dtype: torch.dtype) -> torch.Tensor:
+    """The (out, in) weight a linear layer applies, also when it is stored packed (a GGUF-quantized layer keeps
+    uint8 blocks and may permute its input): read off by applying the layer to the identity."""
+    if isinstance(module, torch.nn.Linear) and module.weight.is_floating_point():
+        return module.weight.detach().to(dtype)
+    eye = torch.eye(in_features, dtype=dtype)
+    out = module(eye)
+    if getattr(module, "bias", None) is not None:
+        out = out - module.bias
+    return out.T.contiguous()
+
+
+def trainable_state(draft) -> dict[str, torch.Tensor]:
+    """What a distilled draft stores: everything except the (shared) embedding and head."""
+    return {k: v for k, v in draft.state_dict().items()
+            if not (k.startswith("model.embed_tokens") or k.startswith("lm_head")) and "rotary" not in k}
+
+
+def export_draft(draft, folder: str | Path, card: str | None = None, dtype=torch.float16) -> int:
+    """Write config.json + model.safetensors (no embeddings, `dtype`); returns the weight file's size in bytes."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in trainable_state(draft).items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    draft.config.to_json_file(str(folder / "config.json"))
+    if card is not None:
+        (folder / "MODEL_CARD.md").write_text(card)
+    return (folder / "model.safetensors").stat().st_size
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# batches and evaluation
+
+def make_batches(seqs: list[Sequence], batch_tokens: int) -> list[list[int]]:
+    """Indices of sequences grouped by length so that each padded batch holds at most ~batch_tokens tokens."""
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].ids))
+    batches, current, width = [], [], 0
+    for i in order:
+        w = max(width, len(seqs[i].ids))
+        if current and w * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, w = [], len(seqs[i].ids)
+        current.append(i)
+        width = w
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(seqs: list[Sequence], pad_id: int, label_map: torch.Tensor | None = None):
+    """Right-padded ids (causal attention never looks right, so no mask is needed) and, for every answer position,
+    (row, column, label): the label is the next token, mapped to its row in the training vocabulary."""
+    width = max(len(s.ids) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    rows, cols, labels = [], [], []
+    for r, s in enumerate(seqs):
+        ids[r, :len(s.ids)] = torch.tensor(s.ids)
+        for c in range(s.answer_start - 1, len(s.ids) - 1):
+            rows.append(r)
+            cols.append(c)
+            labels.append(s.ids[c + 1])
+    labels_t = torch.tensor(labels, dtype=torch.long)
+    if label_map is not None:
+        labels_t = label_map[labels_t]
+    return ids, torch.tensor(rows), torch.tensor(cols), labels_t
+
+
+@torch.inference_mode()
+def target_argmax_labels(target, seqs: list[Sequence], pad_id: int, batch_tokens: int = 2048) -> list[Sequence]:
+    """Replace each answer token by the target's teacher-forced argmax (the exact T = 0 reference)."""
+    out = [Sequence(list(s.ids), s.answer_start) for s in seqs]
+    for batch in make_batches(seqs, batch_tokens):
+        ids, rows, cols, _ = collate([seqs[i] for i in batch], pad_id)
+        top = target(input_ids=ids).logits.argmax(-1)
+        for r, c, t in zip(rows.tolist(), cols.tolist(), top[rows, cols].tolist()):
+            out[batch[r]].ids[c + 1] = t
+    return out
+
+
+@torch.inference_mode()
+def agreement(draft, labelled: list[Sequence], context: list[Sequence], pad_id: int, batch_tokens: int = 2048
+              ) -> float:
+    """Share of answer positions where the draft's full-vocabulary argmax equals the target's argmax.
+    `context` holds the token ids the models read, `labelled` the target's argmax at each answer position."""
+    hits = total = 0
+    for batch in make_batches(context, batch_tokens):
+        ids, rows, cols, _ = collate([context[i] for i in batch], pad_id)
+        _, _, _, labels = collate([labelled[i] for i in batch], pad_id)
+        top = draft(input_ids=ids).logits[rows, cols].argmax(-1)
+        hits += int((top == labels).sum())
+        total += len(labels)
+    return hits / max(total, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# training
+
+def lr_at(step: int, args) -> float:
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_stage(args, log) -> dict:
+    from tqdm import tqdm
+
+    from .models import load_pair
+
+    out = Path(args.out)
+    data_dir = out / "data"
+    train_files = sorted(data_dir.glob("train-*.jsonl"))
+    if not train_files or not (data_dir / "heldout.jsonl").is_file():
+        raise FileNotFoundError(f"no generated data in {data_dir} (run the generate stage first)")
+    train = load_sequences(train_files)
+    heldout = load_sequences([data_dir / "heldout.jsonl"])
+    pair = load_pair(args.pair, device="cpu", dtype="fp32")
+    target, pad = pair.target, pair.tokenizer.pad_token_id
+    pad = pad if pad is not None else min(pair.eos_token_ids)
+    for p in target.parameters():
+        p.requires_grad_(False)
+
+    labels_path = out / "heldout-fp32-labels.jsonl"
+    if labels_path.is_file():
+        heldout_labels = load_sequences([labels_path])
+    else:
+        heldout_labels = target_argmax_labels(target, heldout, pad)
+        save_sequences(labels_path, heldout_labels)
+
+    ckpt_path = out / "checkpoint.pt"
+    ckpt = torch.load(ckpt_path, weights_only=False) if args.resume and ckpt_path.is_file() else None
+    if ckpt is not None:
+        layers = ckpt["layers"]
+    elif args.layers == "auto":
+        scores = {}
+        for cand in args.init_candidates.split(";"):
+            cand_layers = [i for i in parse_layers(cand) if i < target.config.num_hidden_layers]
+            if cand_layers:
+                scores[tuple(cand_layers)] = agreement(draft_from_target(target, cand_layers), heldout_labels,
+                                                       heldout, pad)
+        log({"stage": "init", "untrained_agreement": {",".join(map(str, k)): round(v, 4)
+                                                      for k, v in scores.items()}})
+        layers = list(max(scores, key=scores.get))
+    else:
+        layers = parse_layers(args.layers)
+    draft = draft_from_target(target, layers)
+
+    # The training softmax runs over the tokens the target actually wrote (see the module docstring).
+    if args.train_vocab == "data":
+        vocab = sorted({t for s in train for t in s.ids[s.answer_start:]})
+    else:
+        vocab = list(range(pair.vocab_size))
+    label_map = torch.full((pair.vocab_size,), -100, dtype=torch.long)
+    label_map[torch.tensor(vocab)] = torch.arange(len(vocab))
+    head = draft.lm_head.weight[torch.tensor(vocab)].detach()
+
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    step, best, gen_state = 0, -1.0, None
+    if ckpt is not None:
+        draft.load_state_dict(ckpt["draft"], strict=False)
+        opt.load_state_dict(ckpt["optimizer"])
+        step, best = ckpt["step"], ckpt["best_agreement"]
+    torch.manual_seed(args.seed + step)
+    batches = make_batches(train, args.batch_tokens)
+    log({"stage": "train", "layers": layers, "train_sequences": len(train), "batches_per_epoch": len(batches),
+         "train_answer_tokens": sum(len(s.ids) - s.answer_start for s in train), "train_vocab": len(vocab),
+         "heldout_answer_tokens": sum(len(s.ids) - s.answer_start for s in heldout), "resumed_at": step})
+
+    def evaluate_and_save(step: int, best: float) -> float:
+        draft.eval()
+        agree = agreement(draft, heldout_labels, heldout, pad)
+        draft.train()
+        if agree > best:
+            best = agree
+            export_draft(draft, out / "best")
+            (out / "best" / "metrics.json").write_text(json.dumps({"step": step, "agreement": agree}))
+        torch.save({"draft": trainable_state(draft), "optimizer": opt.state_dict(), "step": step,
+                    "best_agreement": best, "layers": layers}, ckpt_path)
+        log({"step": step, "heldout_agreement": round(agree, 4), "best": round(best, 4),
+             "elapsed_s": round(time.time() - start, 1)})
+        return best
+
+    start = time.time()
+    if step == 0:
+        best = evaluate_and_save(0, best)
+    draft.train()
+    bar = tqdm(total=args.steps, initial=step, desc="train-draft", unit="step")
+    window_loss, window_tokens, window_start = 0.0, 0, time.time()
+    while step < args.steps:
+        if args.minutes and time.time() - start > 60 * args.minutes:
+            log({"stage": "train", "stopped": "time budget", "step": step})
+            break
+        epoch, index = divmod(step, len(batches))
+        order = list(range(len(batches)))
+        random.Random(args.seed * 1000 + epoch).shuffle(order)
+        ids, rows, cols, labels = collate([train[i] for i in batches[order[index]]], pad, label_map)
+        keep = labels >= 0
+        hidden = draft.model(input_ids=ids).last_hidden_state[rows[keep], cols[keep]]
+        loss = torch.nn.functional.cross_entropy(hidden @ head.T, labels[keep])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        bar.update(1)
+        window_loss += float(loss.detach()) * int(keep.sum())
+        window_tokens += int(keep.sum())
+        if step % args.log_every == 0 or step == args.steps:
+            log({"step": step, "loss": round(window_loss / max(window_tokens, 1), 4), "lr": lr_at(step - 1, args),
+                 "tokens_per_s": round(window_tokens / (time.time() - window_start), 1),
+                 "elapsed_s": round(time.time() - start, 1)})
+            bar.set_postfix(loss=f"{window_loss / max(window_tokens, 1):.3f}")
+            window_loss, window_tokens, window_start = 0.0, 0, time.time()
+        if step % args.eval_every == 0 or step == args.steps:
+            best = evaluate_and_save(step, best)
+    bar.close()
+    if step % args.eval_every and step != args.steps:
+        best = evaluate_and_save(step, best)
+    return {"layers": layers, "step": step, "best_agreement": best}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# command
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default="embedded", help="model pair whose target is distilled (embedded, tiny-random)")
+    p.add_argument("--prompts", nargs="+", default=[str(DEFAULT_PROMPTS)],
+                   help="JSON prompt files or folders of them (objects with 'question' or 'goal')")
+    p.add_argument("--out", default="runs/distill", help="working folder: data, checkpoint, log, best export")
+    p.add_argument("--stage", default="all", choices=["all", "generate", "train", "export"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
+    g = p.add_argument_group("generate")
+    g.add_argument("--heldout", type=int, default=64, help="prompts kept apart for measuring agreement")
+    g.add_argument("--gen-prompts", type=int, default=2000, help="training prompts to answer")
+    g.add_argument("--gen-minutes", type=float, default=0, help="stop generating after this long (0: no limit)")
+    g.add_argument("--gen-batch", type=int, default=32)
+    g.add_argument("--gen-max-new-tokens", type=int, default=128)
+    g.add_argument("--gen-dtype", default="bf16", help="dtype of the target while generating (bf16 is ~2x faster)")
+    g.add_argument("--shard-prompts", type=int, default=128, help="prompts per saved shard")
+    t = p.add_argument_group("train")
+    t.add_argument("--layers", default="auto",
+                   help="target layers the draft starts from, e.g. 0,1,29; auto picks the best untrained candidate")
+    t.add_argument("--init-candidates", default=";".join(DEFAULT_INIT_CANDIDATES))
+    t.add_argument("--train-vocab", default="data", choices=["data", "full"])
+    t.add_argument("--steps", type=int, default=1000)
+    t.add_argument("--minutes", type=float, default=0, help="stop training after this long (0: no limit)")
+    t.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per batch")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--warmup", type=int, default=20)
+    t.add_argument("--weight-decay", type=float, default=0.0)
+    t.add_argument("--log-every", type=int, default=10)
+    t.add_argument("--eval-every", type=int, default=100)
+    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. assets/draft-smollm2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log_file = (out / "log.jsonl").open("a")
+
+    def log(record: dict) -> None:
+        log_file.write(json.dumps({"time": round(time.time(), 1), **record}) + "\n")
+        log_file.flush()
+
+    if args.stage in ("all", "generate"):
+        generate_stage(args, log)
+    if args.stage in ("all", "train"):
+        summary = train_stage(args, log)
+        print(json.dumps(summary))
+    if args.export:
+        if not (out / "best" / "model.safetensors").is_file():
+            raise FileNotFoundError(f"no trained draft in {out / 'best'}")
+        import shutil
+
+        Path(args.export).mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "model.safetensors", "metrics.json"):
+            shutil.copy(out / "best" / name, Path(args.export) / name)
+        print(f"exported {out / 'best'} to {args.export}")
+    log_file.close()
+    return 0

@@ -1,0 +1,72 @@
+"""Shared fixtures.
+
+tiny_pair       the seeded tiny-random pair (built in code, ~0.1 s), one per test session
+embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per test session; tests using it are slow
+explorer_url    the app started the way users start it (`python app.py --pair tiny-random`), in a subprocess on a
+                free local port, shared by the API and browser tests
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dynasd.models import load_pair, tiny_random_pair
+
+REPO = Path(__file__).resolve().parent.parent
+APP_START_TIMEOUT_S = 180  # importing torch + transformers + gradio on a loaded 2-core machine is slow
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    return tiny_random_pair()
+
+
+@pytest.fixture(scope="session")
+def embedded_pair():
+    return load_pair("embedded", device="cpu")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def explorer_url(tmp_path_factory):
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("explorer") / "app.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "DYNASD_PUBLIC": ""}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "app.py", "--pair", "tiny-random", "--port", str(port),
+                                 "--host", "127.0.0.1"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + APP_START_TIMEOUT_S
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the app exited with code {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the app did not answer within {APP_START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,185 @@
+"""The benchmark harness: it runs every method end to end, writes well-formed outputs, and its fidelity fields
+tell an exact method from one that changes a token."""
+import json
+
+import pytest
+
+from dynasd import bench
+from dynasd.cli import build_parser, main
+
+PROMPTS = [
+    {"question_id": 7, "category": "writing", "turns": ["Write a short poem about the sea.", "Now shorter."]},
+    {"question_id": 3, "category": "writing", "turns": ["Tell me a story."]},
+    {"question_id": 5, "category": "qa", "turns": ["What is the capital of France?"]},
+]
+METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted,mcsd:k=2,2,1:stop=confidence:th=0.3"
+LABELS = ["ar", "sd", "mcsd", "ti-mcsd", "hf-assisted", "mcsd:k=2,2,1:stop=confidence:th=0.3"]
+SUMMARY_KEYS = {"method", "temperature", "category", "n_prompts", "tokens_per_s", "speedup_vs_ar",
+                "tokens_per_target_forward", "acceptance_rate", "acceptance_denominator", "identical_to_ar",
+                "differing_token_share", "draft_seconds", "verify_seconds", "other_seconds"}
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "questions.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bench_run(prompts_file, tmp_path_factory):
+    """One CLI run on tiny-random: two prompts (one per category), every method, T = 0 and 0.7."""
+    out = tmp_path_factory.mktemp("bench")
+    import io
+    from contextlib import redirect_stdout
+
+    stdout = io.StringIO()
+    with redirect_stdout(stdout):
+        code = main(["bench", "--pair", "tiny-random", "--prompts", str(prompts_file), "--limit", "1",
+                     "--methods", METHODS, "--temperatures", "0,0.7", "--max-new-tokens", "16",
+                     "--warmup-tokens", "2", "--out", str(out), "--no-progress"])
+    assert code == 0
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    return {"out": out, "runs": runs, "summary": json.loads((out / "summary.json").read_text()),
+            "meta": json.loads((out / "meta.json").read_text()), "stdout": stdout.getvalue()}
+
+
+def test_every_prompt_method_and_temperature_has_one_run_record(bench_run):
+    keys = sorted((r["prompt_id"], r["method"], r["temperature"]) for r in bench_run["runs"])
+    assert keys == sorted((p, m, t) for p in (3, 5) for m in LABELS for t in (0.0, 0.7))
+    for run in bench_run["runs"]:
+        assert 0 < run["new_tokens"] <= 16 and run["new_tokens"] == len(run["token_ids"])
+        assert run["seconds"] > 0 and run["target_forward_seconds"] > 0
+
+
+def test_summary_has_one_well_formed_row_per_method_temperature_and_category(bench_run):
+    summary = bench_run["summary"]
+    keys = [(r["method"], r["temperature"], r["category"]) for r in summary]
+    assert sorted(keys) == sorted((m, t, c) for m in LABELS for t in (0.0, 0.7) for c in ("writing", "qa", "all"))
+    for row in summary:
+        assert SUMMARY_KEYS <= set(row)
+        assert row["n_prompts"] == (2 if row["category"] == "all" else 1)
+        assert row["tokens_per_s"] > 0 and row["speedup_vs_ar"] > 0
+        assert row["tokens_per_target_forward"] >= 1.0
+        if row["method"] == "ar":
+            assert row["speedup_vs_ar"] == 1.0 and row["tokens_per_target_forward"] == 1.0
+            assert row["acceptance_rate"] is None and row["draft_seconds"] == 0.0
+        else:
+            assert 0.0 <= row["acceptance_rate"] <= 1.0
+            assert row["draft_seconds"] > 0
+
+
+def test_speedup_is_tokens_per_second_over_ar_in_the_same_group(bench_run):
+    for row in bench_run["summary"]:
+        ar = next(r for r in bench_run["summary"] if r["method"] == "ar"
+                  and r["temperature"] == row["temperature"] and r["category"] == row["category"])
+        assert row["speedup_vs_ar"] == pytest.approx(row["tokens_per_s"] / ar["tokens_per_s"])
+
+
+def test_lossless_methods_are_identical_to_ar_at_temperature_zero(bench_run):
+    for row in bench_run["summary"]:
+        if row["temperature"] == 0 and row["method"] != "ti-mcsd":
+            assert row["identical_to_ar"] is True, row["method"]
+            assert row["identical_share"] == 1.0 and row["differing_token_share"] == 0.0
+    ti = next(r for r in bench_run["summary"] if r["method"] == "ti-mcsd" and r["category"] == "all"
+              and r["temperature"] == 0)
+    assert ti["lossless"] is False
+    assert ti["identical_to_ar"] is (ti["differing_token_share"] == 0.0)
+
+
+def test_fidelity_is_null_and_explained_at_positive_temperature(bench_run):
+    for row in bench_run["summary"]:
+        if row["temperature"] > 0:
+            assert row["identical_to_ar"] is None and row["differing_token_share"] is None
+            assert "T>0" in row["fidelity_note"]
+
+
+def test_printed_table_report_and_meta(bench_run):
+    assert "| method | T | prompts | tokens/s | speedup vs ar |" in bench_run["stdout"]
+    page = (bench_run["out"] / "report.html").read_text()
+    assert page.count("Plotly.newPlot") >= 5
+    assert page.count("plotly.js v") == 1  # the library is embedded once, not once per chart
+    assert bench_run["meta"]["pair"] == "tiny-random"
+    assert bench_run["meta"]["prompt_ids"] == [["writing", 3], ["qa", 5]]
+
+
+def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monkeypatch):
+    """Wrap sd so it changes its 4th token: fidelity must flag sd, and only sd."""
+    real = bench.make_method_decoder
+
+    def perturbed(args, spec, pair, sampling, seed):
+        decoder = real(args, spec, pair, sampling, seed)
+        if spec.method == "sd":
+            generate = decoder.generate
+
+            def wrong_generate(*a, **k):
+                run = generate(*a, **k)
+                if len(run.new_token_ids) > 3:  # the 2-token warm-up run stays as it is
+                    run.new_token_ids[3] = 10 if run.new_token_ids[3] != 10 else 11  # ids 10, 11: letters
+                return run
+            decoder.generate = wrong_generate
+        return decoder
+
+    monkeypatch.setattr(bench, "make_method_decoder", perturbed)
+    args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "12",
+                                      "--warmup-tokens", "2"])
+    prompts = bench.select_prompts(prompts_file, None, 1)
+    specs = bench.parse_methods("ar,sd,mcsd")
+    records = bench.benchmark(args, tiny_pair, prompts, specs, [0.0], tmp_path, progress=False)
+    for record in records:
+        if record["method"] == "sd":
+            assert record["identical_to_ar"] is False
+            assert record["differing_share"] == pytest.approx((record["compared_tokens"] - 3) / record["compared_tokens"])
+        else:
+            assert record["identical_to_ar"] is True and record["differing_share"] == 0.0
+    overall = {r["method"]: r for r in bench.summarize(records) if r["category"] == "all"}
+    assert overall["sd"]["identical_to_ar"] is False and overall["sd"]["differing_token_share"] > 0
+    assert overall["ar"]["identical_to_ar"] is True and overall["mcsd"]["identical_to_ar"] is True
+
+
+# -- pure parts ---------------------------------------------------------------------------------------------------
+
+def test_method_list_syntax():
+    specs = bench.parse_methods("sd:gamma=3,mcsd:k=4,2,2,1:stop=confidence:th=0.3,mcsd+dyn,hf-assisted:n=5")
+    assert [s.label for s in specs] == ["ar", "sd:gamma=3", "mcsd:k=4,2,2,1:stop=confidence:th=0.3", "mcsd+dyn",
+                                        "hf-assisted:n=5"]  # ar is added: it is the reference
+    assert dict(specs[2].options) == {"k": "4,2,2,1", "stop": "confidence", "th": "0.3"}
+    assert specs[3].method == "mcsd" and dict(specs[3].options) == {"stop": "confidence"}
+    args = build_parser().parse_args(["bench", "--prompts", "x"])
+    ns = bench.method_args(args, specs[2])
+    assert (ns.k_config, ns.stop, ns.threshold, ns.dynamic_depth) == ("4,2,2,1", "confidence", 0.3, True)
+    assert bench.method_args(args, bench.parse_method("ti-mcsd:k=2,4,1")).ti_k_config == "2,4,1"
+
+
+@pytest.mark.parametrize("text, message", [("beam", "unknown method"), ("sd:k=2", "takes no option"),
+                                           ("ar,ar", "listed twice"), ("mcsd:stop=later", "stop must be"),
+                                           ("sd:gamma", "key=value")])
+def test_bad_method_lists_are_refused_with_a_reason(text, message):
+    with pytest.raises(ValueError, match=message):
+        bench.parse_methods(text)
+
+
+def test_bad_options_fail_before_models_load(prompts_file, capsys):
+    code = main(["bench", "--pair", "tiny-random", "--prompts", str(prompts_file), "--methods", "sd:gamma=x"])
+    assert code == 2 and "gamma must be a number" in capsys.readouterr().err
+
+
+def test_differing_share_counts_every_position_from_the_first_divergence():
+    assert bench.differing_share([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
+    assert bench.differing_share([1, 9, 3, 4], [1, 2, 3, 4]) == 0.75  # positions 1..3, though 3 and 4 match
+    assert bench.differing_share([1, 2], [1, 2, 3, 4]) == 0.5          # a shorter output misses the rest
+    assert bench.differing_share([], []) == 0.0
+
+
+def test_prompt_selection_is_first_n_by_question_id_per_category(prompts_file):
+    chosen = bench.select_prompts(prompts_file, ["qa", "writing"], 1)
+    assert [(p["category"], p["id"]) for p in chosen] == [("qa", 5), ("writing", 3)]
+    assert chosen[1]["text"] == "Tell me a story."  # the first turn
+    assert len(bench.select_prompts(prompts_file, None, None)) == 3
+    with pytest.raises(ValueError, match="no prompts in category"):
+        bench.select_prompts(prompts_file, ["math"], 1)
+
+
+def test_truncation_stops_after_eos_and_at_the_budget():
+    assert bench.truncate([5, 6, 2, 7], 10, {2}) == ([5, 6, 2], "eos")
+    assert bench.truncate([5, 6, 7, 8], 3, {2}) == ([5, 6, 7], "length")

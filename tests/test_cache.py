@@ -1,0 +1,66 @@
+"""Tree attention through transformers, and KV-cache compaction, against full recomputation."""
+import pytest
+import torch
+
+from dynasd.cache import CachedModel
+from dynasd.tree import TreeShape, ancestor_mask, path_to
+
+
+def full_logits(model, ids: list[int]) -> torch.Tensor:
+    """Next-token logits after `ids`, computed from scratch with a plain causal forward."""
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+
+
+def random_tree_tokens(shape: TreeShape, vocab: int, seed: int) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (shape.num_nodes,), generator=gen).tolist()
+
+
+@pytest.mark.parametrize("branching", [(4, 2, 2, 1), (3, 1, 2), (1, 1, 1), (2, 3)])
+def test_every_tree_node_sees_exactly_its_path(tiny_pair, branching):
+    model = tiny_pair.target
+    prompt = tiny_pair.encode_prompt("tree attention")
+    shape = TreeShape(branching)
+    tokens = random_tree_tokens(shape, tiny_pair.vocab_size, seed=len(branching))
+    runner = CachedModel(model)
+    runner.prefill(prompt[:-1])
+    positions = [len(prompt) + level - 1 for level in shape.levels]
+    logits, _ = runner.forward(prompt[-1:], tokens, ancestor_mask(shape.parents), positions,
+                               keep_logits=1 + shape.num_nodes)
+    assert torch.allclose(logits[0], full_logits(model, prompt), atol=1e-4)
+    for node in range(shape.num_nodes):
+        path_tokens = [tokens[i] for i in path_to(node, shape.parents)]
+        assert torch.allclose(logits[1 + node], full_logits(model, prompt + path_tokens), atol=1e-4), node
+
+
+@pytest.mark.parametrize("accepted_leaf", [0, 5, 11, 43])
+def test_keeping_the_accepted_path_matches_recomputation(tiny_pair, accepted_leaf):
+    model = tiny_pair.target
+    prompt = tiny_pair.encode_prompt("compaction")
+    shape = TreeShape((4, 2, 2, 1))
+    tokens = random_tree_tokens(shape, tiny_pair.vocab_size, seed=accepted_leaf)
+    runner = CachedModel(model)
+    runner.prefill(prompt[:-1])
+    positions = [len(prompt) + level - 1 for level in shape.levels]
+    runner.forward(prompt[-1:], tokens, ancestor_mask(shape.parents), positions, keep_logits=1)
+    path = path_to(accepted_leaf, shape.parents)
+    committed = prompt + [tokens[i] for i in path]
+    runner.keep_path(path, len(committed))
+    assert runner.cached_len == len(committed) and runner.cache.get_seq_length() == len(committed)
+    # the next token after the kept path: cached forward vs. recomputing everything
+    next_token = 7
+    cached = runner.prefill([next_token])[-1]
+    assert torch.allclose(cached, full_logits(model, committed + [next_token]), atol=1e-4)
+
+
+def test_rejecting_everything_drops_all_tree_entries(tiny_pair):
+    runner = CachedModel(tiny_pair.target)
+    prompt = tiny_pair.encode_prompt("reject")
+    runner.prefill(prompt[:-1])
+    shape = TreeShape((2, 2))
+    runner.forward(prompt[-1:], [5, 6, 7, 8, 9, 10], ancestor_mask(shape.parents),
+                   [len(prompt)] * 2 + [len(prompt) + 1] * 4, keep_logits=1)
+    runner.keep_path([], len(prompt))
+    assert runner.cache.get_seq_length() == len(prompt) == runner.cached_len
+    assert torch.allclose(runner.prefill([11])[-1], full_logits(tiny_pair.target, prompt + [11]), atol=1e-4)

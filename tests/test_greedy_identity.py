@@ -1,0 +1,102 @@
+"""At temperature 0 every lossless method must emit exactly the target's own greedy tokens."""
+import pytest
+import torch
+
+from dynasd.decoders import make_decoder
+from dynasd.sampling import SamplingConfig
+from dynasd.stopping import StopPolicy
+
+PROMPTS = ["hello there", "What is speculative decoding?", "a", "Write a poem about the sea.",
+           "1, 2, 3, 4,", "THE END", "Explain trees to me", "zz top"]
+
+CONFIGS = [
+    ("sd", dict(gamma=1)),
+    ("sd", dict(gamma=4)),
+    ("sd", dict(gamma=7)),
+    ("mcsd", dict(k_config=(4, 2, 2, 1))),
+    ("mcsd", dict(k_config=(2, 2, 2))),
+    ("mcsd", dict(k_config=(3, 1, 2))),
+    ("mcsd", dict(k_config=(1, 1, 1, 1, 1))),
+    ("mcsd", dict(k_config=(4, 2, 2, 1), dynamic_depth=True)),
+    ("mcsd", dict(k_config=(4, 2, 2, 1), stop=StopPolicy("confidence", 0.5))),
+    ("mcsd", dict(k_config=(2, 2, 2, 2, 2), stop=StopPolicy("confidence", 0.9))),
+    ("ti-mcsd", dict(width=1, depth=3)),
+    ("ti-mcsd", dict(width=1, depth=5, stop=StopPolicy("confidence", 0.6))),
+    ("ti-mcsd", dict(ti_k_config=(1, 3, 2))),
+]
+
+
+def target_greedy(pair, ids: list[int], max_new_tokens: int) -> list[int]:
+    out = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                               max_new_tokens=max_new_tokens, do_sample=False,
+                               eos_token_id=sorted(pair.eos_token_ids), pad_token_id=sorted(pair.eos_token_ids)[0])
+    return out[0, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def references(tiny_pair):
+    return {p: target_greedy(tiny_pair, tiny_pair.encode_prompt(p), 48) for p in PROMPTS}
+
+
+@pytest.mark.parametrize("method,options", CONFIGS, ids=[f"{m}-{o}" for m, o in CONFIGS])
+def test_tiny_random_greedy_identity(tiny_pair, references, method, options):
+    for prompt in PROMPTS:
+        decoder = make_decoder(method, tiny_pair, SamplingConfig(), **options)
+        run = decoder.generate(tiny_pair.encode_prompt(prompt), 48, prompt_text=prompt)
+        assert run.new_token_ids == references[prompt], prompt
+        assert run.lossless
+
+
+def test_speculation_actually_happens(tiny_pair):
+    """Guard against a decoder that is 'identical' because it never accepts a draft token."""
+    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(4, 2, 2, 1))
+    run = decoder.generate(tiny_pair.encode_prompt(PROMPTS[1]), 48)
+    assert run.summary()["tokens_per_target_forward"] > 1.5
+    assert any(o == "draft" for s in run.steps for o in s.committed_origins)
+
+
+def test_dynamic_depth_changes_depth_between_steps(tiny_pair):
+    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(2, 2, 2, 2, 2),
+                           stop=StopPolicy("confidence", 0.5))
+    run = decoder.generate(tiny_pair.encode_prompt(PROMPTS[3]), 48)
+    depths = {s.live_depth for s in run.steps}
+    assert len(depths) > 1, depths
+    for step in run.steps:
+        assert len(step.nodes) == decoder.shape.level_starts[step.live_depth]
+        assert step.draft_forwards == step.live_depth  # root forward + one per fed level
+        assert all(ls.continued == (max(ls.scores) >= 0.5) for ls in step.stop_scores)
+
+
+def test_target_initialized_width_above_one_is_lossy_and_its_deviation_is_measured(tiny_pair):
+    deviations = []
+    for prompt in PROMPTS:
+        ids = tiny_pair.encode_prompt(prompt)
+        run = make_decoder("ti-mcsd", tiny_pair, SamplingConfig(), width=3, depth=3).generate(ids, 48)
+        assert not run.lossless
+        ref = target_greedy(tiny_pair, ids, 48)
+        same = next((i for i, (a, b) in enumerate(zip(run.new_token_ids, ref)) if a != b), min(len(ref), 48))
+        deviations.append(1 - same / 48)
+    print(f"ti-mcsd width 3: share of tokens after the first divergence from greedy, per prompt: {deviations}")
+    assert all(0.0 <= d <= 1.0 for d in deviations)
+
+
+def test_overshoot_is_truncated_to_max_new_tokens(tiny_pair):
+    for n in (1, 2, 5, 13):
+        run = make_decoder("mcsd", tiny_pair, SamplingConfig()).generate(tiny_pair.encode_prompt("a"), n)
+        assert len(run.new_token_ids) == n and run.finished == "length"
+        assert sum(len(s.committed) for s in run.steps) == n
+
+
+EMBEDDED_PROMPTS = ["What is the capital of France?", "Write a haiku about autumn leaves."]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,options", [("sd", dict(gamma=4)), ("mcsd", dict(k_config=(4, 2, 2, 1))),
+                                            ("mcsd", dict(k_config=(2, 2, 1), stop=StopPolicy("confidence", 0.3))),
+                                            ("ti-mcsd", dict(width=1, depth=3))])
+def test_embedded_greedy_identity(embedded_pair, method, options):
+    for prompt in EMBEDDED_PROMPTS:
+        ids = embedded_pair.encode_prompt(prompt)
+        ref = target_greedy(embedded_pair, ids, 24)
+        run = make_decoder(method, embedded_pair, SamplingConfig(), **options).generate(ids, 24)
+        assert run.new_token_ids == ref, (prompt, embedded_pair.decode(run.new_token_ids), embedded_pair.decode(ref))

@@ -1,0 +1,128 @@
+"""The training commands learn on tiny-random; the shipped draft and decision models load, keep the embedded pair
+lossless and agree with the target as often as measured when they were trained."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynasd.cli import main
+from dynasd.decision import DecisionModel
+from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
+from dynasd.stopping import StopPolicy, make_stop_policy
+
+# Shipped draft: held-out top-1 agreement measured at export (see assets/draft-smollm2/MODEL_CARD.md), minus margin.
+AGREEMENT_BAR = 0.30
+# Short prompts written for this test (not from the training prompts).
+FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
+                 "Explain what a noun is.", "How do I boil an egg?"]
+
+
+def read_log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps([{"question": f"what is {i} plus {i + 1}?"} for i in range(24)]
+                               + [{"goal": f"how to count to {i}"} for i in range(12)]))
+    return path
+
+
+def test_train_draft_reduces_its_loss_resumes_and_exports(tmp_path, prompt_file):
+    out = tmp_path / "distill"
+    common = ["train-draft", "--pair", "tiny-random", "--prompts", str(prompt_file), "--out", str(out),
+              "--heldout", "4", "--gen-prompts", "24", "--gen-batch", "8", "--gen-max-new-tokens", "16",
+              "--shard-prompts", "8", "--layers", "0", "--batch-tokens", "256", "--lr", "3e-3",
+              "--log-every", "5", "--eval-every", "10", "--threads", "1"]
+    assert main(common + ["--steps", "30"]) == 0
+    losses = [r["loss"] for r in read_log(out / "log.jsonl") if "loss" in r]
+    assert len(losses) == 6
+    assert losses[-1] < 0.9 * losses[0], losses
+    assert main(common + ["--stage", "train", "--steps", "40", "--resume", "--export", str(tmp_path / "draft")]) == 0
+    starts = [r["resumed_at"] for r in read_log(out / "log.jsonl") if "resumed_at" in r]
+    assert starts == [0, 30]
+    pair = tiny_random_pair()
+    draft = load_distilled_draft(pair.target, tmp_path / "draft")
+    assert draft.config.num_hidden_layers == 1
+    assert torch.equal(draft.model.embed_tokens.weight, pair.target.model.embed_tokens.weight)
+    assert draft(input_ids=torch.tensor([[1, 5, 6]])).logits.shape[-1] == pair.vocab_size
+
+
+def test_train_decision_reduces_validation_loss_and_saves_loadable_models(tmp_path, prompt_file):
+    out = tmp_path / "decision"
+    args = ["train-decision", "--pair", "tiny-random", "--prompts", str(prompt_file), "--num-prompts", "20",
+            "--max-new-tokens", "12", "--epochs", "3", "--out", str(out), "--threads", "1",
+            "--export-prefix", str(tmp_path / "shipped")]
+    assert main(args) == 0
+    log = read_log(out / "log.jsonl")
+    for kind, in_dim in (("hard", 11), ("soft", 32)):
+        val = [r["val_loss"] for r in log if r.get("kind") == kind and "epoch" in r]
+        assert len(val) == 4 and min(val[1:]) < val[0], val
+        model = DecisionModel.load(tmp_path / f"shipped-{kind}")
+        assert (model.kind, model.in_dim) == (kind, in_dim)
+
+
+def test_cumulative_policy_scores_the_product_along_each_chain():
+    policy = StopPolicy("cumulative", threshold=0.3)
+    policy.start_tree()
+    assert policy.scores(torch.tensor([[0.8, 0.2]]), None) == pytest.approx([0.8])
+    # two level-1 nodes (k = 2 children of the root), each scored by its own distribution
+    assert policy.scores(torch.tensor([[0.5, 0.5], [0.9, 0.1]]), None) == pytest.approx([0.4, 0.72])
+    # four level-2 nodes: rows 0, 1 descend from the first level-1 node, rows 2, 3 from the second
+    level3 = policy.scores(torch.tensor([[0.5, 0.5], [0.9, 0.1], [0.6, 0.4], [0.7, 0.3]]), None)
+    assert level3 == pytest.approx([0.2, 0.36, 0.432, 0.504])
+    assert policy.keep_drafting(level3) and not policy.keep_drafting([0.1, 0.2])
+    policy.start_tree()
+    assert policy.scores(torch.tensor([[0.6, 0.4]]), None) == pytest.approx([0.6])
+
+
+def test_shipped_decision_models_load_and_score_in_range():
+    hard = DecisionModel.load(ASSETS_DIR / "decision-smollm2-hard")
+    soft = DecisionModel.load(ASSETS_DIR / "decision-smollm2-soft")
+    assert (hard.kind, hard.in_dim, soft.kind, soft.in_dim) == ("hard", 11, "soft", 576)
+    probs = torch.softmax(torch.randn(3, 49152), -1)
+    for model in (hard, soft):
+        scores = model.score(probs, torch.randn(3, 576))
+        assert scores.shape == (3,) and bool(((scores >= 0) & (scores <= 1)).all())
+    assert make_stop_policy("cumulative").decision_model is not None
+
+
+def test_shipped_draft_fits_the_size_budget():
+    files = [DISTILLED_DRAFT_DIR / name for name in ("config.json", "model.safetensors", "MODEL_CARD.md")]
+    assert all(f.is_file() for f in files)
+    assert sum(f.stat().st_size for f in DISTILLED_DRAFT_DIR.iterdir()) <= 25 * 2**20
+
+
+@pytest.mark.slow
+def test_embedded_pair_uses_the_shipped_draft_and_stays_greedy_identical(embedded_pair):
+    from dynasd.decoders import make_decoder
+    from dynasd.sampling import SamplingConfig
+
+    pair = embedded_pair
+    assert "distilled" in pair.draft_label
+    for text in FIXED_PROMPTS[:2]:
+        ids = pair.encode_prompt(text)
+        expected = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                        max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
+        for method in ("sd", "mcsd"):
+            trace = make_decoder(method, pair, SamplingConfig(temperature=0.0), gamma=4).generate(ids, 24)
+            assert trace.new_token_ids == expected[:len(trace.new_token_ids)]
+            assert len(trace.new_token_ids) == len(expected) or pair.tokenizer.eos_token_id in expected
+
+
+@pytest.mark.slow
+def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pair):
+    from dynasd.distill import Sequence, agreement, target_argmax_labels
+
+    pair = embedded_pair
+    seqs = []
+    for text in FIXED_PROMPTS:
+        ids = pair.encode_prompt(text)
+        out = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                   max_new_tokens=48, do_sample=False)[0].tolist()
+        seqs.append(Sequence(out, len(ids)))
+    pad = pair.tokenizer.pad_token_id
+    labels = target_argmax_labels(pair.target, seqs, pad)
+    assert agreement(pair.draft, labels, seqs, pad) >= AGREEMENT_BAR

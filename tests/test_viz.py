@@ -1,0 +1,250 @@
+"""Figure builders draw exactly what the trace says: nodes, colours, mask cells, slices and text."""
+import copy
+import json
+
+import pytest
+
+import viz
+from dynasd.decoders import make_decoder
+from dynasd.sampling import SamplingConfig
+from dynasd.stopping import StopPolicy
+from dynasd.trace import run_from_dict, run_to_dict
+from viz.mask import ACCEPTED_ROW, ATTENDS, BLOCKED, UNUSED, mask_view
+from viz.style import ORIGIN_NAMES, STATUS_COLORS, STATUS_NAMES, THIS_STEP
+from viz.tree import ROOT, tidy_layout, tree_graph
+
+PROMPT = "hello there"
+
+
+def run_of(pair, method, steps=None, max_new_tokens=32, sampling=SamplingConfig(), **options):
+    decoder = make_decoder(method, pair, sampling, **options)
+    decoder.start(pair.encode_prompt(PROMPT), max_new_tokens, PROMPT)
+    while not decoder.done and (steps is None or len(decoder.run.steps) < steps):
+        decoder.step()
+    return decoder.run
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_pair):
+    return {
+        "mcsd": run_of(tiny_pair, "mcsd", k_config=(4, 2, 2, 1)),
+        "sampled": run_of(tiny_pair, "mcsd", k_config=(3, 2, 2), sampling=SamplingConfig(temperature=1.0)),
+        "dynamic": run_of(tiny_pair, "mcsd", k_config=(4, 2, 2, 1), stop=StopPolicy("confidence", 0.3)),
+        "ti": run_of(tiny_pair, "ti-mcsd", width=3, depth=3),
+        "ar": run_of(tiny_pair, "ar", max_new_tokens=6),
+        "big": run_of(tiny_pair, "mcsd", steps=2, k_config=(4, 4, 4, 2)),
+    }
+
+
+def all_steps(runs):
+    return [(name, step) for name, run in runs.items() for step in run.steps]
+
+
+def node_traces(fig):
+    """Scatter traces that hold tree nodes (they carry node indices in customdata)."""
+    return [t for t in fig.data if t.customdata is not None]
+
+
+# -- tree ----------------------------------------------------------------------------------------------------------
+
+def test_tree_draws_every_node_once_in_its_status_colour(runs):
+    for name, step in all_steps(runs):
+        fig = viz.tree_figure(step)
+        drawn = [i for t in node_traces(fig) for i in t.customdata]
+        assert sorted(drawn) == list(range(len(step.nodes))), (name, step.index)
+        for t in node_traces(fig):
+            statuses = {step.nodes[i].status for i in t.customdata}
+            assert len(statuses) == 1, "one trace per status, so the legend is truthful"
+            status = statuses.pop()
+            assert t.name == STATUS_NAMES[status]
+            assert t.marker.color == STATUS_COLORS[status]
+
+
+def test_the_runs_cover_the_interesting_statuses(runs):
+    """Guards against the tests above passing on trees where nothing happens."""
+    seen = {n.status for _, step in all_steps(runs) for n in step.nodes}
+    assert {"accepted", "rejected", "not_reached", "unchosen"} <= seen
+    finals = {step.committed_origins[-1] for _, step in all_steps(runs) if step.committed_origins}
+    assert {"bonus", "correction", "target"} <= finals
+
+
+def test_bonus_or_correction_hangs_off_the_final_parent_on_the_emphasised_path(runs):
+    checked = 0
+    for name, step in all_steps(runs):
+        if step.final_parent is None or step.committed_origins[-1] not in ("bonus", "correction", "target"):
+            continue
+        fig = viz.tree_figure(step)
+        pos = tidy_layout(tree_graph(step))
+        origin = step.committed_origins[-1]
+        star = next(t for t in fig.data if t.name == STATUS_NAMES[origin])
+        assert (star.x[0], star.y[0]) == pos["final"]
+        parent_level = 0 if step.final_parent == ROOT else step.nodes[step.final_parent].level
+        assert star.x[0] == parent_level + 1
+        path = next(t for t in fig.data if t.name == "committed path")
+        segments = {(path.x[k], path.y[k], path.x[k + 1], path.y[k + 1]) for k in range(0, len(path.x), 3)}
+        assert (*pos[step.final_parent], *pos["final"]) in segments
+        # every accepted edge is emphasised, and nothing else is
+        chain = [ROOT] + step.accepted_path + ["final"]
+        expected = {(*pos[a], *pos[b]) for a, b in zip(chain, chain[1:])}
+        assert segments == expected, (name, step.index)
+        checked += 1
+    assert checked >= 5
+
+
+def test_tidy_layout_gives_distinct_places_and_centres_parents(runs):
+    step = runs["big"].steps[0]
+    graph = tree_graph(step)
+    pos = tidy_layout(graph)
+    assert len(set(pos.values())) == len(pos)
+    for node in graph.nodes:
+        kids = list(graph.successors(node))
+        if kids:
+            ys = [pos[k][1] for k in kids]
+            assert pos[node][1] == (min(ys) + max(ys)) / 2
+            assert all(pos[k][0] == pos[node][0] + 1 for k in kids)
+
+
+def test_target_roots_are_diamonds_and_unchosen_roots_are_marked(runs):
+    step = next(s for s in runs["ti"].steps if s.nodes)
+    fig = viz.tree_figure(step, lossy=True)
+    assert "LOSSY" in fig.layout.title.text
+    for t in node_traces(fig):
+        for i, symbol in zip(t.customdata, t.marker.symbol):
+            assert symbol == ("diamond" if step.nodes[i].origin == "target_root" else "circle")
+
+
+# -- mask ----------------------------------------------------------------------------------------------------------
+
+def test_mask_cells_equal_the_trace_mask(runs):
+    for name, step in all_steps(runs):
+        view = mask_view(step)
+        n, r = len(step.nodes), step.root_rows
+        assert len(view.z) == r + n and all(len(row) == 1 + r + n for row in view.z)
+        for i in range(n):
+            row = view.z[r + i]
+            assert row[0] in (ATTENDS, ACCEPTED_ROW), "every node sees the whole context"
+            cells = "".join("1" if v in (ATTENDS, ACCEPTED_ROW) else "0" for v in row[view.tree_offset:])
+            assert cells == step.verify_mask[i], (name, step.index, i)
+            assert (ACCEPTED_ROW in row) == (i in step.accepted_path)
+        fig = viz.mask_figure(step)
+        assert fig.data[0].type == "heatmap" and [list(z) for z in fig.data[0].z] == view.z
+
+
+def test_duplicate_tokens_keep_distinct_rows(runs):
+    step = copy.deepcopy(runs["mcsd"].steps[1])
+    for node in step.nodes:
+        node.token = "the"  # every node the same string
+    fig = viz.mask_figure(step)
+    heat = fig.data[0]
+    rows = step.root_rows + len(step.nodes)
+    assert list(heat.y) == list(range(rows)), "integer axes: one row per position"
+    assert len(set(fig.layout.yaxis.ticktext)) == len(fig.layout.yaxis.ticktext) == rows
+    assert len({tuple(row) for row in heat.z}) > 1  # rows were not merged into one
+
+
+def test_dynamic_depth_draws_the_live_slice_inside_the_max_mask(runs):
+    run = runs["dynamic"]
+    shallow = [s for s in run.steps if s.live_depth < s.max_depth and s.nodes]
+    assert shallow, "the confidence policy should stop at least one step early"
+    max_rows = viz.max_mask_rows(run.config, shallow[0].max_nodes)
+    assert max_rows is not None and len(max_rows) == 44
+    for step in shallow:
+        fig = viz.mask_figure(step, max_rows)
+        view = mask_view(step, max_rows)
+        assert view.shows_max and view.size == 44 and view.live == len(step.nodes)
+        live_slice = [s for s in fig.layout.shapes if s.name == "live slice"]
+        assert len(live_slice) == 1
+        box = live_slice[0]
+        assert (box.x0, box.x1) == (view.tree_offset - 0.5, view.tree_offset + len(step.nodes) - 0.5)
+        assert (box.y0, box.y1) == (step.root_rows - 0.5, step.root_rows + len(step.nodes) - 0.5)
+        for i in range(44):  # outside the slice: the max mask, marked as not drafted
+            for j in range(44):
+                cell = view.z[step.root_rows + i][view.tree_offset + j]
+                if i < view.live and j < view.live:
+                    assert (cell != BLOCKED) == (step.verify_mask[i][j] == "1")
+                else:
+                    assert cell == (UNUSED if max_rows[i][j] == "1" else BLOCKED)
+    full = next(s for s in run.steps if s.live_depth == s.max_depth)
+    assert any(s.name == "live slice" for s in viz.mask_figure(full, max_rows).layout.shapes)
+    static = runs["mcsd"].steps[0]
+    assert not any(s.name == "live slice" for s in viz.mask_figure(static).layout.shapes)
+
+
+# -- decisions, timeline, compare ------------------------------------------------------------------------------------
+
+def test_pq_bars_follow_the_nodes(runs):
+    step = runs["sampled"].steps[0]
+    fig = viz.pq_figure(step)
+    p_bars, q_bars = fig.data[0], fig.data[1]
+    assert list(p_bars.y) == [n.p for n in step.nodes]
+    assert list(q_bars.y) == [n.q for n in step.nodes]
+    assert list(p_bars.marker.color) == [STATUS_COLORS[n.status] for n in step.nodes]
+
+
+def test_stop_scores_are_drawn_against_the_threshold(runs):
+    step = next(s for s in runs["dynamic"].steps if s.stop_scores)
+    fig = viz.stop_figure(step)
+    threshold = [s for s in fig.layout.shapes if s.name == "threshold"]
+    assert threshold and threshold[0].y0 == step.threshold == 0.3
+    best = next(t for t in fig.data if t.name and t.name.startswith("best"))
+    assert list(best.y) == [max(level.scores) for level in step.stop_scores]
+
+
+def test_timeline_stacks_every_committed_token(runs):
+    run = runs["mcsd"]
+    fig = viz.timeline_figure(run, current=1)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert sum(sum(t.y) for t in bars) == len(run.new_token_ids)
+    assert {t.name for t in bars} <= set(ORIGIN_NAMES.values())
+
+
+def test_compare_rows_flag_text_that_differs_from_ar(runs, tiny_pair):
+    ar = run_of(tiny_pair, "ar", max_new_tokens=32)
+    rows = {r["method"]: r for r in viz.compare_rows({"ar": ar, "mcsd": runs["mcsd"], "ti-mcsd": runs["ti"]})}
+    assert rows["mcsd"]["same text as ar"] == ("yes" if runs["mcsd"].text == ar.text else "NO")
+    assert rows["mcsd"]["same text as ar"] == "yes", "greedy mcsd is lossless"
+    assert "ti-mcsd (LOSSY)" in rows
+
+
+# -- text ----------------------------------------------------------------------------------------------------------
+
+def test_text_spans_reproduce_the_generated_text(runs, tiny_pair):
+    for name, run in runs.items():
+        spans = viz.text_spans(run)
+        assert "".join(token for token, _ in spans) == "".join(t for s in run.steps for t in s.committed_tokens)
+        if not tiny_pair.eos_token_ids & set(run.new_token_ids):
+            assert "".join(token for token, _ in spans) == run.text, name
+        origins = [o for s in run.steps for o in s.committed_origins]
+        assert [label.removesuffix(THIS_STEP) for _, label in spans] == [ORIGIN_NAMES[o] for o in origins]
+        marked = [label for _, label in spans if label.endswith(THIS_STEP)]
+        assert len(marked) == len(run.steps[-1].committed)
+        assert set(label for _, label in spans) <= set(viz.text_color_map())
+
+
+def test_text_spans_at_an_earlier_step_stop_there(runs):
+    run = runs["mcsd"]
+    spans = viz.text_spans(run, 1)
+    assert len(spans) == len(run.steps[0].committed) + len(run.steps[1].committed)
+    assert sum(label.endswith(THIS_STEP) for _, label in spans) == len(run.steps[1].committed)
+
+
+# -- size and replay -----------------------------------------------------------------------------------------------
+
+def test_every_update_stays_small_even_for_a_212_node_tree(runs):
+    run = runs["big"]
+    step = run.steps[-1]
+    assert len(step.nodes) == 212
+    figures = [viz.tree_figure(step), viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes)),
+               viz.pq_figure(step), viz.stop_figure(step), viz.timeline_figure(run)]
+    sizes = [len(f.to_json()) for f in figures]
+    assert max(sizes) < 300_000, sizes
+
+
+def test_a_saved_trace_replays_to_the_same_figures(runs):
+    run = runs["dynamic"]
+    replayed = run_from_dict(json.loads(json.dumps(run_to_dict(run))))
+    for index in range(len(run.steps)):
+        a, b = run.steps[index], replayed.steps[index]
+        assert viz.tree_figure(a).to_json() == viz.tree_figure(b).to_json()
+        assert viz.mask_figure(a).to_json() == viz.mask_figure(b).to_json()
+    assert viz.text_spans(run) == viz.text_spans(replayed)
