@@ -1,9 +1,10 @@
 """Sampling is lossless: committed tokens are distributed exactly as the target's own samples.
 
 A tiny vocabulary (4 tokens) makes the exact joint distribution of the first two committed tokens computable
-(16 cells). A chi-square test at alpha = 1e-4 with 12,000 samples detects a total-variation error of 0.03 with
-probability ~0.9 even when the error is spread evenly over all cells (non-centrality 4 n TV^2 = 43), and almost
-surely when it is concentrated; fixed seeds make the outcome reproducible. A deliberately biased rule must fail.
+(16 cells). A chi-square test at alpha = 1e-3 with 10,000 samples detects a total-variation error of 0.03 with
+probability ~0.85 even when the error is spread evenly over all cells (non-centrality 4 n TV^2 = 36 on 15 degrees
+of freedom), and almost surely when it is concentrated on a few cells, as real bugs are; fixed seeds make the
+outcome reproducible. A deliberately biased method must fail the same test.
 """
 import itertools
 
@@ -17,8 +18,8 @@ from dynasd.sampling import SamplingConfig, logits_to_probs, mcss_walk
 from dynasd.tree import ROOT, TreeShape
 
 VOCAB = 4
-SAMPLES = 12_000
-PROMPT = [1, 3]
+SAMPLES = 10_000
+PROMPT = [1]  # one token: nothing to prefill, so a run is one or two steps
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def assert_matches(counts: torch.Tensor, exact: torch.Tensor) -> None:
     assert counts[~keep].sum() == 0, "sampled a token the target gives probability 0"
     stat, p_value = chisquare(counts[keep].numpy(), (exact[keep] / exact[keep].sum() * n).numpy())
     print(f"TV={tv:.4f} chi2={stat:.1f} p={p_value:.4g}")
-    assert p_value > 1e-4, f"distribution differs from the target's (TV {tv:.4f}, p {p_value:.2e})"
+    assert p_value > 1e-3, f"distribution differs from the target's (TV {tv:.4f}, p {p_value:.2e})"
     assert tv < 0.03
 
 
@@ -64,8 +65,7 @@ CASES = [
     ("sd", dict(gamma=2), SamplingConfig(temperature=0.8, top_p=0.8)),
     ("mcsd", dict(k_config=(3, 2)), SamplingConfig(temperature=1.0)),
     ("mcsd", dict(k_config=(3, 2), without_replacement=False), SamplingConfig(temperature=1.0)),
-    ("mcsd", dict(k_config=(2, 2)), SamplingConfig(temperature=1.0, top_p=0.7)),
-    ("mcsd", dict(k_config=(3, 1)), SamplingConfig(temperature=1.0, top_k=2)),  # 3 siblings from 2 tokens
+    ("mcsd", dict(k_config=(3, 1)), SamplingConfig(temperature=0.9, top_k=2, top_p=0.95)),  # 3 siblings, 2 tokens
     ("ti-mcsd", dict(width=1, depth=2), SamplingConfig(temperature=1.0)),
 ]
 

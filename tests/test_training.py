@@ -26,7 +26,8 @@ def read_log(path: Path) -> list[dict]:
 def prompt_file(tmp_path):
     path = tmp_path / "prompts.json"
     path.write_text(json.dumps([{"question": f"what is {i} plus {i + 1}?"} for i in range(24)]
-                               + [{"goal": f"how to count to {i}"} for i in range(12)]))
+                               + [{"goal": f"how to count to {i}", "correct_answer": " ".join(map(str, range(1, i + 2)))}
+                                  for i in range(12)]))
     return path
 
 
@@ -34,7 +35,7 @@ def test_train_draft_reduces_its_loss_resumes_and_exports(tmp_path, prompt_file)
     out = tmp_path / "distill"
     common = ["train-draft", "--pair", "tiny-random", "--prompts", str(prompt_file), "--out", str(out),
               "--heldout", "4", "--gen-prompts", "24", "--gen-batch", "8", "--gen-max-new-tokens", "16",
-              "--shard-prompts", "8", "--layers", "0", "--batch-tokens", "256", "--lr", "3e-3",
+              "--shard-prompts", "8", "--label-prompts", "12", "--layers", "0", "--batch-tokens", "256", "--lr", "3e-3",
               "--log-every", "5", "--eval-every", "10", "--threads", "1"]
     assert main(common + ["--steps", "30"]) == 0
     losses = [r["loss"] for r in read_log(out / "log.jsonl") if "loss" in r]

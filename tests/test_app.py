@@ -1,0 +1,268 @@
+"""The explorer end to end through its API (gradio_client against `python app.py --pair tiny-random`), and the
+session machinery behind it: bounded registry, models loaded once, failures kept inside one session."""
+import json
+import time
+
+import pytest
+
+from dynasd.models import ModelLoadError, tiny_random_pair
+from dynasd.session import (CUSTOM, PairCache, SessionFailed, SessionRegistry, Settings, UserError,
+                            compare_methods)
+
+TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
+OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
+
+
+# -- sessions, without a server -----------------------------------------------------------------------------------
+
+class CountingLoader:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, name=None, target=None, draft=None, device=None, dtype=None):
+        self.calls += 1
+        if name not in (None, "tiny-random"):
+            raise ModelLoadError(f"cannot load '{name or target}'")
+        return tiny_random_pair()
+
+
+def test_a_pair_is_loaded_once_and_shared_by_sessions():
+    loader = CountingLoader()
+    pairs, registry = PairCache(loader=loader), SessionRegistry()
+    a, b = registry.get(None), registry.get(None)
+    assert a.id != b.id
+    for session in (a, b):
+        session.start(pairs, Settings(pair="tiny-random", max_new_tokens=8), "hello")
+        session.step(pairs)
+    assert loader.calls == 1
+    assert a.pair is b.pair and a.decoder is not b.decoder
+    assert a.decoder.target is not b.decoder.target, "caches are per session"
+
+
+def test_registry_is_bounded_and_evicts_the_longest_idle_session():
+    now = [0.0]
+    registry = SessionRegistry(max_sessions=3, ttl_s=100, clock=lambda: now[0])
+    ids = []
+    for _ in range(3):
+        ids.append(registry.get(None).id)
+        now[0] += 1
+    registry.get(ids[0])  # the oldest becomes the most recently used
+    now[0] += 1
+    newest = registry.get(None).id
+    assert len(registry) == 3
+    assert ids[1] not in registry and ids[0] in registry and newest in registry
+
+
+def test_registry_refuses_when_every_session_is_busy():
+    registry = SessionRegistry(max_sessions=1)
+    busy = registry.get(None)
+    busy.running = True
+    with pytest.raises(UserError, match="busy"):
+        registry.get(None)
+
+
+def test_sessions_expire_after_their_time_to_live():
+    now = [0.0]
+    registry = SessionRegistry(max_sessions=5, ttl_s=10, clock=lambda: now[0])
+    old = registry.get(None).id
+    now[0] = 5
+    assert registry.get(old).id == old
+    now[0] = 16
+    assert registry.get(old).id != old and old not in registry
+
+
+def test_a_failing_model_call_marks_only_its_own_session(monkeypatch):
+    pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
+    broken, healthy = registry.get(None), registry.get(None)
+    for session in (broken, healthy):
+        session.start(pairs, Settings(pair="tiny-random", max_new_tokens=16), "hello")
+
+    def explode():
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(broken.decoder, "step", explode)
+    with pytest.raises(SessionFailed, match="CUDA out of memory.*Reset"):
+        broken.step(pairs)
+    assert broken.error and healthy.error is None
+    with pytest.raises(SessionFailed):  # stays failed until reset
+        broken.step(pairs)
+    assert healthy.step(pairs).index == 0
+    assert not pairs.lock_for(healthy.pair).locked(), "the failure released the model lock"
+    broken.reset()
+    broken.start(pairs, Settings(pair="tiny-random", max_new_tokens=16), "hello")
+    assert broken.error is None
+
+
+def test_public_mode_refuses_custom_models():
+    pairs = PairCache(loader=CountingLoader(), allow_custom=False)
+    with pytest.raises(UserError, match="custom models are turned off"):
+        pairs.get(Settings(pair=CUSTOM, target="/etc", draft="/etc"))
+    with pytest.raises(UserError, match="unknown model pair"):
+        pairs.get(Settings(pair="../../secret"))
+
+
+def test_bad_settings_are_user_errors_with_a_reason():
+    pairs = PairCache(loader=CountingLoader())
+    session = SessionRegistry().get(None)
+    cases = [(Settings(pair="tiny-random", k_config="4,0"), "hi", "at least 1"),
+             (Settings(pair="tiny-random", method="beam"), "hi", "unknown method"),
+             (Settings(pair="tiny-random", max_new_tokens=0), "hi", "max new tokens"),
+             (Settings(pair="tiny-random", stop="decision"), "hi", "decision"),
+             (Settings(pair="tiny-random", k_config="99,99"), "hi", "limit"),
+             (Settings(pair="tiny-random", max_new_tokens=500), "long " * 200, "context"),
+             (Settings(pair="tiny-random"), "   ", "empty")]
+    for settings, prompt, message in cases:
+        with pytest.raises(UserError, match=message):
+            session.start(pairs, settings, prompt)
+
+
+def test_compare_runs_every_method_and_lossless_ones_match_ar():
+    pairs = PairCache(loader=CountingLoader())
+    runs = dict(compare_methods(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello"))
+    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd"]
+    assert runs["sd"].text == runs["mcsd"].text == runs["ar"].text
+    assert not runs["ti-mcsd"].lossless
+
+
+# -- the app through its API ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def connect(explorer_url):
+    from gradio_client import Client as GradioClient
+
+    return lambda: GradioClient(explorer_url, verbose=False)
+
+
+def value(output):
+    """A component returned with new properties arrives as an update dict; its value is inside."""
+    if isinstance(output, dict) and output.get("__type__") == "update":
+        return output.get("value")
+    return output
+
+
+def spans(outputs) -> list[dict]:
+    return value(outputs[OUT["text"]]) or []
+
+
+def plot_json(value) -> dict:
+    assert value is not None and value["type"] == "plotly"
+    return json.loads(value["plot"])
+
+
+def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
+    client = connect()
+    first = client.predict(prompt="hello", **TINY, api_name="/step")
+    second = client.predict(prompt="hello", **TINY, api_name="/step")
+    assert "Step 0" in first[OUT["status"]] and "Step 1" in second[OUT["status"]]
+    tree = plot_json(second[OUT["tree"]])
+    assert tree["layout"]["title"]["text"].startswith("Step 1: 44 candidates")
+    assert len(json.dumps(tree)) < 100_000
+    heat = plot_json(second[OUT["mask"]])["data"][0]
+    assert heat["type"] == "heatmap" and len(heat["z"]) == 45  # root row + 44 nodes
+    text = spans(second)
+    assert len(text) > len(spans(first)) >= 1
+    assert any(s["class_or_confidence"].endswith("this step") for s in text)
+    assert second[OUT["scrubber"]]["maximum"] == 1 and second[OUT["scrubber"]]["value"] == 1
+    assert "Step 1" in second[OUT["story"]]
+
+
+def test_run_streams_until_done_and_the_scrubber_goes_back(connect):
+    client = connect()
+    job = client.submit(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=48, api_name="/run")
+    updates = list(job)
+    final = job.outputs()[-1]
+    assert "Done" in final[OUT["status"]]
+    steps = final[OUT["scrubber"]]["maximum"] + 1
+    assert len(updates) >= 2, "the run streams intermediate steps"
+    assert 1 < steps < 48, "sd commits more than one token per step"
+    assert sum(len(s["token"]) for s in spans(final)) >= 48
+    back = client.predict(0, api_name="/show_step")
+    assert "step 0" in back[OUT["status"]].lower()
+    assert plot_json(back[OUT["tree"]])["layout"]["title"]["text"].startswith("Step 0")
+    assert len(spans(back)) < len(spans(final))
+
+
+def test_stop_ends_a_run_early(connect):
+    client = connect()
+    job = client.submit(prompt="hello", pair="tiny-random", method="mcsd", temperature=1.5, max_new_tokens=512,
+                        api_name="/run")
+    deadline = time.monotonic() + 60
+    while not job.outputs() and time.monotonic() < deadline:  # wait for the run to be under way
+        time.sleep(0.05)
+    assert "Stopping" in client.predict(api_name="/stop")
+    final = job.result()
+    assert "Stopped" in final[OUT["status"]]
+    assert sum(len(s["token"]) for s in spans(final)) < 512
+
+
+def test_reset_clears_the_run(connect):
+    client = connect()
+    client.predict(prompt="hello", **TINY, api_name="/step")
+    out = client.predict(api_name="/reset")
+    assert "Reset" in out[OUT["status"]]
+    assert not spans(out) and out[OUT["tree"]] is None
+    assert "Step 0" in client.predict(prompt="hello", **TINY, api_name="/step")[OUT["status"]]
+
+
+def test_sessions_do_not_share_runs(connect):
+    a, b = connect(), connect()
+    for _ in range(3):
+        a.predict(prompt="hello", **TINY, api_name="/step")
+    assert "Step 0" in b.predict(prompt="other prompt", **TINY, api_name="/step")[OUT["status"]]
+    assert "Step 3" in a.predict(prompt="hello", **TINY, api_name="/step")[OUT["status"]]
+
+
+def test_compare_tab_runs_all_four_methods(connect):
+    client = connect()
+    table, plot, status = client.predict(prompt="hello", pair="tiny-random", max_new_tokens=16,
+                                         api_name="/compare")
+    rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
+    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)"}
+    assert rows["sd"]["same text as ar"] == rows["mcsd"]["same text as ar"] == "yes"
+    assert rows["mcsd"]["tokens / target forward"] > 1.0
+    assert len(plot_json(plot)["data"]) == 2 and "all four" in status
+
+
+def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
+    from gradio_client import handle_file
+
+    author = connect()
+    for _ in range(3):
+        shown = author.predict(prompt="hello", **TINY, api_name="/step")
+    path, status = author.predict(api_name="/save_trace")
+    assert "Saved 3 steps" in status
+    with open(path) as f:
+        assert json.load(f)["format"] == "dynasd-trace/1"
+    viewer = connect()
+    loaded = viewer.predict(handle_file(path), api_name="/load_trace")
+    assert "Loaded" in loaded[OUT["status"]] and "no model" in loaded[OUT["status"]]
+    assert spans(loaded) == spans(shown)
+    assert plot_json(loaded[OUT["tree"]]) == plot_json(shown[OUT["tree"]])
+    first = viewer.predict(0, api_name="/show_step")
+    assert plot_json(first[OUT["mask"]])["layout"]["title"]["text"].startswith("Step 0")
+
+
+def test_bad_input_returns_a_clear_message_not_a_traceback(connect, tmp_path):
+    from gradio_client import handle_file
+
+    client = connect()
+    cases = [(dict(prompt="", **TINY), "the prompt is empty"),
+             (dict(prompt="hi", pair="tiny-random", k_config="4,x"), "comma-separated integers"),
+             (dict(prompt="hi", pair="tiny-random", stop="decision"), "decision model"),
+             (dict(prompt="hi", pair="custom", target="", draft=""), "needs both a target and a draft"),
+             (dict(prompt="hi", pair="tiny-random", target="/nonexistent", draft="/nonexistent"),
+              None),  # ids are ignored unless the pair is custom: this one runs
+             (dict(prompt="hi", pair="custom", target="/nonexistent/model", draft="/nonexistent/model"),
+              "no model at local path"),
+             (dict(prompt="word " * 300, pair="tiny-random", max_new_tokens=500), "exceeds the model's context")]
+    for kwargs, message in cases:
+        status = client.predict(**kwargs, api_name="/step")[OUT["status"]]
+        if message is None:
+            assert status.startswith("✓"), status
+            continue
+        assert status.startswith("⚠") and message in status, status
+        assert "Traceback" not in status
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    status = client.predict(handle_file(str(bad)), api_name="/load_trace")[OUT["status"]]
+    assert status.startswith("⚠") and "cannot load that trace" in status

@@ -1,0 +1,78 @@
+"""A real browser: headless Chromium loads the explorer, clicks Step twice and Run, and sees the tree, the mask
+and the coloured text. It saves a screenshot to docs/screenshots/ (looked at by a person, not by the test)."""
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+WAIT_S = 90
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("Debian chromium and chromium-driver are not installed (run `make browser`)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="dynasd-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", f"--user-data-dir={profile}", "--window-size=1600,1800"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(explorer_url)
+    status = lambda: browser.find_element(By.ID, "status").text  # noqa: E731
+
+    wait.until(ready.element_to_be_clickable((By.ID, "step-btn"))).click()
+    wait.until(lambda _: "Step 0" in status())
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda _: "Step 1" in status())
+    browser.find_element(By.ID, "run-btn").click()
+    wait.until(lambda _: "Done after" in status())
+
+    # Plotly draws into .js-plotly-plot; the tree has node markers, the mask a heatmap image
+    tree = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#tree-plot .js-plotly-plot .scatterlayer .point"))
+    assert len(tree) > 10
+    mask = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#mask-plot .js-plotly-plot .heatmaplayer image"))
+    assert mask
+    assert "verify mask" in browser.find_element(By.ID, "mask-plot").text
+    tokens = browser.find_elements(By.CSS_SELECTOR, "#dynasd-text .textfield .token")
+    assert len(tokens) >= 20, "every generated token is its own highlighted span"
+    legend = browser.find_element(By.ID, "dynasd-text").text
+    assert "accepted draft" in legend
+
+    # the scrubber brings back an earlier step (step 1 has rejections and a bonus: a good picture for the docs)
+    box = browser.find_element(By.CSS_SELECTOR, "#scrubber input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("1", Keys.ENTER)
+    wait.until(lambda _: "Step 1:" in browser.find_element(By.ID, "tree-plot").text)
+    assert "Step 1:" in browser.find_element(By.ID, "mask-plot").text
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1600, min(max(height, 1200), 4000))
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(SCREENSHOTS / "explorer.png"))

@@ -1,0 +1,84 @@
+"""Traces: every field the UI draws, JSON round trip, and refusal of malformed or hostile files."""
+import json
+
+import pytest
+
+from dynasd.decoders import make_decoder
+from dynasd.sampling import SamplingConfig
+from dynasd.stopping import StopPolicy
+from dynasd.trace import MAX_TRACE_BYTES, TraceError, load_run, run_to_dict, save_run
+from dynasd.tree import TreeShape, ancestor_mask
+
+
+@pytest.fixture(scope="module")
+def sampled_run(tiny_pair):
+    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(temperature=0.8, top_p=0.9), seed=3,
+                           k_config=(3, 2, 1), stop=StopPolicy("confidence", 0.5))
+    return decoder.generate(tiny_pair.encode_prompt("trace me"), 30, prompt_text="trace me")
+
+
+def test_step_traces_are_consistent(sampled_run):
+    run = sampled_run
+    shape = TreeShape(tuple(run.config["branching"]))
+    big = ancestor_mask(shape.parents)
+    assert sum(len(s.committed) for s in run.steps) == len(run.new_token_ids)
+    for step in run.steps:
+        n = len(step.nodes)
+        assert n == shape.level_starts[step.live_depth]
+        assert step.verify_mask == ["".join("1" if v else "0" for v in row) for row in big[:n, :n].tolist()]
+        assert step.position_ids[step.root_rows:] == [step.context_len + node.level - 1 for node in step.nodes]
+        accepted = [i for i, node in enumerate(step.nodes) if node.status == "accepted"]
+        assert accepted == step.accepted_path
+        for i in step.accepted_path:
+            assert step.nodes[i].u is not None and step.nodes[i].u * step.nodes[i].q_test <= step.nodes[i].p_test
+        rejected = [node for node in step.nodes if node.status == "rejected"]
+        assert all(node.u * node.q_test > node.p_test for node in rejected)
+        assert step.committed_origins[-1] in ("bonus", "correction") or len(step.committed) < len(step.accepted_path) + 1
+        assert step.target_forwards == 1 and step.draft_forwards == step.live_depth
+
+
+def test_json_round_trip(tmp_path, sampled_run):
+    path = tmp_path / "run.json"
+    save_run(sampled_run, path)
+    loaded = load_run(path)
+    assert loaded == sampled_run
+    assert run_to_dict(loaded) == json.loads(path.read_text())
+
+
+def corrupt(run_dict: dict, edit) -> dict:
+    obj = json.loads(json.dumps(run_dict))
+    edit(obj)
+    return obj
+
+
+BAD_EDITS = {
+    "wrong format tag": lambda o: o.update(format="pickle"),
+    "unknown top field": lambda o: o.update(evil=1),
+    "steps not a list": lambda o: o.update(steps="x"),
+    "bad mask row": lambda o: o["steps"][0]["verify_mask"].__setitem__(0, "2" * len(o["steps"][0]["nodes"])),
+    "parent after child": lambda o: o["steps"][0]["nodes"][0].update(parent=5),
+    "unknown status": lambda o: o["steps"][0]["nodes"][0].update(status="maybe"),
+    "missing field": lambda o: o["steps"][0].pop("committed"),
+    "string token id": lambda o: o["steps"][0]["committed"].__setitem__(0, "7"),
+    "path out of range": lambda o: o["steps"][0]["accepted_path"].append(10_000),
+}
+
+
+@pytest.mark.parametrize("name", BAD_EDITS)
+def test_malformed_traces_are_refused(tmp_path, sampled_run, name):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(corrupt(run_to_dict(sampled_run), BAD_EDITS[name])))
+    with pytest.raises(TraceError):
+        load_run(path)
+
+
+def test_non_json_and_oversized_files_are_refused(tmp_path):
+    pickled = tmp_path / "p.json"
+    pickled.write_bytes(b"\x80\x04\x95\x00\x00cos\nsystem\n")
+    with pytest.raises(TraceError):
+        load_run(pickled)
+    big = tmp_path / "big.json"
+    big.write_text(" " * 2048)
+    with pytest.raises(TraceError):
+        load_run(big, max_bytes=1024)
+    assert MAX_TRACE_BYTES >= 1024 * 1024
