@@ -22,6 +22,7 @@ import argparse
 import copy
 import datetime as dt
 import json
+import os
 import platform
 import shlex
 import sys
@@ -34,15 +35,15 @@ REFERENCE = "ar"
 ACCEPTANCE_DENOMINATOR = "draft levels attempted (one per draft level of a step's live tree; target roots excluded)"
 FIDELITY_AT_SAMPLING = "T>0: outputs are random samples, so token identity with ar is not a fidelity measure"
 
-# key -> (meaning, parser); which keys each method takes
+# what each option means (docs and --help), and which options each method takes
 OPTION_HELP = {
     "gamma": "sd: draft chain length",
     "k": "mcsd: tree shape (4,2,2,1); ti-mcsd: general static shape (2,4,4,1,1)",
     "w": "ti-mcsd: number of target-initialized chains (width)",
     "d": "ti-mcsd: draft tokens per chain (depth)",
-    "stop": "none, confidence or decision: end drafting early (dynamic depth)",
+    "stop": "a stop policy of dynasd.stopping (confidence, decision, cumulative): end drafting early",
     "th": "stop threshold; hf-assisted: assistant_confidence_threshold",
-    "decision": "folder of a trained decision model (stop=decision)",
+    "decision": "folder of a trained decision model (stop=decision or cumulative)",
     "replacement": "mcsd: 1 = draw siblings with replacement",
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
@@ -103,8 +104,10 @@ def parse_method(text: str) -> MethodSpec:
             allowed = ", ".join(sorted(METHOD_OPTIONS[head])) or "none"
             raise ValueError(f"{head} takes no option '{key}' (options: {allowed})")
         options[key] = value
-    if "stop" in options and options["stop"] not in ("none", "confidence", "decision"):
-        raise ValueError(f"stop must be none, confidence or decision, got '{options['stop']}' in '{label}'")
+    from .stopping import STOP_POLICIES
+
+    if "stop" in options and options["stop"] not in STOP_POLICIES:
+        raise ValueError(f"stop must be one of {', '.join(STOP_POLICIES)}, got '{options['stop']}' in '{label}'")
     return MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
 
 
@@ -324,24 +327,21 @@ def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, promp
                   pad_token_id=eos[0] if eos else None)
     if not sampling.greedy:
         kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=pair.device)
+    attention = torch.ones_like(input_ids)
+    draft_calls_before = clock.calls["draft"] if clock else 0
+    target_calls_before = clock.calls["target"] if clock else 0
     saved_config = copy.deepcopy(pair.draft.generation_config)
-    assistant = pair.draft.generation_config
+    verbosity = transformers.logging.get_verbosity()
     try:
+        assistant = pair.draft.generation_config  # transformers reads the assistant's settings from here
         if spec.option("n") is not None:
             assistant.num_assistant_tokens = int(spec.option("n"))
         if spec.option("schedule") is not None:
             assistant.num_assistant_tokens_schedule = spec.option("schedule")
         if spec.option("th") is not None:
             assistant.assistant_confidence_threshold = float(spec.option("th"))
-    except ValueError as exc:
-        raise ValueError(f"{spec.label}: n and th must be numbers") from exc
-    input_ids = torch.tensor([ids], dtype=torch.long, device=pair.device)
-    attention = torch.ones_like(input_ids)
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # HF warns on every call about flags it passes to itself
-    draft_calls_before = clock.calls["draft"] if clock else 0
-    target_calls_before = clock.calls["target"] if clock else 0
-    try:
+        transformers.logging.set_verbosity_error()  # HF warns on every call about flags it passes to itself
         torch.manual_seed(seed)
         _synchronize(pair)
         started = time.perf_counter()
@@ -512,7 +512,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N prompts per category, by question_id")
     p.add_argument("--methods", default=DEFAULT_METHODS,
                    help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, with variants such as "
-                        "mcsd:k=4,2,2,1:stop=confidence:th=0.4 or mcsd+dyn (see docs/benchmarks.md)")
+                        "mcsd:k=4,2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). Options: "
+                        + "; ".join(f"{key}: {meaning}" for key, meaning in OPTION_HELP.items()))
     p.add_argument("--temperatures", default=None, help="comma-separated, e.g. 0,0.7 (default: --temperature)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0, help="prompt i is decoded with seed+i by every method")
@@ -553,8 +554,9 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
         "command": "python -m dynasd " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
         "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "pair": pair.name, "draft": pair.draft_label, "device": str(pair.device), "dtype": str(pair.dtype),
-        "machine": f"{platform.machine()}, {platform.processor() or platform.system()}, "
-                   f"{torch.get_num_threads()} torch threads",
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
+                   f"{torch.get_num_threads()} torch threads" + (f", {torch.cuda.get_device_name(pair.device)}"
+                                                                 if pair.device.type == "cuda" else ""),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
         "prompts_file": str(args.prompts), "prompt_ids": [[p["category"], p["id"]] for p in prompts],

@@ -38,19 +38,19 @@ class CachedModel:
         n_chain, n_nodes = len(chain), len(nodes)
         q_len = n_chain + n_nodes
         kv_len = past + q_len
-        mask = torch.zeros(q_len, kv_len, dtype=self.dtype)
+        mask = torch.zeros(q_len, kv_len, dtype=self.dtype, device=self.device)
         if n_chain:
-            chain_block = torch.ones(n_chain, n_chain, dtype=torch.bool).tril()
+            chain_block = torch.ones(n_chain, n_chain, dtype=torch.bool, device=self.device).tril()
             mask[:n_chain, past:past + n_chain] = additive(chain_block, self.dtype)
             mask[:n_chain, past + n_chain:] = float("-inf")
         if n_nodes:
             # Tree nodes see every committed token and, among tree nodes, only their ancestors and themselves.
             # A chain is only fed before any tree node of the step is cached: the layout is [committed | tree].
             tree_cols = tree_mask.shape[1]
-            mask[n_chain:, kv_len - tree_cols:] = additive(tree_mask, self.dtype)
+            mask[n_chain:, kv_len - tree_cols:] = additive(tree_mask.to(self.device), self.dtype)
         positions = list(range(self.cached_len, self.cached_len + n_chain)) + list(node_positions)
         ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, attention_mask=mask[None, None].to(self.device),
+        out = self.model(input_ids=ids, attention_mask=mask[None, None],
                          position_ids=torch.tensor([positions], device=self.device), cache=self.cache,
                          use_cache=True, logits_to_keep=keep_logits, output_hidden_states=self.need_hidden)
         self.forwards += 1

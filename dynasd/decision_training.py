@@ -139,6 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_model_arguments(p)
     p.add_argument("--prompts", nargs="+", default=[str(DEFAULT_PROMPTS)], help="JSON prompt files or folders")
+    p.add_argument("--sequences", nargs="+", default=None,
+                   help="use these prompt+answer files (JSON Lines written by train-draft, e.g. its held-out "
+                        "shard) instead of generating answers")
     p.add_argument("--skip-prompts", type=int, default=20000,
                    help="skip this many prompts of the seeded shuffle (train-draft uses the first ones)")
     p.add_argument("--num-prompts", type=int, default=200)
@@ -163,7 +166,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .cli import load_pair_from
-    from .distill import generate_answers, read_train_prompts
+    from .distill import generate_answers, load_sequences, read_train_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -180,16 +183,19 @@ def run(args: argparse.Namespace) -> int:
         data = torch.load(data_path)
     else:
         start = time.time()
-        texts = read_train_prompts(args.prompts)
-        random.Random(args.seed).shuffle(texts)
-        texts = texts[args.skip_prompts:][:args.num_prompts] or texts[:args.num_prompts]
         pair = load_pair_from(args)
-        pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
-        encoded = sorted((pair.encode_prompt(t) for t in texts), key=len)
-        sequences = []
-        for i in range(0, len(encoded), 16):
-            sequences += generate_answers(pair.target, encoded[i:i + 16], pad, set(pair.eos_token_ids),
-                                          args.max_new_tokens)
+        if args.sequences:
+            sequences = load_sequences(args.sequences)[:args.num_prompts]
+        else:
+            texts = read_train_prompts(args.prompts)
+            random.Random(args.seed).shuffle(texts)
+            texts = texts[args.skip_prompts:][:args.num_prompts] or texts[:args.num_prompts]
+            pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
+            encoded = sorted((pair.encode_prompt(t) for t in texts), key=len)
+            sequences = []
+            for i in range(0, len(encoded), 16):
+                sequences += generate_answers(pair.target, encoded[i:i + 16], pad, set(pair.eos_token_ids),
+                                              args.max_new_tokens)
         temps = tuple(float(t) for t in args.chain_temperatures.split(",") if t.strip())
         data = build_dataset(pair, sequences, args.width, args.fork_temperature, args.chain_depth, temps,
                              args.chains_per_sequence, args.seed)

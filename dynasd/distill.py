@@ -55,16 +55,20 @@ def read_train_prompts(paths: list[str | Path]) -> list[str]:
 
 @dataclass
 class Sequence:
-    """A prompt (chat-templated) followed by the target's greedy answer; labels start at `answer_start`."""
+    """A prompt (chat-templated) followed by an answer; labels start at `answer_start`. For the target's own greedy
+    answers the label is the next token; for other answers (teacher-forced) `labels` holds the target's argmax at
+    each answer position."""
 
     ids: list[int]
     answer_start: int
+    labels: list[int] | None = None
 
 
 def save_sequences(path: Path, seqs: list[Sequence]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(json.dumps({"ids": s.ids, "answer_start": s.answer_start}) for s in seqs) + "\n")
+    tmp.write_text("\n".join(json.dumps({"ids": s.ids, "answer_start": s.answer_start, "labels": s.labels})
+                             for s in seqs) + "\n")
     tmp.replace(path)
 
 
@@ -74,7 +78,7 @@ def load_sequences(paths) -> list[Sequence]:
         for line in Path(path).read_text().splitlines():
             if line.strip():
                 obj = json.loads(line)
-                seqs.append(Sequence(obj["ids"], obj["answer_start"]))
+                seqs.append(Sequence(obj["ids"], obj["answer_start"], obj.get("labels")))
     return seqs
 
 
@@ -139,6 +143,53 @@ def generate_stage(args, log) -> None:
         log({"stage": "generate", "shard": name, "prompts": len(seqs), "answer_tokens": answer_tokens,
              "elapsed_s": round(time.time() - start, 1)})
     bar.close()
+
+
+def read_answer_pairs(paths: list[str | Path]) -> list[tuple[str, str]]:
+    """(prompt, reference answer) pairs, e.g. PIQA goals with their correct solution."""
+    files = [f for p in map(Path, paths) for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    pairs = []
+    for file in files:
+        for obj in json.loads(file.read_text(encoding="utf-8")):
+            if isinstance(obj, dict) and isinstance(obj.get("correct_answer"), str):
+                prompt = obj.get("question") or obj.get("goal")
+                if prompt and obj["correct_answer"].strip():
+                    pairs.append((prompt.strip(), obj["correct_answer"].strip()))
+    return pairs
+
+
+def label_stage(args, log) -> None:
+    """Teacher-forced data: reference answers read by the target in one batched forward (several times cheaper
+    per token than generating), labelled with the target's argmax at every answer position."""
+    from tqdm import tqdm
+
+    from .models import load_pair
+
+    texts = read_train_prompts(args.prompts)
+    random.Random(args.seed).shuffle(texts)
+    heldout = set(texts[:args.heldout])
+    pairs = [p for p in read_answer_pairs(args.prompts) if p[0] not in heldout]
+    random.Random(args.seed + 1).shuffle(pairs)
+    pair = load_pair(args.pair, device="cpu", dtype="fp32")
+    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
+    start, done = time.time(), 0
+    chunk = args.shard_prompts * 4
+    for shard, i in enumerate(tqdm(range(0, min(len(pairs), args.label_prompts), chunk), desc="label")):
+        path = Path(args.out) / "data" / f"train-tf-{shard:04d}.jsonl"
+        if path.is_file():
+            continue
+        if args.label_minutes and time.time() - start > 60 * args.label_minutes:
+            break
+        seqs = []
+        for prompt, answer in pairs[i:i + chunk]:
+            ids = pair.encode_prompt(prompt)
+            answer_ids = pair.tokenizer(answer, add_special_tokens=False)["input_ids"][:args.gen_max_new_tokens]
+            seqs.append(Sequence(ids + answer_ids, len(ids)))
+        labelled = target_argmax_labels(pair.target, seqs, pad)
+        seqs = [Sequence(s.ids, s.answer_start, l.ids[l.answer_start:]) for s, l in zip(seqs, labelled)]
+        save_sequences(path, seqs)
+        done += sum(len(s.labels) for s in seqs)
+        log({"stage": "label", "shard": path.name, "answer_tokens": done, "elapsed_s": round(time.time() - start, 1)})
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -243,10 +294,10 @@ def collate(seqs: list[Sequence], pad_id: int, label_map: torch.Tensor | None = 
     rows, cols, labels = [], [], []
     for r, s in enumerate(seqs):
         ids[r, :len(s.ids)] = torch.tensor(s.ids)
-        for c in range(s.answer_start - 1, len(s.ids) - 1):
+        for j, c in enumerate(range(s.answer_start - 1, len(s.ids) - 1)):
             rows.append(r)
             cols.append(c)
-            labels.append(s.ids[c + 1])
+            labels.append(s.labels[j] if s.labels is not None else s.ids[c + 1])
     labels_t = torch.tensor(labels, dtype=torch.long)
     if label_map is not None:
         labels_t = label_map[labels_t]
@@ -259,8 +310,9 @@ def target_argmax_labels(target, seqs: list[Sequence], pad_id: int, batch_tokens
     out = [Sequence(list(s.ids), s.answer_start) for s in seqs]
     for batch in make_batches(seqs, batch_tokens):
         ids, rows, cols, _ = collate([seqs[i] for i in batch], pad_id)
-        top = target(input_ids=ids).logits.argmax(-1)
-        for r, c, t in zip(rows.tolist(), cols.tolist(), top[rows, cols].tolist()):
+        # the head only where a label is needed: it is the costliest layer
+        top = target.lm_head(target.model(input_ids=ids).last_hidden_state[rows, cols]).argmax(-1)
+        for r, c, t in zip(rows.tolist(), cols.tolist(), top.tolist()):
             out[batch[r]].ids[c + 1] = t
     return out
 
@@ -274,7 +326,7 @@ def agreement(draft, labelled: list[Sequence], context: list[Sequence], pad_id: 
     for batch in make_batches(context, batch_tokens):
         ids, rows, cols, _ = collate([context[i] for i in batch], pad_id)
         _, _, _, labels = collate([labelled[i] for i in batch], pad_id)
-        top = draft(input_ids=ids).logits[rows, cols].argmax(-1)
+        top = draft.lm_head(draft.model(input_ids=ids).last_hidden_state[rows, cols]).argmax(-1)
         hits += int((top == labels).sum())
         total += len(labels)
     return hits / max(total, 1)
@@ -283,10 +335,13 @@ def agreement(draft, labelled: list[Sequence], context: list[Sequence], pad_id: 
 # ---------------------------------------------------------------------------------------------------------------
 # training
 
-def lr_at(step: int, args) -> float:
+def lr_at(step: int, args, seconds: float = 0.0) -> float:
+    """Linear warmup, then cosine to 10% over `--steps` or `--minutes` of training, whichever ends first."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    if args.minutes:
+        progress = max(progress, min(1.0, seconds / (60 * args.minutes)))
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -335,7 +390,7 @@ def train_stage(args, log) -> dict:
 
     # The training softmax runs over the tokens the target actually wrote (see the module docstring).
     if args.train_vocab == "data":
-        vocab = sorted({t for s in train for t in s.ids[s.answer_start:]})
+        vocab = sorted({t for s in train for t in (s.labels or s.ids[s.answer_start:])})
     else:
         vocab = list(range(pair.vocab_size))
     label_map = torch.full((pair.vocab_size,), -100, dtype=torch.long)
@@ -344,11 +399,11 @@ def train_stage(args, log) -> dict:
 
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
-    step, best, gen_state = 0, -1.0, None
+    step, best, seconds_before = 0, -1.0, 0.0
     if ckpt is not None:
         draft.load_state_dict(ckpt["draft"], strict=False)
         opt.load_state_dict(ckpt["optimizer"])
-        step, best = ckpt["step"], ckpt["best_agreement"]
+        step, best, seconds_before = ckpt["step"], ckpt["best_agreement"], ckpt.get("train_seconds", 0.0)
     torch.manual_seed(args.seed + step)
     batches = make_batches(train, args.batch_tokens)
     log({"stage": "train", "layers": layers, "train_sequences": len(train), "batches_per_epoch": len(batches),
@@ -364,7 +419,8 @@ def train_stage(args, log) -> dict:
             export_draft(draft, out / "best")
             (out / "best" / "metrics.json").write_text(json.dumps({"step": step, "agreement": agree}))
         torch.save({"draft": trainable_state(draft), "optimizer": opt.state_dict(), "step": step,
-                    "best_agreement": best, "layers": layers}, ckpt_path)
+                    "best_agreement": best, "layers": layers,
+                    "train_seconds": seconds_before + time.time() - start}, ckpt_path)
         log({"step": step, "heldout_agreement": round(agree, 4), "best": round(best, 4),
              "elapsed_s": round(time.time() - start, 1)})
         return best
@@ -376,7 +432,7 @@ def train_stage(args, log) -> dict:
     bar = tqdm(total=args.steps, initial=step, desc="train-draft", unit="step")
     window_loss, window_tokens, window_start = 0.0, 0, time.time()
     while step < args.steps:
-        if args.minutes and time.time() - start > 60 * args.minutes:
+        if args.minutes and seconds_before + time.time() - start > 60 * args.minutes:
             log({"stage": "train", "stopped": "time budget", "step": step})
             break
         epoch, index = divmod(step, len(batches))
@@ -387,7 +443,7 @@ def train_stage(args, log) -> dict:
         hidden = draft.model(input_ids=ids).last_hidden_state[rows[keep], cols[keep]]
         loss = torch.nn.functional.cross_entropy(hidden @ head.T, labels[keep])
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args)
+            group["lr"] = lr_at(step, args, seconds_before + time.time() - start)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -397,7 +453,7 @@ def train_stage(args, log) -> dict:
         window_loss += float(loss.detach()) * int(keep.sum())
         window_tokens += int(keep.sum())
         if step % args.log_every == 0 or step == args.steps:
-            log({"step": step, "loss": round(window_loss / max(window_tokens, 1), 4), "lr": lr_at(step - 1, args),
+            log({"step": step, "loss": round(window_loss / max(window_tokens, 1), 4), "lr": round(opt.param_groups[0]["lr"], 6),
                  "tokens_per_s": round(window_tokens / (time.time() - window_start), 1),
                  "elapsed_s": round(time.time() - start, 1)})
             bar.set_postfix(loss=f"{window_loss / max(window_tokens, 1):.3f}")
@@ -418,7 +474,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", nargs="+", default=[str(DEFAULT_PROMPTS)],
                    help="JSON prompt files or folders of them (objects with 'question' or 'goal')")
     p.add_argument("--out", default="runs/distill", help="working folder: data, checkpoint, log, best export")
-    p.add_argument("--stage", default="all", choices=["all", "generate", "train", "export"])
+    p.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     g = p.add_argument_group("generate")
@@ -429,6 +485,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gen-max-new-tokens", type=int, default=128)
     g.add_argument("--gen-dtype", default="bf16", help="dtype of the target while generating (bf16 is ~2x faster)")
     g.add_argument("--shard-prompts", type=int, default=128, help="prompts per saved shard")
+    g.add_argument("--label-prompts", type=int, default=0,
+                   help="also label this many reference answers (PIQA solutions) with the target's argmax")
+    g.add_argument("--label-minutes", type=float, default=0)
     t = p.add_argument_group("train")
     t.add_argument("--layers", default="auto",
                    help="target layers the draft starts from, e.g. 0,1,29; auto picks the best untrained candidate")
@@ -460,6 +519,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.stage in ("all", "generate"):
         generate_stage(args, log)
+    if args.stage in ("all", "label") and args.label_prompts:
+        label_stage(args, log)
     if args.stage in ("all", "train"):
         summary = train_stage(args, log)
         print(json.dumps(summary))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+import plotly.express as px
 import plotly.graph_objects as go
 
 REFERENCE = "ar"
@@ -17,13 +18,23 @@ def _rows(summary: list[dict], temperature: float) -> list[dict]:
     return [r for r in summary if r["temperature"] == temperature]
 
 
+TIME_PARTS = (("draft forwards", "draft_seconds", "#4c78a8"), ("target forwards", "verify_seconds", "#f58518"),
+              ("everything else", "other_seconds", "#bab0ac"))
+
+
+def method_colors(methods: list[str]) -> dict[str, str]:
+    """One color per method, the same in every chart."""
+    palette = px.colors.qualitative.Plotly + px.colors.qualitative.D3
+    return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+
+
 def _grouped_bars(rows: list[dict], value: str, methods: list[str], categories: list[str],
-                  text_format: str) -> list[go.Bar]:
+                  text_format: str, colors: dict[str, str]) -> list[go.Bar]:
     bars = []
     for method in methods:
         by_category = {r["category"]: r[value] for r in rows if r["method"] == method}
         ys = [by_category.get(c) for c in categories]
-        bars.append(go.Bar(name=method, x=categories, y=ys,
+        bars.append(go.Bar(name=method, x=categories, y=ys, marker_color=colors[method],
                            text=[None if y is None else format(y, text_format) for y in ys], textposition="outside"))
     return bars
 
@@ -33,40 +44,40 @@ def figures(summary: list[dict]) -> list[tuple[str, go.Figure]]:
     the time split, and (T=0) the share of tokens that differ from ar."""
     methods = list(dict.fromkeys(r["method"] for r in summary))
     categories = list(dict.fromkeys(r["category"] for r in summary if r["category"] != "all")) + ["all"]
+    colors = method_colors(methods)
     out = []
     for temperature in sorted({r["temperature"] for r in summary}):
         rows = _rows(summary, temperature)
         tag = f"T={temperature:g}"
 
         fig = go.Figure(_grouped_bars(rows, "speedup_vs_ar", [m for m in methods if m != REFERENCE], categories,
-                                      ".2f"))
+                                      ".2f", colors))
         fig.add_hline(y=1.0, line_dash="dash", annotation_text="ar", annotation_position="top left")
         fig.update_layout(barmode="group", yaxis_title="tokens/s over ar's tokens/s (same run)")
         out.append((f"Speedup over ar by category, {tag}", fig))
 
-        fig = go.Figure(_grouped_bars(rows, "tokens_per_target_forward", methods, categories, ".2f"))
+        fig = go.Figure(_grouped_bars(rows, "tokens_per_target_forward", methods, categories, ".2f", colors))
         fig.update_layout(barmode="group", yaxis_title="new tokens per target forward")
         out.append((f"Tokens per target forward by category, {tag}", fig))
 
         spec_methods = [m for m in methods if any(r["method"] == m and r["acceptance_rate"] is not None
                                                   for r in rows)]
         if spec_methods:
-            fig = go.Figure(_grouped_bars(rows, "acceptance_rate", spec_methods, categories, ".2f"))
+            fig = go.Figure(_grouped_bars(rows, "acceptance_rate", spec_methods, categories, ".2f", colors))
             fig.update_layout(barmode="group", yaxis_title="accepted / attempted draft levels", yaxis_range=[0, 1.1])
             out.append((f"Acceptance rate by category, {tag}", fig))
 
         overall = [next(r for r in rows if r["method"] == m and r["category"] == "all") for m in methods]
         fig = go.Figure()
-        for part, key in (("draft forwards", "draft_seconds"), ("target forwards", "verify_seconds"),
-                          ("everything else", "other_seconds")):
+        for part, key, color in TIME_PARTS:
             ys = [1000 * r[key] / r["new_tokens"] if r["new_tokens"] else None for r in overall]
-            fig.add_bar(name=part, x=methods, y=ys)
+            fig.add_bar(name=part, x=methods, y=ys, marker_color=color)
         fig.update_layout(barmode="stack", yaxis_title="milliseconds per new token (all prompts)")
         out.append((f"Where the time goes, {tag}", fig))
 
         if temperature == 0:
             fig = go.Figure(_grouped_bars(rows, "differing_token_share", [m for m in methods if m != REFERENCE],
-                                          categories, ".1%"))
+                                          categories, ".1%", colors))
             fig.update_layout(barmode="group", yaxis_title="share of tokens differing from ar (from first divergence)",
                               yaxis_tickformat=".0%")
             out.append((f"Fidelity: tokens that differ from ar's greedy output, {tag}", fig))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from .decoders import METHODS, RequestError, make_decoder
@@ -321,7 +321,3 @@ def load_trace(path: str) -> RunTrace:
         return load_run(path)
     except (TraceError, OSError) as exc:
         raise UserError(f"cannot load that trace: {exc}") from exc
-
-
-def settings_dict(settings: Settings) -> dict:
-    return asdict(settings)

@@ -109,7 +109,7 @@ def ancestor_mask(parents: tuple[int, ...] | list[int]) -> torch.Tensor:
 
 def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where attention is allowed, -inf elsewhere (a bool mask is silently wrong with eager attention)."""
-    out = torch.zeros(mask.shape, dtype=dtype)
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return out.masked_fill_(~mask, float("-inf"))
 
 

@@ -183,3 +183,42 @@ def test_prompt_selection_is_first_n_by_question_id_per_category(prompts_file):
 def test_truncation_stops_after_eos_and_at_the_budget():
     assert bench.truncate([5, 6, 2, 7], 10, {2}) == ([5, 6, 2], "eos")
     assert bench.truncate([5, 6, 7, 8], 3, {2}) == ([5, 6, 7], "length")
+
+
+def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pair, monkeypatch):
+    """Rounds = target forwards, attempted = assistant forwards: checked against the candidate generator itself.
+    The draft's generation config is left as it was (the heuristic schedule would otherwise carry over)."""
+    from transformers.generation import candidate_generator
+
+    from dynasd.sampling import SamplingConfig
+
+    lengths = []
+    real = candidate_generator.AssistedCandidateGenerator.get_candidates
+
+    def counting(self, input_ids, *args, **kwargs):
+        candidates, logits = real(self, input_ids, *args, **kwargs)
+        lengths.append(candidates.shape[1] - input_ids.shape[1])
+        return candidates, logits
+
+    monkeypatch.setattr(candidate_generator.AssistedCandidateGenerator, "get_candidates", counting)
+    before = tiny_pair.draft.generation_config.to_dict()
+    clock = bench.ForwardClock(tiny_pair)
+    try:
+        spec = bench.parse_method("hf-assisted:n=3:schedule=heuristic")
+        measured = bench.run_hf_assisted(None, spec, tiny_pair, SamplingConfig(), 0,
+                                         tiny_pair.encode_prompt("Tell me a story."), 24, "", clock)
+    finally:
+        clock.close()
+    assert measured.target_forwards == len(lengths) and measured.attempted_draft_levels == sum(lengths)
+    assert 0 <= measured.accepted_draft_levels <= measured.attempted_draft_levels
+    assert tiny_pair.draft.generation_config.to_dict() == before
+
+
+def test_acceptance_denominator_counts_draft_levels_only(bench_run):
+    """Without early stopping every step attempts all its draft levels: 4 for sd (gamma 4), mcsd (4,2,2,1) and
+    ti-mcsd (4 chains of 4 draft tokens; the target-initialized roots are not draft levels)."""
+    for run in bench_run["runs"]:
+        if run["method"] in ("sd", "mcsd", "ti-mcsd"):
+            assert run["attempted_draft_levels"] == 4 * run["target_forwards"], run["method"]
+            # each step commits its accepted levels + 1 token; the last step may lose up to 4 to the budget
+            assert run["accepted_draft_levels"] <= run["new_tokens"] - run["target_forwards"] + 4

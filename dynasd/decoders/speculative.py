@@ -76,6 +76,7 @@ class TreeDecoder(Decoder):
         # Built once for the largest tree; every step slices it (level-major order makes slices valid trees).
         self.max_mask = ancestor_mask(shape.parents)
         self.max_mask_rows = ["".join("1" if v else "0" for v in row) for row in self.max_mask.tolist()]
+        self.max_mask = self.max_mask.to(pair.device)
 
     @property
     def lossless(self) -> bool:
@@ -241,22 +242,26 @@ class TreeDecoder(Decoder):
         parents = shape.parents[:live]
         greedy = self.sampling.greedy
 
-        def target_dist(c: int) -> torch.Tensor:
-            row = target_row(c)
-            if row is None:
-                return torch.softmax(self.prev_root_logits, -1) if greedy else self.prev_root_probs
-            return torch.softmax(target_logits[row], -1) if greedy else target_probs[row]
-
-        p_values, q_values = [], []
-        for parent in sorted(set(parents)):
-            kids = [i for i in range(live) if parents[i] == parent]
-            kid_tokens = torch.tensor([tokens[i] for i in kids])
-            p_row = target_dist(parent)
-            p_values += list(zip(kids, p_row[kid_tokens.to(p_row.device)].tolist()))
-            if parent in tree.rows:
-                q_row = torch.softmax(tree.logits(parent), -1) if greedy else tree.probs(parent)
-                q_values += list(zip(kids, q_row[kid_tokens.to(q_row.device)].tolist()))
-        p_of, q_of = dict(p_values), dict(q_values)
+        # One gather per distribution block instead of a softmax per node.
+        token_ids = torch.tensor(tokens[:live], device=target_logits.device)
+        p_of: dict[int, float] = {}
+        target_rows = [target_row(parents[i]) for i in range(live)]
+        in_verify = [i for i in range(live) if target_rows[i] is not None]
+        if in_verify:
+            table = torch.softmax(target_logits, -1) if greedy else target_probs
+            rows = torch.tensor([target_rows[i] for i in in_verify], device=table.device)
+            p_of.update(zip(in_verify, table[rows, token_ids[in_verify]].tolist()))
+        roots = [i for i in range(live) if target_rows[i] is None]
+        if roots:
+            table = torch.softmax(self.prev_root_logits, -1) if greedy else self.prev_root_probs
+            p_of.update(zip(roots, table[token_ids[roots]].tolist()))
+        q_of: dict[int, float] = {}
+        for block, logits in enumerate(tree.logits_blocks):
+            kids = [i for i in range(live) if tree.rows.get(parents[i], (None,))[0] == block]
+            if kids:
+                table = torch.softmax(logits, -1) if greedy else tree.probs_blocks[block]
+                rows = torch.tensor([tree.rows[parents[i]][1] for i in kids], device=table.device)
+                q_of.update(zip(kids, table[rows, token_ids[kids]].tolist()))
 
         strings = self.pair.token_strings(tokens)
         traces = []

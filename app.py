@@ -1,0 +1,493 @@
+"""DynaSD Explorer: run multi-candidate speculative decoding one step at a time and watch what happens.
+
+    python app.py                                       # embedded SmolLM2 pair, http://127.0.0.1:7860
+    python app.py --pair tiny-random --port 7861        # seeded tiny pair: instant, offline, for tests
+
+This file is the UI only: widgets, events and session handling. Decoding lives in dynasd/, figures in viz/.
+Set DYNASD_PUBLIC=1 on a public server: custom model ids and paths are then refused.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+import viz
+from dynasd.decoders import METHODS
+from dynasd.session import (CUSTOM, MAX_NEW_TOKENS_LIMIT, PairCache, Session, SessionFailed, SessionRegistry,
+                            Settings, UserError, compare_methods, known_pairs, load_trace)
+from dynasd.stopping import STOP_POLICIES
+from dynasd.trace import save_run
+
+try:  # on a Hugging Face ZeroGPU Space, GPU work must run inside spaces.GPU; elsewhere it is a no-op
+    import spaces
+
+    gpu = spaces.GPU
+except ImportError:
+    def gpu(fn):
+        return fn
+
+PUBLIC = os.environ.get("DYNASD_PUBLIC", "") not in ("", "0", "false")
+STREAM_EVERY_S = 0.08  # Run sends at most one update per this many seconds (and always the last step)
+
+EXAMPLES = [
+    "Explain why the sky is blue in two sentences.",
+    "Write a haiku about a cat watching rain.",
+    "List three tips for learning a new language.",
+    "What is the capital of France, and what is it famous for?",
+]
+
+INTRO = """
+# DynaSD Explorer
+**Speculative decoding in one picture.** A large *target* model writes text one token per forward pass, and each
+pass is slow. A small *draft* model is fast but often wrong. So the draft **guesses several tokens ahead**, and the
+target **checks all the guesses in a single forward pass**: it keeps the guesses it agrees with, and where it
+disagrees it writes its own token instead. With *multiple candidates* the draft proposes a whole **tree** of
+alternatives, so when one guess is wrong a sibling may be right. Lossless methods produce exactly the text the
+target would have written alone, only in fewer target passes.
+
+Press **Step** to watch one round (draft → verify → commit), **Run** to keep going, and drag the **step slider**
+to look back at any earlier round.
+"""
+
+METHOD_HELP = {
+    "ar": "**ar**: the target alone, one forward per token. The baseline every other method is measured against.",
+    "sd": "**sd**: the draft guesses a *chain* of γ tokens; the target verifies them in one forward and keeps the "
+          "agreeing prefix plus one token of its own. Lossless.",
+    "mcsd": "**mcsd**: the draft guesses a *tree*: k-config `4,2,2,1` means 4 first guesses, 2 continuations of "
+            "each, 2 of each of those, then 1: 44 candidates, depth 4. More shots at being right per forward. "
+            "Lossless.",
+    "ti-mcsd": "**ti-mcsd**: the first token of each of *width* chains comes from the **target's** own top "
+               "choices (known from the previous step), the draft extends each chain *depth* tokens. The chain "
+               "with most accepted tokens wins, which can pick the target's 2nd choice: **LOSSY** when width > 1.",
+}
+
+TREE_HELP = """
+**What am I seeing?** Every token the draft proposed this step, as a tree growing left to right from the *root*
+(the last token already written). Each column is one draft level; siblings are alternative guesses for the same
+position. After the target's single check:
+- <span style="color:#2e9e44">●</span> **accepted**: the target agreed; the thick green line is the path kept.
+- <span style="color:#d64541">●</span> **rejected**: tested and refused.
+  <span style="color:#9b7fcf">●</span> **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
+- <span style="color:#b9b9b9">●</span> **not reached**: below a rejected node, never tested.
+- <span style="color:#2f7fd1">★</span> **bonus** or <span style="color:#f08a24">★</span> **correction**: the
+  target's own token, sampled after the last accepted node. One is added every step, so a step never commits
+  fewer than one token.
+
+Hover a node for p (target probability), q (draft probability), p/q and the random draw u: a candidate is
+accepted when u ≤ p/q (at temperature 0: when it is the target's top token).
+"""
+
+MASK_HELP = """
+**What am I seeing?** The attention mask of the target's single verification pass. Each **row** is a position the
+target scores, each **column** a position it may look at (blue = allowed). The whole committed text is one column
+on the left: everyone sees it. Inside the tree block, a candidate sees only **itself and its ancestors**, never its
+siblings or cousins: that is what lets all branches of the tree be checked at once without mixing them up.
+Green rows are the accepted path. With dynamic depth, the grey area is the mask of the largest tree and the red
+box is the *slice* used this step: the tree stopped growing early and the same mask is simply cut.
+"""
+
+DECISIONS_HELP = """
+**What am I seeing?** *Top*: for every candidate, the target's probability **p** (filled bar, coloured by what
+happened) and the draft's probability **q** (outline). When p ≥ q the candidate is always accepted; when p < q it
+is accepted with probability p/q, which makes the output follow the target exactly. *Bottom*: with a stop policy,
+after each draft level every tip gets a score (e.g. the draft's confidence); drafting goes one level deeper only
+while the best score reaches the threshold (dashed line). Low confidence means the next guess is likely wrong, so
+stopping early saves draft work.
+"""
+
+SUMMARY_HELP = """
+**What am I seeing?** *Left*: how many tokens each step committed, by origin. *Right*: tokens written so far (green)
+against target forwards spent (grey); autoregressive decoding spends one forward per token (dashed red), so the
+gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up; tokens/s depends
+on this machine (on a CPU the draft is not much cheaper than the target, so wall time gains are small).
+"""
+
+COMPARE_HELP = """
+**What am I seeing?** The same prompt and settings through all four methods. **same text as ar** says whether a
+method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
+*NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
+random draws differ (they agree in distribution, not token by token).
+"""
+
+TRACE_HELP = """
+**Trace files.** Save the current run (every step, every candidate, p, q, masks) as JSON; load one to replay it
+here with no model loaded. Use the step slider to walk through a loaded run.
+"""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# server-side state: models and sessions (never in gr.State, which only holds the session id)
+
+PAIRS = PairCache(allow_custom=not PUBLIC)
+SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
+CONTROL_NAMES = ("pair", "target", "draft", "method", "gamma", "k_config", "width", "depth", "dynamic_depth",
+                 "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed")
+
+
+def settings_from(*values) -> Settings:
+    return Settings(**dict(zip(CONTROL_NAMES, values))).normalised()
+
+
+def pair_choices() -> list[str]:
+    return known_pairs() + ([] if PUBLIC else [CUSTOM])
+
+
+def _status(message: str, kind: str = "info") -> str:
+    # plain symbols, not emoji: they render on machines without an emoji font (headless browsers, servers)
+    icon = {"info": "→", "warn": "⚠", "error": "✗", "ok": "✓"}[kind]
+    return f"{icon} {message}"
+
+
+def _empty_views(session_id: str, status: str) -> tuple:
+    return (gr.HighlightedText(value=[], color_map={}), None, None, None, None, None, "", status, "",
+            gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"), session_id)
+
+
+def render(session: Session, index: int | None = None, status: str = "") -> tuple:
+    """Every view of one step of the session's run (pure figure builders; no model involved)."""
+    run = session.run
+    if run is None or not run.steps:
+        return _empty_views(session.id, status or _status("Press **Step** or **Run** to start."))
+    last = len(run.steps) - 1
+    index = last if index is None else max(0, min(int(index), last))
+    step = run.steps[index]
+    root = viz.root_token(run, index)
+    max_rows = viz.max_mask_rows(run.config, step.max_nodes)
+    lossy = not run.lossless
+    story = viz.step_story(run, index)
+    if lossy:
+        story = "**LOSSY method** (ti-mcsd, width > 1): the text may differ from the target's own. " + story
+    spans = viz.text_spans(run, index)
+    return (
+        gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
+        viz.tree_figure(step, root, lossy=lossy),
+        viz.mask_figure(step, max_rows, root_label=root),
+        viz.pq_figure(step),
+        viz.stop_figure(step),
+        viz.timeline_figure(run, index),
+        viz.summary_markdown(run, index),
+        status,
+        story,
+        gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
+                  label=f"Step on show ({index} of {last})"),
+        session.id,
+    )
+
+
+def _failed(session: Session, exc: Exception) -> tuple:
+    """A clear message in a toast and in the status line; the figures stay as they were."""
+    kind = "error" if isinstance(exc, SessionFailed) else "warn"
+    message = str(exc)
+    gr.Warning(message)
+    views = render(session, status=_status(message, kind))
+    return views
+
+
+def _busy_guard(session: Session) -> None:
+    if session.running:
+        raise UserError("a Run is in progress in this session: press Stop first")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# event handlers
+
+def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
+    """Start a new run when there is none, the settings or prompt changed, or the last run finished."""
+    if session.matches(settings, prompt) and not session.done and not session.error:
+        return ""
+    reason = ("settings changed: started a new run" if session.run is not None and not session.done
+              and not session.replay else "started a new run")
+    session.start(PAIRS, settings, prompt)
+    return reason
+
+
+@gpu
+def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
+            stop, threshold, temperature, top_p, max_new_tokens, seed):
+    session = SESSIONS.get(session_id)
+    try:
+        _busy_guard(session)
+        with session.lock:
+            settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
+                                     threshold, temperature, top_p, max_new_tokens, seed)
+            note = _ensure_run(session, settings, prompt)
+            step = session.step(PAIRS)
+        ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
+        status = f"Step {step.index} took {ms:.0f} ms." + (f" ({note})" if note else "")
+        if session.done:
+            status += " The run is finished."
+        return render(session, status=_status(status, "ok"))
+    except (UserError, SessionFailed) as exc:
+        return _failed(session, exc)
+
+
+@gpu
+def on_run(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
+           stop, threshold, temperature, top_p, max_new_tokens, seed):
+    session = SESSIONS.get(session_id)
+    try:
+        _busy_guard(session)
+        with session.lock:
+            settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
+                                     threshold, temperature, top_p, max_new_tokens, seed)
+            _ensure_run(session, settings, prompt)
+            run = session.run
+        session.running, session.stop_requested = True, False
+        last_sent = 0.0
+        try:
+            while not run.finished and not session.stop_requested:
+                with session.lock:
+                    if session.run is not run:  # Reset (or a loaded trace) replaced the run: stop quietly
+                        return
+                    session.step(PAIRS)
+                now = time.monotonic()
+                if now - last_sent >= STREAM_EVERY_S and not run.finished:
+                    last_sent = now
+                    yield render(session, status=_status(f"Running… step {len(run.steps) - 1}"))
+        finally:
+            session.running = False
+        summary = run.summary()
+        verb = "Stopped" if session.stop_requested and not run.finished else "Done"
+        yield render(session, status=_status(
+            f"{verb} after {summary['steps']} steps: {summary['new_tokens']} tokens, "
+            f"{summary['tokens_per_target_forward']:.2f} tokens per target forward.", "ok"))
+    except (UserError, SessionFailed) as exc:
+        yield _failed(session, exc)
+
+
+def on_stop(session_id):
+    session = SESSIONS.get(session_id)
+    session.stop_requested = True
+    return _status("Stopping after the current step…"), session.id
+
+
+def on_reset(session_id):
+    session = SESSIONS.get(session_id)
+    if session.running:
+        session.stop_requested = True
+    with session.lock:
+        session.reset()
+    return _empty_views(session.id, _status("Reset. Press **Step** or **Run** to start a new run."))
+
+
+def on_show_step(session_id, index):
+    session = SESSIONS.get(session_id)
+    if session.run is None or not session.run.steps:
+        return _empty_views(session.id, _status("Nothing to show yet: press **Step** or **Run**."))
+    return render(session, index, status=_status(f"Showing step {int(index)}."))
+
+
+@gpu
+def on_compare(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
+               stop, threshold, temperature, top_p, max_new_tokens, seed):
+    session = SESSIONS.get(session_id)
+    rows, runs = [], {}
+    try:
+        settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
+                                 threshold, temperature, top_p, max_new_tokens, seed)
+        for method, run in compare_methods(PAIRS, settings, prompt):
+            runs[method] = run
+            rows = viz.compare_rows(runs)
+            done = len(runs) < len(METHODS)
+            yield (pd.DataFrame(rows), viz.compare_figure(rows),
+                   _status(f"{method} done{'…' if done else ': all four methods compared.'}",
+                           "info" if done else "ok"), session.id)
+    except (UserError, SessionFailed) as exc:
+        gr.Warning(str(exc))
+        yield (pd.DataFrame(rows) if rows else None, viz.compare_figure(rows) if rows else None,
+               _status(str(exc), "warn"), session.id)
+
+
+def on_save(session_id):
+    session = SESSIONS.get(session_id)
+    if session.run is None or not session.run.steps:
+        gr.Warning("nothing to save yet: press Step or Run first")
+        return None, _status("Nothing to save yet: press **Step** or **Run** first.", "warn"), session.id
+    folder = Path(tempfile.mkdtemp(prefix="dynasd-trace-"))
+    path = folder / f"dynasd-{session.run.method}-{len(session.run.steps)}steps.json"
+    save_run(session.run, path)
+    return str(path), _status(f"Saved {len(session.run.steps)} steps to {path.name}.", "ok"), session.id
+
+
+def on_load(session_id, path):
+    session = SESSIONS.get(session_id)
+    if not path:
+        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn"))
+    try:
+        _busy_guard(session)
+        run = load_trace(path)
+        if not run.steps:
+            raise UserError("that trace has no steps")
+    except UserError as exc:
+        return _failed(session, exc)
+    with session.lock:
+        session.load(run)
+    return render(session, status=_status(
+        f"Loaded a {run.method} trace of {len(run.steps)} steps on {run.pair}: replaying, no model needed.", "ok"))
+
+
+def on_method_change(method: str):
+    return (METHOD_HELP.get(method, ""), gr.Slider(visible=method == "sd"), gr.Textbox(visible=method == "mcsd"),
+            gr.Slider(visible=method == "ti-mcsd"), gr.Slider(visible=method == "ti-mcsd"))
+
+
+def on_pair_change(pair: str):
+    custom = pair == CUSTOM
+    return gr.Textbox(visible=custom), gr.Textbox(visible=custom)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# layout
+
+CSS = """
+#dynasd-text { font-family: ui-monospace, monospace; }
+.explain { font-size: 0.92em; }
+"""
+
+
+def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
+    with gr.Blocks(title="DynaSD Explorer") as demo:
+        session_id = gr.State(None)
+        gr.Markdown(INTRO)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=320):
+                prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], lines=3, max_lines=8)
+                gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
+                with gr.Row():
+                    step_btn = gr.Button("Step", variant="primary", elem_id="step-btn")
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
+                with gr.Row():
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                    reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn")
+                status = gr.Markdown(_status("Press **Step** or **Run** to start."), elem_id="status")
+                scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
+                                     interactive=False, elem_id="scrubber")
+                with gr.Accordion("Model and method", open=True):
+                    pair = gr.Dropdown(pair_choices(), value=default_pair, label="Model pair (target + draft)",
+                                       info="tiny-random: instant toy pair; presets need the Hugging Face hub")
+                    target = gr.Textbox(label="Target model (hub id, folder or .gguf)", value=default_target,
+                                        visible=default_pair == CUSTOM)
+                    draft = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
+                                       visible=default_pair == CUSTOM)
+                    method = gr.Radio(list(METHODS), value="mcsd", label="Method")
+                    method_help = gr.Markdown(METHOD_HELP["mcsd"], elem_classes="explain")
+                    gamma = gr.Slider(1, 12, value=4, step=1, label="γ: draft chain length", visible=False)
+                    k_config = gr.Textbox(value="4,2,2,1", label="Tree shape (k-config)",
+                                          info="children per node at each level, e.g. 4,2,2,1 or 2,2,2,2,2")
+                    width = gr.Slider(1, 16, value=4, step=1, label="Width: target-initialized chains",
+                                      visible=False)
+                    depth = gr.Slider(1, 12, value=4, step=1, label="Depth: draft tokens per chain", visible=False)
+                with gr.Accordion("Dynamic depth", open=False):
+                    dynamic_depth = gr.Checkbox(value=False, label="Dynamic depth (let a stop policy end drafting)")
+                    stop = gr.Dropdown(list(STOP_POLICIES), value="none", label="Stop policy",
+                                       info="confidence: stop when the draft's top probability falls below the "
+                                            "threshold; decision: a trained classifier")
+                    threshold = gr.Slider(0.0, 1.0, value=0.4, step=0.05, label="Threshold")
+                with gr.Accordion("Sampling", open=False):
+                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    max_new_tokens = gr.Slider(1, MAX_NEW_TOKENS_LIMIT, value=64, step=1, label="Max new tokens")
+                    seed = gr.Number(value=0, precision=0, label="Seed")
+            with gr.Column(scale=3):
+                text = gr.HighlightedText(label="Generated text (colour = where each token came from)",
+                                          color_map=viz.text_color_map(), show_legend=True,
+                                          show_inline_category=False, combine_adjacent=False,
+                                          elem_id="dynasd-text")
+                story = gr.Markdown("", elem_id="story")
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=1, min_width=360):
+                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot")
+                        with gr.Accordion("What am I seeing? (tree)", open=True):
+                            gr.Markdown(TREE_HELP, elem_classes="explain")
+                    with gr.Column(scale=1, min_width=360):
+                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot")
+                        with gr.Accordion("What am I seeing? (mask)", open=True):
+                            gr.Markdown(MASK_HELP, elem_classes="explain")
+                with gr.Tabs():
+                    with gr.Tab("Decisions"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot")
+                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot")
+                            gr.Markdown(DECISIONS_HELP, elem_classes="explain")
+                    with gr.Tab("Run summary"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                summary = gr.Markdown("", elem_id="summary")
+                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot")
+                            gr.Markdown(SUMMARY_HELP, elem_classes="explain")
+                    with gr.Tab("Compare"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                compare_btn = gr.Button("Compare ar, sd, mcsd and ti-mcsd on this prompt",
+                                                        elem_id="compare-btn")
+                                compare_status = gr.Markdown("")
+                                compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
+                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot")
+                            gr.Markdown(COMPARE_HELP, elem_classes="explain")
+                    with gr.Tab("Trace file"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
+                                saved_file = gr.File(label="Trace file to download", interactive=False)
+                                load_file = gr.File(label="Load a trace file (.json) to replay",
+                                                    file_types=[".json"], type="filepath")
+                            gr.Markdown(TRACE_HELP, elem_classes="explain")
+
+        controls = [pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop, threshold,
+                    temperature, top_p, max_new_tokens, seed]
+        views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
+                 session_id]
+        step_btn.click(on_step, [session_id, prompt, *controls], views, api_name="step")
+        run_btn.click(on_run, [session_id, prompt, *controls], views, api_name="run")
+        stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
+        reset_btn.click(on_reset, [session_id], views, api_name="reset")
+        # input: dragging (always_last keeps only the latest position) or typing a step number
+        scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last")
+        compare_btn.click(on_compare, [session_id, prompt, *controls],
+                          [compare_table, compare_plot, compare_status, session_id], api_name="compare")
+        save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
+        load_file.upload(on_load, [session_id, load_file], views, api_name="load_trace")
+        method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth],
+                      api_visibility="private")
+        pair.change(on_pair_change, [pair], [target, draft], api_visibility="private")
+    return demo
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="DynaSD Explorer (Gradio app)")
+    parser.add_argument("--pair", default="embedded", help=f"model pair on start ({', '.join(known_pairs())})")
+    parser.add_argument("--target", default="", help="custom target model (not in public mode)")
+    parser.add_argument("--draft", default="", help="custom draft model (not in public mode)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    args = parser.parse_args(argv)
+    pair = CUSTOM if (args.target or args.draft) else args.pair
+    if pair not in pair_choices():
+        parser.error(f"unknown pair '{pair}' (use {', '.join(pair_choices())})")
+    PAIRS.device = args.device
+    # Load the start-up pair in the background so the first Step does not wait for it.
+    warm = Settings(pair=pair, target=args.target, draft=args.draft)
+    threading.Thread(target=_preload, args=(warm,), daemon=True).start()
+    demo = build_app(pair, args.target, args.draft)
+    demo.queue(default_concurrency_limit=16).launch(
+        server_name=args.host, server_port=args.port, css=CSS, max_file_size="20mb", footer_links=["api"])
+
+
+def _preload(settings: Settings) -> None:
+    try:
+        PAIRS.get(settings)
+    except Exception as exc:  # reported again, clearly, on first use
+        print(f"could not preload model pair '{settings.pair}': {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Why the step went the way it did: per node, the target's probability p against the draft's q (the acceptance
+test compares them), and per draft level, the early-stop score against the threshold (why drafting stopped)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dynasd.trace import StepTrace
+
+from .style import STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
+
+LABELS_UP_TO_NODES = 48
+
+
+def pq_figure(step: StepTrace) -> go.Figure:
+    """Grouped bars: p (target) and q (draft) of every candidate, in tree order, coloured by status."""
+    n = len(step.nodes)
+    xs = list(range(n))
+    labels = [f"{i}·{show_token(node.token, 6)}" for i, node in enumerate(step.nodes)]
+    hover = []
+    for i, node in enumerate(step.nodes):
+        ratio = "–" if not node.q else f"{node.p / node.q:.3f}"
+        hover.append(f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}<br>"
+                     f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}<br>u {fmt(node.u)}<br>"
+                     f"{STATUS_NAMES[node.status]}")
+    traces = [go.Bar(x=xs, y=[node.p for node in step.nodes], name="p: target probability",
+                         marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes]),
+                     hovertext=hover, hoverinfo="text"),
+              go.Bar(x=xs, y=[node.q if node.q is not None else 0.0 for node in step.nodes],
+                     name="q: draft probability", hovertext=hover, hoverinfo="text",
+                     marker=dict(color="rgba(0,0,0,0)", line=dict(color="#444", width=1.2)))]
+    # level boundaries (shapes and annotations built as lists: one layout update instead of one per line)
+    shapes = [dict(type="line", x0=i - 0.5, x1=i - 0.5, y0=0, y1=1, yref="paper",
+                   line=dict(color="#999", width=1, dash="dot"))
+              for i in range(1, n) if step.nodes[i].level != step.nodes[i - 1].level]
+    annotations = []
+    for level in sorted({node.level for node in step.nodes}):
+        first = next(i for i, node in enumerate(step.nodes) if node.level == level)
+        annotations.append(dict(x=first - 0.4, y=0.99, yref="paper", xanchor="left", yanchor="top",
+                                text=f"level {level}", showarrow=False, font=dict(size=11, color="#666")))
+    if not n:
+        annotations.append(dict(text="no candidates this step (autoregressive decoding)", showarrow=False,
+                                x=0.5, y=0.5, xref="paper", yref="paper"))
+    show = n <= LABELS_UP_TO_NODES
+    layout = base_layout(f"Step {step.index}: p (filled, status colour) vs q (outline) per candidate", height=340)
+    layout.update(shapes=shapes, annotations=annotations, barmode="group", bargap=0.25,
+                  legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=100),
+                  xaxis=dict(tickmode="array", tickvals=xs if show else None, ticktext=labels if show else None,
+                             tickangle=-60, range=[-0.6, max(n, 1) - 0.4], automargin=True),
+                  yaxis=dict(title="probability", range=[0, 1.05], automargin=True, gridcolor="#eee"))
+    return go.Figure(data=traces, layout=layout)
+
+
+def stop_figure(step: StepTrace) -> go.Figure:
+    """Per draft level: every tip's stop score, the best one, and the threshold it had to reach."""
+    traces = []
+    for scored in step.stop_scores:
+        color = STATUS_COLORS["accepted"] if scored.continued else STATUS_COLORS["rejected"]
+        traces.append(go.Scatter(
+            x=[scored.level] * len(scored.scores), y=scored.scores, mode="markers", showlegend=False,
+            marker=dict(size=8, color=color, opacity=0.55),
+            hovertemplate=f"level {scored.level}: tip score %{{y:.3f}}<extra></extra>"))
+    if step.stop_scores:
+        levels = step.stop_scores
+        best = [max(scored.scores, default=0.0) for scored in levels]
+        traces.append(go.Scatter(
+            x=[scored.level for scored in levels], y=best,
+            mode="lines+markers", name="best tip score (decides)", line=dict(color="#333"),
+            marker=dict(size=12, symbol="diamond",
+                        color=[STATUS_COLORS["accepted"] if scored.continued else STATUS_COLORS["rejected"]
+                               for scored in levels]),
+            hovertext=[f"level {scored.level}: best {b:.3f} → "
+                       f"{'draft another level' if scored.continued else 'stop drafting'}"
+                       for scored, b in zip(levels, best)],
+            hoverinfo="text"))
+    shapes, annotations = [], []
+    if step.threshold is not None:
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=step.threshold, y1=step.threshold,
+                           line=dict(color=STATUS_COLORS["rejected"], dash="dash"), name="threshold"))
+        annotations.append(dict(xref="paper", x=0, y=step.threshold, xanchor="left", yanchor="bottom",
+                                showarrow=False, text=f"threshold {step.threshold:.2f}",
+                                font=dict(color=STATUS_COLORS["rejected"])))
+    if not step.stop_scores:
+        why = ("no stop policy: the draft always builds the full tree" if step.stop_policy == "none"
+               else "no level was scored (the tree has a single level, or its roots come from the target)")
+        annotations.append(dict(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"))
+    depth = max(step.max_depth, 1)
+    layout = base_layout(f"Step {step.index}: early-stop scores per draft level ({step.stop_policy})", height=300)
+    layout.update(shapes=shapes, annotations=annotations, legend=TOP_LEGEND,
+                  margin=dict(l=10, r=10, b=10, t=100),
+                  xaxis=dict(title="after draft level", tickmode="array", tickvals=list(range(1, depth + 1)),
+                             range=[0.5, depth + 0.5], automargin=True),
+                  yaxis=dict(title="score", range=[0, 1.05], automargin=True, gridcolor="#eee"))
+    return go.Figure(data=traces, layout=layout)

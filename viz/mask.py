@@ -1,0 +1,157 @@
+"""The verify mask of one step: which earlier positions each verified position may attend to.
+
+Rows are the positions the target scores in its one forward (the root row, when the last committed token is not
+cached yet, then every tree node); columns are what they may look at. All committed context is visible to every
+row, so it is collapsed into one labelled column. Tree nodes see themselves and their ancestors only, which is
+what lets many candidate continuations share one forward without seeing each other.
+
+Axes are integer positions with token tick labels: two nodes with the same token keep two rows.
+With dynamic depth the figure shows the mask of the largest tree, the step's live slice outlined inside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from dynasd.trace import StepTrace
+from dynasd.tree import TreeShape, ancestor_mask
+
+from .style import (MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, MASK_UNUSED, SLICE_OUTLINE, TOP_LEGEND,
+                    base_layout, show_token)
+
+BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED = 0, 1, 2, 3  # cell values; UNUSED = in the max mask, not drafted
+CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted row",
+              UNUSED: "max mask, not drafted"}
+MAX_MASK_NODES = 512
+HOVER_UP_TO_CELLS = 50 * 50  # per-cell hover text costs ~70 bytes; larger masks hover by index only
+MAX_TICKS = 64
+
+
+def max_mask_rows(config: dict, expected_nodes: int | None = None) -> list[str] | None:
+    """The largest tree's ancestor mask, rebuilt from a run's config (None when the run has no tree, or the
+    config does not describe the tree the steps used)."""
+    branching = config.get("branching") if isinstance(config, dict) else None
+    if not isinstance(branching, list) or not branching:
+        return None
+    try:
+        shape = TreeShape(tuple(int(k) for k in branching), bool(config.get("target_roots", False)))
+    except (TypeError, ValueError):
+        return None
+    if shape.num_nodes > MAX_MASK_NODES or (expected_nodes is not None and shape.num_nodes != expected_nodes):
+        return None
+    return ["".join("1" if v else "0" for v in row) for row in ancestor_mask(shape.parents).tolist()]
+
+
+@dataclass
+class MaskView:
+    z: list[list[int]]       # rows x columns of cell values (BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED)
+    row_labels: list[str]
+    col_labels: list[str]
+    root_rows: int           # rows (and columns) before the tree block
+    tree_offset: int         # column of tree node 0 (= 1 + root_rows: the context band comes first)
+    live: int                # live tree nodes
+    size: int                # tree nodes drawn (live, or the max tree's)
+    shows_max: bool
+
+
+def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool | None = None,
+              root_label: str | None = None) -> MaskView:
+    live = len(step.nodes)
+    if show_max is None:
+        show_max = max_rows is not None and (step.live_depth < step.max_depth or step.stop_policy != "none")
+    if show_max and (max_rows is None or len(max_rows) < live):
+        show_max = False
+    size = len(max_rows) if show_max else live
+    root_rows = step.root_rows
+    offset = 1 + root_rows
+    accepted = set(step.accepted_path)
+
+    def tree_cell(row: int, col: int) -> int:
+        if row < live and col < live:
+            return ATTENDS if step.verify_mask[row][col] == "1" else BLOCKED
+        return UNUSED if max_rows[row][col] == "1" else BLOCKED
+
+    z: list[list[int]] = []
+    for r in range(root_rows):  # committed tokens fed with the tree: causal among themselves
+        z.append([ATTENDS] + [ATTENDS if c <= r else BLOCKED for c in range(root_rows)] + [BLOCKED] * size)
+    for i in range(size):
+        on = ACCEPTED_ROW if i in accepted else ATTENDS if i < live else UNUSED
+        z.append([on] + [on] * root_rows
+                 + [ACCEPTED_ROW if (i in accepted and tree_cell(i, j) == ATTENDS) else tree_cell(i, j)
+                    for j in range(size)])
+
+    cached = step.context_len - root_rows
+    root_names = [f"root {show_token(root_label)}" if root_label is not None else "root"] * root_rows
+    node_names = []
+    for i in range(size):
+        if i < live:
+            mark = "✓ " if i in accepted else ""
+            node_names.append(f"{mark}{i}·{show_token(step.nodes[i].token)}")
+        else:
+            node_names.append(f"{i}·–")
+    return MaskView(z=z, row_labels=root_names + node_names,
+                    col_labels=[f"context ({cached} tok)"] + root_names + node_names,
+                    root_rows=root_rows, tree_offset=offset, live=live, size=size, shows_max=show_max)
+
+
+def _ticks(labels: list[str]) -> tuple[list[int], list[str]]:
+    every = max(1, -(-len(labels) // MAX_TICKS))
+    keep = [i for i in range(len(labels)) if i % every == 0 or i == len(labels) - 1]
+    return keep, [labels[i] for i in keep]
+
+
+def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bool | None = None,
+                root_label: str | None = None) -> go.Figure:
+    """`root_label`: the last committed token (see viz.tree.root_token); root rows are labelled with it."""
+    view = mask_view(step, max_rows, show_max, root_label)
+    rows, cols = len(view.z), len(view.z[0]) if view.z else 0
+    colorscale = [[0.0, MASK_BLOCKED], [1 / 6, MASK_BLOCKED], [1 / 6, MASK_ATTENDS], [0.5, MASK_ATTENDS],
+                  [0.5, MASK_ACCEPTED], [5 / 6, MASK_ACCEPTED], [5 / 6, MASK_UNUSED], [1.0, MASK_UNUSED]]
+    small = rows * cols <= HOVER_UP_TO_CELLS
+    heat = dict(z=view.z, x=list(range(cols)), y=list(range(rows)), zmin=0, zmax=3, colorscale=colorscale,
+                showscale=False, xgap=1 if small else 0, ygap=1 if small else 0, name="mask")
+    if small:
+        positions = step.position_ids
+        text = []
+        for r in range(rows):
+            where = f" @pos {positions[r]}" if r < len(positions) else ""
+            text.append([f"row {view.row_labels[r]}{where}<br>col {view.col_labels[c]}<br>"
+                         f"{CELL_NAMES[view.z[r][c]]}" for c in range(cols)])
+        heat.update(text=text, hoverinfo="text")
+    else:
+        heat.update(hovertemplate="row %{y} · col %{x}<extra></extra>")
+    traces = [go.Heatmap(**heat)]
+    swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
+    for value, color in swatch.items():  # legend entries for the discrete colours
+        if value == UNUSED and not view.shows_max:
+            continue
+        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=CELL_NAMES[value],
+                                 marker=dict(symbol="square", size=12, color=color, line=dict(color="#999", width=1))))
+
+    # a dotted line separates the context band (and root rows) from the tree block
+    shapes = [dict(type="line", x0=view.tree_offset - 0.5, x1=view.tree_offset - 0.5, y0=-0.5, y1=rows - 0.5,
+                   line=dict(color="#777", width=1, dash="dot"), name="tree-block-start")]
+    annotations = []
+    if view.shows_max and view.live:
+        top = view.root_rows
+        shapes.append(dict(type="rect", name="live slice",
+                           x0=view.tree_offset - 0.5, x1=view.tree_offset + view.live - 0.5,
+                           y0=top - 0.5, y1=top + view.live - 0.5, line=dict(color=SLICE_OUTLINE, width=3)))
+        annotations.append(dict(x=view.tree_offset + view.live - 0.5, y=top + view.live - 0.5, xanchor="left",
+                                yanchor="top", showarrow=False, font=dict(color=SLICE_OUTLINE, size=12),
+                                text=f"live slice: {step.live_depth} of {step.max_depth} levels, "
+                                     f"{view.live} of {view.size} nodes"))
+
+    xticks, xtext = _ticks(view.col_labels)
+    yticks, ytext = _ticks(view.row_labels)
+    title = f"Step {step.index}: verify mask, {rows} rows scored in one target forward"
+    layout = base_layout(title, height=int(min(900, max(300, 190 + rows * 15))))
+    tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
+    layout.update(
+        shapes=shapes, annotations=annotations, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=100),
+        xaxis=dict(tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90, showgrid=False,
+                   zeroline=False, range=[-0.5, cols - 0.5], automargin=True, tickfont=dict(size=tick_size)),
+        yaxis=dict(tickmode="array", tickvals=yticks, ticktext=ytext, autorange="reversed", showgrid=False,
+                   zeroline=False, automargin=True, tickfont=dict(size=tick_size)))
+    return go.Figure(data=traces, layout=layout)

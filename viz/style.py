@@ -1,0 +1,100 @@
+"""One palette and one way to print a token, shared by every figure so a colour means the same thing everywhere.
+
+Hues follow the token's fate: green = kept, red = rejected, grey = never looked at, blue = bonus, orange =
+correction, purple = came from the target itself (target-initialized roots). Text backgrounds use light tints of
+the same hues so dark text stays readable on them.
+"""
+from __future__ import annotations
+
+import html
+
+# Tree nodes (strong colours; markers on white).
+STATUS_COLORS: dict[str, str] = {
+    "accepted": "#2e9e44",
+    "rejected": "#d64541",
+    "not_reached": "#b9b9b9",
+    "unchosen": "#9b7fcf",
+    "padding": "#e4e4e4",
+    "bonus": "#2f7fd1",
+    "correction": "#f08a24",
+    "target": "#1aa3b5",
+}
+
+STATUS_NAMES: dict[str, str] = {
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "not_reached": "not reached",
+    "unchosen": "passed, other chain won",
+    "padding": "padding (q = 0)",
+    "bonus": "bonus (target's own token)",
+    "correction": "correction (after a rejection)",
+    "target": "target token (AR)",
+}
+
+# Generated text: a light tint per origin, and a saturated one for the tokens of the step on show.
+ORIGIN_NAMES: dict[str, str] = {
+    "draft": "accepted draft",
+    "target_root": "target root",
+    "correction": "correction",
+    "bonus": "bonus",
+    "target": "target (AR)",
+}
+# gr.HighlightedText paints these at 50% opacity, so the "tints" are mid-strength colours and the tokens of the
+# step on show use darker shades of the same hue.
+ORIGIN_TINTS: dict[str, str] = {
+    "draft": "#7fd18d",
+    "target_root": "#b99be6",
+    "correction": "#f7a65a",
+    "bonus": "#6fa9e8",
+    "target": "#62cbd8",
+}
+ORIGIN_STRONG: dict[str, str] = {
+    "draft": "#1f8a33",
+    "target_root": "#6a3fb5",
+    "correction": "#d9650b",
+    "bonus": "#1f5fb0",
+    "target": "#11808e",
+}
+THIS_STEP = " · this step"
+
+# Mask cells.
+MASK_BLOCKED = "#ffffff"
+MASK_ATTENDS = "#4a78c2"
+MASK_ACCEPTED = "#2e9e44"
+MASK_UNUSED = "#d9d9d9"
+SLICE_OUTLINE = "#d64541"
+
+FONT = "Inter, system-ui, sans-serif"
+MAX_LABEL_CHARS = 10
+
+
+def show_token(token: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """A token as a short visible label: whitespace made visible, long tokens cut, HTML escaped (Plotly
+    renders a subset of HTML, so a token like '<s>' would otherwise vanish)."""
+    visible = token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+    if visible == "":
+        visible = "∅"
+    if len(visible) > limit:
+        visible = visible[: limit - 1] + "…"
+    return html.escape(visible, quote=False)  # Plotly decodes &lt; &gt; &amp; but prints &quot; literally
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def base_layout(title: str, height: int) -> dict:
+    """Layout shared by all figures. The empty template keeps each figure small and quick to build (a named
+    Plotly template adds ~6 kB and ~25 ms per figure); plotly.js defaults already give a white plot."""
+    return dict(
+        # the title sits at the top, below the 30 px strip where Gradio draws the plot's label and Plotly its
+        # toolbar; legends go just above the plot, axis labels below it
+        title=dict(text=title, x=0.01, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=34),
+                   font=dict(size=15)),
+        height=height, template="none", font=dict(family=FONT, size=12, color="#222"),
+        paper_bgcolor="white", plot_bgcolor="white",
+        margin=dict(l=10, r=10, t=100, b=10), hoverlabel=dict(font=dict(family="monospace", size=12)),
+    )
+
+
+TOP_LEGEND = dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11))

@@ -1,0 +1,78 @@
+"""The generated text as (token, label) spans for gr.HighlightedText: every token labelled by where it came
+from, the tokens of the step on show labelled a second time so they stand out."""
+from __future__ import annotations
+
+from dynasd.trace import RunTrace
+
+from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP
+
+
+def text_spans(run: RunTrace, current: int | None = None) -> list[tuple[str, str]]:
+    """Spans of the text as it stood after step `current` (default: the latest step). Joining the span texts
+    gives the committed tokens exactly as the tokenizer prints them one by one."""
+    if current is None:
+        current = len(run.steps) - 1
+    spans: list[tuple[str, str]] = []
+    for step in run.steps[: current + 1]:
+        suffix = THIS_STEP if step.index == current else ""
+        for token, origin in zip(step.committed_tokens, step.committed_origins):
+            spans.append((token, ORIGIN_NAMES[origin] + suffix))
+    return spans
+
+
+def text_color_map(spans: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """Label -> colour for every label text_spans can produce, or only for those used in `spans` (the
+    HighlightedText legend lists every colour-map entry, so passing the spans keeps the legend to the point)."""
+    colors = {ORIGIN_NAMES[o]: ORIGIN_TINTS[o] for o in ORIGIN_NAMES}
+    colors.update({ORIGIN_NAMES[o] + THIS_STEP: ORIGIN_STRONG[o] for o in ORIGIN_NAMES})
+    if spans is not None:
+        used = {label for _, label in spans}
+        colors = {label: color for label, color in colors.items() if label in used}
+    return colors
+
+
+def step_story(run: RunTrace, index: int) -> str:
+    """One paragraph that tells what happened in a step, in words a newcomer can follow."""
+    step = run.steps[index]
+    tokens = " ".join(f"`{_quote(t)}`" for t in step.committed_tokens) or "nothing"
+    n = len(step.committed)
+    if not step.nodes:
+        return (f"**Step {index}.** No draft: the target alone ran one forward and produced {tokens}. "
+                f"One token per target forward, the baseline.")
+    drafted = len(step.nodes)
+    roots = sum(node.origin == "target_root" for node in step.nodes)
+    accepted = sum(o == "draft" for o in step.committed_origins)
+    parts = [f"**Step {index}.**"]
+    if roots:
+        parts.append(f"The target's own top {roots} next tokens started {roots} chains; the draft extended them "
+                     f"to {drafted} candidates in {step.draft_forwards} draft forward"
+                     f"{'s' if step.draft_forwards != 1 else ''}.")
+    else:
+        parts.append(f"The draft proposed {drafted} candidate tokens on {step.live_depth} level"
+                     f"{'s' if step.live_depth != 1 else ''} ({step.draft_forwards} cheap draft forward"
+                     f"{'s' if step.draft_forwards != 1 else ''}).")
+    if step.live_depth < step.max_depth:
+        parts.append(f"Drafting stopped early at level {step.live_depth} of {step.max_depth}: "
+                     "no tip's score reached the threshold.")
+    parts.append("The target scored all of them in **one** forward.")
+    final = step.committed_origins[-1] if step.committed_origins else ""
+    if roots:
+        parts.append(f"The chain with the most accepted draft tokens won: its root plus {accepted} draft "
+                     f"token{'s' if accepted != 1 else ''}.")
+    elif final == "correction" and accepted == 0:
+        parts.append("The target rejected every first-level candidate, so it supplied a correction token itself.")
+    elif final == "correction":
+        parts.append(f"{accepted} draft token{'s were' if accepted != 1 else ' was'} accepted, then a candidate "
+                     "was rejected and the target supplied a correction token.")
+    elif final == "bonus":
+        parts.append(f"{accepted} draft token{'s were' if accepted != 1 else ' was'} accepted, the whole way down, "
+                     "so the target added a bonus token for free.")
+    else:
+        parts.append(f"{accepted} draft token{'s were' if accepted != 1 else ' was'} accepted.")
+    parts.append(f"Committed: {tokens}: **{n} token{'s' if n != 1 else ''} for 1 target forward** "
+                 f"(autoregressive decoding would have needed {n}).")
+    return " ".join(parts)
+
+
+def _quote(token: str) -> str:
+    return token.replace("`", "'").replace("\n", "↵") or "∅"

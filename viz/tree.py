@@ -1,0 +1,177 @@
+"""The candidate tree of one step, drawn left to right: the root (the last committed token) at the left, one
+column per draft level, each node coloured by what verification decided about it.
+
+Layout is a tidy tree computed here: leaves take evenly spaced rows in depth-first order and every parent sits
+midway between its first and last child, so subtrees never overlap and siblings stay together. The bonus or
+correction token the target adds after the walk is drawn as one more child of the node it was sampled after.
+"""
+from __future__ import annotations
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from dynasd.trace import RunTrace, StepTrace
+
+from .style import STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
+
+ROOT = -1
+STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "not_reached", "padding")
+LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only
+MAX_HEIGHT = 1000
+
+
+def root_token(run: RunTrace, index: int) -> str | None:
+    """The token the step grew its tree from (the last one committed before it); None for step 0, whose root
+    is the last prompt token (traces keep prompt ids, not their strings)."""
+    if index <= 0 or index > len(run.steps):
+        return None
+    previous = run.steps[index - 1]
+    return previous.committed_tokens[-1] if previous.committed_tokens else None
+
+
+def final_token(step: StepTrace) -> tuple[str, str, int] | None:
+    """(token, origin, parent node) of the token the target sampled after the walk, if it is on the tree."""
+    if step.final_parent is None or not step.committed_origins:
+        return None
+    origin = step.committed_origins[-1]
+    if origin not in ("bonus", "correction", "target"):
+        return None  # cut off by max new tokens or end of sequence
+    return step.committed_tokens[-1], origin, step.final_parent
+
+
+def tree_graph(step: StepTrace) -> nx.DiGraph:
+    """Nodes: ROOT, every tree node by index, and 'final' for the bonus/correction token. Edges in index order
+    so children are visited in drafting order."""
+    graph = nx.DiGraph()
+    graph.add_node(ROOT, level=0)
+    for i, node in enumerate(step.nodes):
+        graph.add_node(i, level=node.level)
+        graph.add_edge(node.parent, i)
+    final = final_token(step)
+    if final is not None:
+        parent = final[2]
+        graph.add_node("final", level=graph.nodes[parent]["level"] + 1)
+        graph.add_edge(parent, "final")
+    return graph
+
+
+def tidy_layout(graph: nx.DiGraph) -> dict:
+    """node -> (x, y): x = level, y = row (0 at the top)."""
+    rows: dict = {}
+    next_row = 0
+    for node in nx.dfs_postorder_nodes(graph, ROOT):
+        kids = list(graph.successors(node))
+        if kids:
+            rows[node] = (rows[kids[0]] + rows[kids[-1]]) / 2
+        else:
+            rows[node] = next_row
+            next_row += 1
+    return {node: (graph.nodes[node]["level"], rows[node]) for node in graph.nodes}
+
+
+def _hover(i: int, step: StepTrace) -> str:
+    n = step.nodes[i]
+    ratio = "–" if not n.q else f"{n.p / n.q:.3f}"
+    lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_NAMES[n.status]}",
+             f"token  {show_token(n.token, 24)}  (id {n.token_id})",
+             f"origin {'target root' if n.origin == 'target_root' else 'draft'}",
+             f"p (target) {fmt(n.p)}",
+             f"q (draft)  {fmt(n.q)}",
+             f"p/q        {ratio}"]
+    if n.p_test is not None:
+        lines.append(f"test: p'={fmt(n.p_test)} q'={fmt(n.q_test)} u={fmt(n.u)}")
+        if n.u is not None and n.q_test:
+            accept = n.u <= n.p_test / n.q_test
+            lines.append(f"u {'≤' if accept else '>'} p'/q' → {'accept' if accept else 'reject'}")
+    return "<br>".join(lines)
+
+
+def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = False) -> go.Figure:
+    graph = tree_graph(step)
+    pos = tidy_layout(graph)
+    leaves = sum(1 for node in graph.nodes if graph.out_degree(node) == 0)
+    show_text = leaves <= LABELS_UP_TO_ROWS
+    # row pitch, marker and label size shrink together so ~100-node trees (64+ leaves) still fit and read
+    pitch, marker_size, text_size = ((30, 26, 12) if leaves <= 20 else (22, 16, 11) if leaves <= 40
+                                     else (12, 9, 9))
+    on_path = set(step.accepted_path) | {ROOT}
+    final = final_token(step)
+    if final is not None and final[2] in on_path:
+        on_path.add("final")  # the bonus/correction token extends the committed path
+
+    traces = []
+    plain_x: list = []
+    plain_y: list = []
+    path_x: list = []
+    path_y: list = []
+    for parent, child in graph.edges:
+        xs, ys = (path_x, path_y) if (parent in on_path and child in on_path) else (plain_x, plain_y)
+        (x0, y0), (x1, y1) = pos[parent], pos[child]
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    traces.append(go.Scatter(x=plain_x, y=plain_y, mode="lines", name="edge", hoverinfo="skip",
+                             line=dict(color="#c8c8c8", width=1.2), showlegend=False))
+    traces.append(go.Scatter(x=path_x, y=path_y, mode="lines", name="committed path", hoverinfo="skip",
+                             line=dict(color=STATUS_COLORS["accepted"], width=4)))
+
+    root_text = show_token(root_label) if root_label is not None else "last prompt token"
+    traces.append(go.Scatter(
+        x=[0], y=[pos[ROOT][1]], mode="markers+text", name="root", textposition="bottom center",
+        text=[show_token(root_label) if root_label is not None else "prompt"],
+        marker=dict(size=marker_size + 4, color="#333333", symbol="square"),
+        hovertext=[f"<b>root</b>: {root_text}<br>the last committed token;<br>level-1 candidates follow it"],
+        hoverinfo="text", showlegend=False))
+
+    by_status: dict[str, list] = {}
+    for i, node in enumerate(step.nodes):
+        by_status.setdefault(node.status, []).append(i)
+    for status in STATUS_ORDER:
+        if status in ("bonus", "correction", "target"):
+            if final is None or final[1] != status:
+                continue
+            x, y = pos["final"]
+            token, _, parent = final
+            after = "the root" if parent == ROOT else f"node {parent}"
+            why = {"bonus": "every child was accepted (or there were none): the target adds one token for free",
+                   "correction": "a child was rejected: sampled from the residual max(p − q, 0)",
+                   "target": "autoregressive: the target's own next token"}[status]
+            traces.append(go.Scatter(
+                x=[x], y=[y], mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
+                text=[show_token(token)], textposition="middle right",
+                marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
+                            line=dict(color="#222", width=1)),
+                hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}<br>{why}"],
+                hoverinfo="text"))
+            continue
+        members = by_status.get(status, [])
+        if not members:
+            continue
+        traces.append(go.Scatter(
+            x=[pos[i][0] for i in members], y=[pos[i][1] for i in members],
+            mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
+            text=[show_token(step.nodes[i].token) for i in members], textposition="middle right",
+            marker=dict(size=marker_size, color=STATUS_COLORS[status],
+                        symbol=["diamond" if step.nodes[i].origin == "target_root" else "circle" for i in members],
+                        line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
+            hovertext=[_hover(i, step) for i in members], hoverinfo="text", customdata=members))
+
+    depth = max((x for x, _ in pos.values()), default=0)
+    rows = max((y for _, y in pos.values()), default=0) + 1
+    accepted = len(step.accepted_path)
+    title = (f"Step {step.index}: {len(step.nodes)} candidates, {accepted} accepted, "
+             f"{len(step.committed)} token{'s' if len(step.committed) != 1 else ''} committed")
+    if lossy:
+        title += " · LOSSY method"
+    layout = base_layout(title, height=int(min(MAX_HEIGHT, max(300, 150 + rows * pitch))))
+    layout["font"] = dict(layout["font"], size=text_size)
+    layout.update(
+        legend=TOP_LEGEND, margin=dict(l=10, r=10, b=30, t=120),
+        xaxis=dict(tickmode="array", tickvals=list(range(depth + 1)),
+                   ticktext=["root"] + [f"level {lvl}" if lvl <= step.live_depth else "target's token"
+                                        for lvl in range(1, depth + 1)],
+                   range=[-0.6, depth + 0.9], showgrid=False, zeroline=False, automargin=True),
+        yaxis=dict(visible=False, autorange="reversed"))
+    if not step.nodes and final is None:
+        layout["annotations"] = [dict(text="no candidates this step", showarrow=False, x=0.5, y=0.5,
+                                      xref="paper", yref="paper")]
+    return go.Figure(data=traces, layout=layout)
