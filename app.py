@@ -4,15 +4,19 @@
     python app.py --pair tiny-random --port 7861        # seeded tiny pair: instant, offline, for tests
 
 This file is the UI only: widgets, events and session handling. Decoding lives in dynasd/, figures in viz/.
-Set DYNASD_PUBLIC=1 on a public server: custom model ids and paths are then refused.
+Set DYNASD_PUBLIC=1 on a public server: custom model ids and paths are then refused, unless DYNASD_MODEL_DIR names
+a folder: custom models are then the folders and .gguf files inside it (never hub ids, never paths outside it).
+Without DYNASD_PUBLIC, DYNASD_MODEL_DIR confines local paths to that folder and hub ids still work.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import gradio as gr
@@ -34,6 +38,7 @@ except ImportError:
         return fn
 
 PUBLIC = os.environ.get("DYNASD_PUBLIC", "") not in ("", "0", "false")
+MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
 STREAM_EVERY_S = 0.08  # Run sends at most one update per this many seconds (and always the last step)
 
 EXAMPLES = [
@@ -125,10 +130,10 @@ here with no model loaded. Use the step slider to walk through a loaded run.
 # ---------------------------------------------------------------------------------------------------------------
 # server-side state: models and sessions (never in gr.State, which only holds the session id)
 
-PAIRS = PairCache(allow_custom=not PUBLIC)
+PAIRS = PairCache(allow_custom=not PUBLIC or MODEL_DIR is not None, model_dir=MODEL_DIR, allow_hub=not PUBLIC)
 SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
 CONTROL_NAMES = ("pair", "target", "draft", "method", "gamma", "k_config", "width", "depth", "dynamic_depth",
-                 "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed")
+                 "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed", "top_k")
 
 
 def settings_from(*values) -> Settings:
@@ -136,7 +141,7 @@ def settings_from(*values) -> Settings:
 
 
 def pair_choices() -> list[str]:
-    return known_pairs() + ([] if PUBLIC else [CUSTOM])
+    return known_pairs() + ([CUSTOM] if PAIRS.allow_custom else [])
 
 
 def _status(message: str, kind: str = "info") -> str:
@@ -183,11 +188,24 @@ def render(session: Session, index: int | None = None, status: str = "") -> tupl
 
 def _failed(session: Session, exc: Exception) -> tuple:
     """A clear message in a toast and in the status line; the figures stay as they were."""
+    if not isinstance(exc, (UserError, SessionFailed)):
+        exc = _unexpected(exc)
     kind = "error" if isinstance(exc, SessionFailed) else "warn"
     message = str(exc)
     gr.Warning(message)
-    views = render(session, status=_status(message, kind))
-    return views
+    try:
+        return render(session, status=_status(message, kind))
+    except Exception as render_exc:  # the run on show cannot be drawn (a hostile trace?): show nothing instead
+        _unexpected(render_exc)
+        return _empty_views(session.id, _status(message, kind))
+
+
+def _unexpected(exc: Exception) -> SessionFailed:
+    """A bug, not a user mistake: the traceback goes to the server log, the user gets one line."""
+    traceback.print_exception(exc, file=sys.stderr)
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    return SessionFailed(f"something went wrong on the server ({type(exc).__name__}{': ' + first if first else ''});"
+                         " other sessions are not affected; press Reset to start over")
 
 
 def _busy_guard(session: Session) -> None:
@@ -199,7 +217,10 @@ def _busy_guard(session: Session) -> None:
 # event handlers
 
 def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
-    """Start a new run when there is none, the settings or prompt changed, or the last run finished."""
+    """Start a new run when there is none, the settings or prompt changed, or the last run finished. A failed
+    session stays failed (and says so) until Reset or a change of settings or prompt."""
+    if session.error and session.settings == settings and session.prompt == prompt:
+        raise SessionFailed(session.error)
     if session.matches(settings, prompt) and not session.done and not session.error:
         return ""
     reason = ("settings changed: started a new run" if session.run is not None and not session.done
@@ -210,13 +231,13 @@ def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
 
 @gpu
 def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-            stop, threshold, temperature, top_p, max_new_tokens, seed):
+            stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0):
     session = SESSIONS.get(session_id)
     try:
         _busy_guard(session)
         with session.lock:
             settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed)
+                                     threshold, temperature, top_p, max_new_tokens, seed, top_k)
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
         ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
@@ -224,24 +245,25 @@ def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, wi
         if session.done:
             status += " The run is finished."
         return render(session, status=_status(status, "ok"))
-    except (UserError, SessionFailed) as exc:
+    except Exception as exc:
         return _failed(session, exc)
 
 
 @gpu
 def on_run(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-           stop, threshold, temperature, top_p, max_new_tokens, seed):
+           stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0):
     session = SESSIONS.get(session_id)
     try:
-        _busy_guard(session)
         with session.lock:
+            _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed)
+                                     threshold, temperature, top_p, max_new_tokens, seed, top_k)
             _ensure_run(session, settings, prompt)
             run = session.run
-        session.running, session.stop_requested = True, False
+            session.running, session.stop_requested = True, False
         last_sent = 0.0
         try:
+            # Stop is honoured between steps only, so a stopped run is a consistent one: Step or Run continue it.
             while not run.finished and not session.stop_requested:
                 with session.lock:
                     if session.run is not run:  # Reset (or a loaded trace) replaced the run: stop quietly
@@ -253,12 +275,13 @@ def on_run(session_id, prompt, pair, target, draft, method, gamma, k_config, wid
                     yield render(session, status=_status(f"Running… step {len(run.steps) - 1}"))
         finally:
             session.running = False
+            session.touch()
         summary = run.summary()
         verb = "Stopped" if session.stop_requested and not run.finished else "Done"
         yield render(session, status=_status(
             f"{verb} after {summary['steps']} steps: {summary['new_tokens']} tokens, "
             f"{summary['tokens_per_target_forward']:.2f} tokens per target forward.", "ok"))
-    except (UserError, SessionFailed) as exc:
+    except Exception as exc:
         yield _failed(session, exc)
 
 
@@ -281,17 +304,21 @@ def on_show_step(session_id, index):
     session = SESSIONS.get(session_id)
     if session.run is None or not session.run.steps:
         return _empty_views(session.id, _status("Nothing to show yet: press **Step** or **Run**."))
-    return render(session, index, status=_status(f"Showing step {int(index)}."))
+    try:
+        index = int(index)
+        return render(session, index, status=_status(f"Showing step {index}."))
+    except Exception as exc:
+        return _failed(session, exc)
 
 
 @gpu
 def on_compare(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-               stop, threshold, temperature, top_p, max_new_tokens, seed):
+               stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0):
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
         settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                 threshold, temperature, top_p, max_new_tokens, seed)
+                                 threshold, temperature, top_p, max_new_tokens, seed, top_k)
         for method, run in compare_methods(PAIRS, settings, prompt):
             runs[method] = run
             rows = viz.compare_rows(runs)
@@ -299,7 +326,9 @@ def on_compare(session_id, prompt, pair, target, draft, method, gamma, k_config,
             yield (pd.DataFrame(rows), viz.compare_figure(rows),
                    _status(f"{method} done{'…' if done else ': all four methods compared.'}",
                            "info" if done else "ok"), session.id)
-    except (UserError, SessionFailed) as exc:
+    except Exception as exc:
+        if not isinstance(exc, (UserError, SessionFailed)):
+            exc = _unexpected(exc)
         gr.Warning(str(exc))
         yield (pd.DataFrame(rows) if rows else None, viz.compare_figure(rows) if rows else None,
                _status(str(exc), "warn"), session.id)
@@ -310,10 +339,17 @@ def on_save(session_id):
     if session.run is None or not session.run.steps:
         gr.Warning("nothing to save yet: press Step or Run first")
         return None, _status("Nothing to save yet: press **Step** or **Run** first.", "warn"), session.id
-    folder = Path(tempfile.mkdtemp(prefix="dynasd-trace-"))
-    path = folder / f"dynasd-{session.run.method}-{len(session.run.steps)}steps.json"
-    save_run(session.run, path)
-    return str(path), _status(f"Saved {len(session.run.steps)} steps to {path.name}.", "ok"), session.id
+    try:
+        with session.lock:
+            folder = Path(tempfile.mkdtemp(prefix="dynasd-trace-"))
+            path = folder / f"dynasd-{session.run.method}-{len(session.run.steps)}steps.json"
+            save_run(session.run, path)
+            steps = len(session.run.steps)
+    except Exception as exc:
+        message = str(_unexpected(exc))
+        gr.Warning(message)
+        return None, _status(message, "error"), session.id
+    return str(path), _status(f"Saved {steps} steps to {path.name}.", "ok"), session.id
 
 
 def on_load(session_id, path):
@@ -325,12 +361,20 @@ def on_load(session_id, path):
         run = load_trace(path)
         if not run.steps:
             raise UserError("that trace has no steps")
-    except UserError as exc:
+        with session.lock:
+            session.load(run)
+            try:
+                views = render(session, status=_status(
+                    f"Loaded a {run.method[:40]} trace of {len(run.steps)} steps on {run.pair[:80]}: replaying, "
+                    "no model needed.", "ok"))
+                render(session, 0)  # the scrubber can reach both ends
+            except Exception as exc:  # passed the schema checks but cannot be drawn: refuse it, say why
+                _unexpected(exc)
+                session.reset()
+                raise UserError("cannot show that trace: its steps do not describe a drawable tree") from exc
+        return views
+    except Exception as exc:
         return _failed(session, exc)
-    with session.lock:
-        session.load(run)
-    return render(session, status=_status(
-        f"Loaded a {run.method} trace of {len(run.steps)} steps on {run.pair}: replaying, no model needed.", "ok"))
 
 
 def on_method_change(method: str):
@@ -393,6 +437,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
                     max_new_tokens = gr.Slider(1, MAX_NEW_TOKENS_LIMIT, value=64, step=1, label="Max new tokens")
                     seed = gr.Number(value=0, precision=0, label="Seed")
             with gr.Column(scale=3):
@@ -442,7 +487,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             gr.Markdown(TRACE_HELP, elem_classes="explain")
 
         controls = [pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop, threshold,
-                    temperature, top_p, max_new_tokens, seed]
+                    temperature, top_p, max_new_tokens, seed, top_k]
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt, *controls], views, api_name="step")
@@ -467,9 +512,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", default="", help="custom target model (not in public mode)")
     parser.add_argument("--draft", default="", help="custom draft model (not in public mode)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    parser.add_argument("--model-dir", default=MODEL_DIR,
+                        help="custom local models must lie in this folder (default: $DYNASD_MODEL_DIR)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     args = parser.parse_args(argv)
+    if args.model_dir:
+        if not Path(args.model_dir).is_dir():
+            parser.error(f"--model-dir '{args.model_dir}' is not a folder")
+        PAIRS.model_dir, PAIRS.allow_custom = Path(args.model_dir).expanduser().resolve(), True
     pair = CUSTOM if (args.target or args.draft) else args.pair
     if pair not in pair_choices():
         parser.error(f"unknown pair '{pair}' (use {', '.join(pair_choices())})")
@@ -477,9 +528,15 @@ def main(argv: list[str] | None = None) -> None:
     # Load the start-up pair in the background so the first Step does not wait for it.
     warm = Settings(pair=pair, target=args.target, draft=args.draft)
     threading.Thread(target=_preload, args=(warm,), daemon=True).start()
-    demo = build_app(pair, args.target, args.draft)
+    serve(build_app(pair, args.target, args.draft), args.host, args.port)
+
+
+def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> gr.Blocks:
+    """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
     demo.queue(default_concurrency_limit=16).launch(
-        server_name=args.host, server_port=args.port, css=CSS, max_file_size="20mb", footer_links=["api"])
+        server_name=host, server_port=port, css=CSS, max_file_size="20mb", footer_links=["api"],
+        prevent_thread_lock=not block, quiet=not block)
+    return demo
 
 
 def _preload(settings: Settings) -> None:

@@ -40,31 +40,75 @@ def logits_to_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     if cfg.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        drop_sorted = mass_before >= cfg.top_p  # keep the smallest prefix whose mass reaches top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+        probs = probs.masked_fill(~nucleus(probs, cfg.top_p), 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+NUCLEUS_CANDIDATES = 256
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Bool mask of the smallest most-probable prefix whose mass reaches top_p, per row.
+
+    A full sort of a 49k vocabulary costs ~10 ms a row on a CPU; the nucleus almost always lies within the top few
+    hundred tokens, so sort those (topk) and fall back to the full sort only for rows they do not cover.
+    """
+    k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
+    top_probs, order = torch.topk(probs, k, dim=-1)
+    uncovered = top_probs.sum(dim=-1) < top_p
+    if bool(uncovered.any()):
+        full_probs, full_order = torch.sort(probs[uncovered], dim=-1, descending=True)
+        keep_full = torch.zeros_like(full_probs, dtype=torch.bool).scatter(
+            -1, full_order, (torch.cumsum(full_probs, -1) - full_probs) < top_p)
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(
+        -1, order, (torch.cumsum(top_probs, -1) - top_probs) < top_p)
+    if bool(uncovered.any()):
+        keep[uncovered] = keep_full
+    return keep
 
 
 def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: torch.Generator) -> torch.Tensor:
     """k candidates per row of `probs` (rows, V), in draw order.
 
-    Without replacement this is sequential sampling (each draw from q with earlier draws removed), done at once
-    with exponential races: the order of `q / E` with E ~ Exp(1) is the sequential draw order.
+    Without replacement this is literal sequential sampling: each draw comes from q with the earlier draws removed
+    (k small multinomial draws; exponential races would need a random number per vocabulary entry).
     Rows with fewer than k non-zero entries get padding candidates of probability 0; the walk skips them.
     """
     if replacement:
-        return torch.multinomial(probs, k, replacement=True, generator=generator)
-    races = torch.empty_like(probs).exponential_(generator=generator)
-    keys = probs / races
-    return torch.topk(keys, k, dim=-1).indices
+        return inverse_cdf(probs, k, generator)
+    remaining = probs.clone()
+    picks: list[torch.Tensor] = []
+    for _ in range(k):
+        weights = remaining
+        exhausted = remaining.sum(dim=-1) <= 0
+        if bool(exhausted.any()):  # rare: pad with zero-probability tokens not drawn yet
+            weights = remaining.clone()
+            unseen = (probs[exhausted] == 0).to(probs.dtype)
+            for earlier in picks:
+                unseen.scatter_(-1, earlier[exhausted], 0.0)
+            weights[exhausted] = unseen
+        pick = inverse_cdf(weights, 1, generator)
+        remaining.scatter_(-1, pick, 0.0)
+        picks.append(pick)
+    return torch.cat(picks, dim=-1)
+
+
+def inverse_cdf(weights: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    """k independent draws per row from unnormalised non-negative weights (rows, V) -> (rows, k).
+
+    torch.multinomial draws a random number per vocabulary entry when asked for one sample; one uniform per
+    draw and a binary search over the cumulative sum is ~10x cheaper for a 49k vocabulary.
+    """
+    cumulative = torch.cumsum(weights, dim=-1)
+    uniforms = 1.0 - torch.rand(weights.shape[:-1] + (k,), generator=generator, device=weights.device)  # (0, 1]
+    targets = uniforms * cumulative[..., -1:]
+    # the first index whose cumulative weight reaches the target: never a zero-weight entry
+    return torch.searchsorted(cumulative, targets).clamp_(max=weights.shape[-1] - 1)
 
 
 def sample_one(probs: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+    return int(inverse_cdf(probs, 1, generator).item())
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

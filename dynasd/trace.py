@@ -61,6 +61,8 @@ class StepTrace:
     committed_tokens: list[str]
     committed_origins: list[str]          # one of TOKEN_ORIGINS per committed token
     final_parent: int | None = None       # node after which the bonus/correction token was sampled (-1 = root)
+    final_p: float | None = None          # its probability under the distribution it was sampled from
+    root_token: str = ""                  # the last committed token before the step: the tree's root
     stop_policy: str = "none"
     threshold: float | None = None
     stop_scores: list[LevelScores] = field(default_factory=list)
@@ -101,7 +103,8 @@ class RunTrace:
     def summary(self) -> dict:
         steps = len(self.steps)
         new = len(self.new_token_ids)
-        attempted = sum(s.live_depth for s in self.steps if s.nodes)
+        # Draft levels only: a target-initialized tree's first level holds the target's own tokens.
+        attempted = sum(s.live_depth - (s.nodes[0].origin == "target_root") for s in self.steps if s.nodes)
         accepted_levels = sum(sum(n.origin == "draft" for n in (s.nodes[i] for i in s.accepted_path))
                               for s in self.steps)
         return {

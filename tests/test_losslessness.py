@@ -14,7 +14,7 @@ from scipy.stats import chisquare
 
 from dynasd.decoders import make_decoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
-from dynasd.sampling import SamplingConfig, logits_to_probs, mcss_walk
+from dynasd.sampling import SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
 from dynasd.tree import ROOT, TreeShape
 
 VOCAB = 4
@@ -141,3 +141,29 @@ def test_warping_is_identical_for_target_and_draft():
     kept = probs[0] > 0
     scaled = torch.softmax(logits[0] / 0.7, -1)
     assert torch.allclose(probs[0][kept], scaled[kept] / scaled[kept].sum())
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_candidates_are_drawn_in_sequential_order(replacement):
+    """Pairs (first, second) follow q(a) q(b) with replacement, q(a) q(b) / (1 - q(a)) without."""
+    q = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    rows = 40_000
+    picks = draw_candidates(q.expand(rows, -1).contiguous(), 2, replacement, torch.Generator().manual_seed(1))
+    counts = torch.bincount(picks[:, 0] * 5 + picks[:, 1], minlength=25).float()
+    expected = torch.zeros(25)
+    for a, b in itertools.product(range(5), range(5)):
+        if replacement:
+            expected[a * 5 + b] = q[a] * q[b]
+        elif a != b:
+            expected[a * 5 + b] = q[a] * q[b] / (1 - q[a])
+    keep = expected > 0
+    assert counts[~keep].sum() == 0
+    _, p_value = chisquare(counts[keep].numpy(), (expected[keep] * rows).numpy())
+    assert p_value > 1e-3
+
+
+def test_rows_without_enough_mass_get_distinct_padding():
+    q = torch.tensor([[0.0, 0.6, 0.0, 0.4, 0.0]])
+    for seed in range(20):
+        picks = draw_candidates(q, 4, False, torch.Generator().manual_seed(seed))[0].tolist()
+        assert sorted(picks[:2]) == [1, 3] and len(set(picks)) == 4

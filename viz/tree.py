@@ -21,12 +21,10 @@ MAX_HEIGHT = 1000
 
 
 def root_token(run: RunTrace, index: int) -> str | None:
-    """The token the step grew its tree from (the last one committed before it); None for step 0, whose root
-    is the last prompt token (traces keep prompt ids, not their strings)."""
-    if index <= 0 or index > len(run.steps):
+    """The token the step grew its tree from (the last one committed before it)."""
+    if index < 0 or index >= len(run.steps):
         return None
-    previous = run.steps[index - 1]
-    return previous.committed_tokens[-1] if previous.committed_tokens else None
+    return run.steps[index].root_token or None
 
 
 def final_token(step: StepTrace) -> tuple[str, str, int] | None:
@@ -140,7 +138,8 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
                 text=[show_token(token)], textposition="middle right",
                 marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
                             line=dict(color="#222", width=1)),
-                hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}<br>{why}"],
+                hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
+                           f"{'' if step.final_p is None else f' with p = {fmt(step.final_p)}'}<br>{why}"],
                 hoverinfo="text"))
             continue
         members = by_status.get(status, [])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from ..cache import CachedModel
 from ..sampling import logits_to_probs, sample_one
 from ..trace import StepTrace
@@ -21,15 +23,15 @@ class ARDecoder(Decoder):
     def _step(self) -> StepTrace:
         started = time.perf_counter()
         context_len = len(self.committed)
+        root_token = self.pair.token_strings(self.committed[-1:])[0]
         logits = self.target.prefill(self.committed[self.target.cached_len:])[-1]
         verified = time.perf_counter()
-        if self.sampling.greedy:
-            token = int(logits.argmax())
-        else:
-            token = sample_one(logits_to_probs(logits, self.sampling), self.generator)
+        probs = torch.softmax(logits, -1) if self.sampling.greedy else logits_to_probs(logits, self.sampling)
+        token = int(logits.argmax()) if self.sampling.greedy else sample_one(probs, self.generator)
         self.committed.append(token)
         return StepTrace(index=len(self.run.steps), context_len=context_len, nodes=[], max_nodes=0, max_depth=0,
                          live_depth=0, root_rows=1, verify_mask=[], position_ids=[context_len - 1],
                          accepted_path=[], committed=[token], committed_tokens=self.pair.token_strings([token]),
-                         committed_origins=["target"], final_parent=-1, verify_seconds=verified - started,
+                         committed_origins=["target"], final_parent=-1,
+                         final_p=float(probs[token]), root_token=root_token, verify_seconds=verified - started,
                          accept_seconds=time.perf_counter() - verified, target_forwards=1)

@@ -176,6 +176,7 @@ class TreeDecoder(Decoder):
     def _step(self) -> StepTrace:
         shape, cfg = self.shape, self.sampling
         context_len = len(self.committed)
+        root_token = self.pair.token_strings(self.committed[-1:])[0]
         draft_forwards_before = self.draft.forwards
         t0 = time.perf_counter()
         tree = self._draft()
@@ -206,14 +207,19 @@ class TreeDecoder(Decoder):
             path = [roots[best]] + walk.path
             committed = [tree.tokens[i] for i in path]
             origins = ["target_root"] + ["draft"] * len(walk.path)
-            final_parent = None
+            final_parent = final_p = None
             self._set_root_distribution(target_logits[target_row(walk.final_context)], walk.final_probs)
         else:
             walks = [self._walk(ROOT, tree, live, target_row, target_logits, target_probs, argmax)]
             walk = walks[0]
             path = walk.path
             row = target_row(walk.final_context)
-            final = argmax[row] if cfg.greedy else sample_one(walk.final_probs, self.generator)
+            if cfg.greedy:
+                final = argmax[row]
+                final_p = float(torch.softmax(target_logits[row], -1)[final])
+            else:
+                final = sample_one(walk.final_probs, self.generator)
+                final_p = float(walk.final_probs[final])
             committed = [tree.tokens[i] for i in path] + [final]
             origins = ["draft"] * len(path) + ["correction" if walk.final_had_children else "bonus"]
             final_parent = walk.final_context
@@ -228,7 +234,7 @@ class TreeDecoder(Decoder):
             verify_mask=[row[:live] for row in self.max_mask_rows[:live]],
             position_ids=list(range(context_len - root_rows, context_len)) + positions, accepted_path=path,
             committed=committed, committed_tokens=self.pair.token_strings(committed), committed_origins=origins,
-            final_parent=final_parent, stop_policy=self.stop.name if self.dynamic_depth else "none",
+            final_parent=final_parent, final_p=final_p, root_token=root_token, stop_policy=self.stop.name if self.dynamic_depth else "none",
             threshold=self.stop.threshold if self.dynamic_depth else None, stop_scores=tree.stop_scores,
             draft_seconds=t1 - t0, verify_seconds=t2 - t1, accept_seconds=time.perf_counter() - t2,
             draft_forwards=self.draft.forwards - draft_forwards_before, target_forwards=1)
