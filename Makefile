@@ -24,7 +24,9 @@ demo: setup
 	$(PY) app.py
 
 test: setup browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 bench: setup
-	$(PY) -m dynasd bench --pair embedded --prompts ../shared/bench/spec_bench_questions.jsonl --limit 1
+	$(PY) -m dynasd bench --pair embedded --prompts ../shared/bench/spec_bench_questions.jsonl \
+	  --categories writing,coding,qa --limit 1 --methods ar,sd,mcsd,ti-mcsd,hf-assisted --temperatures 0 \
+	  --max-new-tokens 64 --threads 1 --seed 0 --out runs/bench-embedded-cpu

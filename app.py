@@ -37,7 +37,19 @@ except ImportError:
     def gpu(fn):
         return fn
 
-PUBLIC = os.environ.get("DYNASD_PUBLIC", "") not in ("", "0", "false")
+
+def is_public(environ=os.environ) -> bool:
+    return environ.get("DYNASD_PUBLIC", "") not in ("", "0", "false")
+
+
+def pairs_from_env(environ=os.environ) -> PairCache:
+    """Public (DYNASD_PUBLIC=1): built-in pairs and presets only, or with DYNASD_MODEL_DIR also the models inside
+    that folder. Otherwise anything, with local paths confined to DYNASD_MODEL_DIR when it is set."""
+    model_dir = environ.get("DYNASD_MODEL_DIR", "") or None
+    public = is_public(environ)
+    return PairCache(allow_custom=not public or model_dir is not None, model_dir=model_dir, allow_hub=not public)
+
+
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
 STREAM_EVERY_S = 0.08  # Run sends at most one update per this many seconds (and always the last step)
 
@@ -130,7 +142,7 @@ here with no model loaded. Use the step slider to walk through a loaded run.
 # ---------------------------------------------------------------------------------------------------------------
 # server-side state: models and sessions (never in gr.State, which only holds the session id)
 
-PAIRS = PairCache(allow_custom=not PUBLIC or MODEL_DIR is not None, model_dir=MODEL_DIR, allow_hub=not PUBLIC)
+PAIRS = pairs_from_env()
 SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
 CONTROL_NAMES = ("pair", "target", "draft", "method", "gamma", "k_config", "width", "depth", "dynamic_depth",
                  "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed", "top_k")
@@ -535,7 +547,12 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
     demo.queue(default_concurrency_limit=16).launch(
         server_name=host, server_port=port, css=CSS, max_file_size="20mb", footer_links=["api"],
-        prevent_thread_lock=not block, quiet=not block)
+        prevent_thread_lock=not block, quiet=not block,
+        # Gradio keeps each browser session's component values (our figures among them) for its 10,000 most
+        # recent sessions: ~0.5 MB each, so abandoned tabs would grow memory for hours. Keep it in line with
+        # the session registry, whose sessions are the only ones that can still be stepped anyway.
+        state_session_capacity=2 * SESSIONS.max_sessions,
+        show_error=True)  # every handler error is already one readable line; gradio's own input checks too
     return demo
 
 

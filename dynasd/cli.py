@@ -47,7 +47,8 @@ def add_method_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=int, default=4, help="ti-mcsd: draft tokens per chain")
     p.add_argument("--with-replacement", action="store_true", help="mcsd: draw siblings with replacement")
     p.add_argument("--dynamic-depth", action="store_true", help="let a stop policy end drafting early")
-    p.add_argument("--stop", default="none", help="none, confidence or decision (implies --dynamic-depth)")
+    p.add_argument("--stop", default="none",
+                   help="none, confidence, decision or cumulative (implies --dynamic-depth)")
     p.add_argument("--threshold", type=float, default=0.4, help="stop-policy threshold")
     p.add_argument("--decision-model", default=None, help="folder of a trained decision model")
     p.add_argument("--temperature", type=float, default=0.0)

@@ -69,7 +69,7 @@ def build_dataset(pair, sequences, width: int = 10, fork_temperature: float = 1.
                 cut = rng.randrange(seq.answer_start, len(seq.ids))
                 chain = list(seq.ids[:cut])
                 for _ in range(chain_depth):  # short chains on a tiny draft: plain re-forwards are cheap enough
-                    logits = pair.draft(input_ids=torch.tensor([chain])).logits[0, -1]
+                    logits = pair.draft(input_ids=torch.tensor([chain]), logits_to_keep=1).logits[0, -1]
                     chain.append(int(torch.multinomial(_probs(logits, temperature), 1, generator=gen)))
                 ids = torch.tensor([chain])
                 d_out = pair.draft(input_ids=ids, output_hidden_states=True)

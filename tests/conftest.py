@@ -16,8 +16,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 from dynasd.models import load_pair, tiny_random_pair
+
+# `make test` runs two pytest-xdist workers on two cores: one torch thread each avoids oversubscription.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 REPO = Path(__file__).resolve().parent.parent
 APP_START_TIMEOUT_S = 180  # importing torch + transformers + gradio on a loaded 2-core machine is slow

