@@ -166,17 +166,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .cli import load_pair_from
-    from .distill import generate_answers, load_sequences, read_train_prompts
+    from .distill import generate_answers, load_sequences, open_log, read_train_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log_file = (out / "log.jsonl").open("a")
-
-    def log(record: dict) -> None:
-        log_file.write(json.dumps({"time": round(time.time(), 1), **record}) + "\n")
-        log_file.flush()
+    log = open_log(out)
 
     data_path = out / "dataset.pt"
     if args.reuse_data and data_path.is_file():
@@ -218,5 +213,5 @@ def run(args: argparse.Namespace) -> int:
             model.save(f"{args.export_prefix}-{kind}", extra)
         results[kind] = metrics
     print(json.dumps(results))
-    log_file.close()
+    log.close()
     return 0

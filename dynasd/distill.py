@@ -505,17 +505,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. assets/draft-smollm2)")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    out = Path(args.out)
+def open_log(out: Path):
+    """A JSON Lines training log in `out` (appended to, so resumed runs keep one history)."""
     out.mkdir(parents=True, exist_ok=True)
     log_file = (out / "log.jsonl").open("a")
 
     def log(record: dict) -> None:
         log_file.write(json.dumps({"time": round(time.time(), 1), **record}) + "\n")
         log_file.flush()
+
+    log.close = log_file.close
+    return log
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    log = open_log(out)
 
     if args.stage in ("all", "generate"):
         generate_stage(args, log)
@@ -533,5 +541,5 @@ def run(args: argparse.Namespace) -> int:
         for name in ("config.json", "model.safetensors", "metrics.json"):
             shutil.copy(out / "best" / name, Path(args.export) / name)
         print(f"exported {out / 'best'} to {args.export}")
-    log_file.close()
+    log.close()
     return 0

@@ -11,6 +11,7 @@ Everything a user can send is checked here before any model is touched: the app 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -36,6 +37,12 @@ MAX_SHAPE_CHARS = 200          # the k-config text box
 MAX_MODEL_REF_CHARS = 300      # hub id or path of a custom model
 MAX_SEED = 2**63 - 1
 MAX_TRACE_STEPS = 4096         # a loaded trace; the app itself never makes more than MAX_NEW_TOKENS_LIMIT
+
+
+# torch's default RNG is one per process. The seeded tiny-random pair is built by reseeding it, and any module
+# construction (a decision model for a stop policy) draws from it: done in two threads at once, tiny-random gets
+# other weights. Every model or module built on behalf of a session takes this lock.
+MODEL_BUILD_LOCK = threading.Lock()
 
 
 class UserError(ValueError):
@@ -205,7 +212,8 @@ class PairCache:
                 with self._guard:
                     if key in self._pairs:
                         return self._pairs[key]
-                pair = self._load(settings)
+                with MODEL_BUILD_LOCK:
+                    pair = self._load(settings)
                 with self._guard:
                     while len(self._pairs) >= self.max_pairs:  # sessions still using an evicted pair keep it
                         self._pairs.pop(next(iter(self._pairs)))
@@ -245,7 +253,9 @@ def decoder_options(settings: Settings, method: str | None = None) -> dict:
     is refused before a model is loaded); every configuration problem becomes a UserError."""
     method = method or settings.method
     try:
-        stop = make_stop_policy(settings.stop, settings.threshold)
+        builds_a_module = settings.stop in ("decision", "cumulative")  # they load a decision model
+        with MODEL_BUILD_LOCK if builds_a_module else contextlib.nullcontext():
+            stop = make_stop_policy(settings.stop, settings.threshold)
         sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
         k_config = parse_branching(settings.k_config) if method == "mcsd" else (4, 2, 2, 1)
         if method != "ar":

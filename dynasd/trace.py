@@ -139,23 +139,33 @@ def _expect(cond: bool, message: str) -> None:
         raise TraceError(message)
 
 
+def _expect_list(value, item_type, name: str) -> None:
+    _expect(isinstance(value, list) and all(isinstance(v, item_type) and not isinstance(v, bool) for v in value),
+            f"{name} must be a list of {item_type.__name__}")
+
+
 def _step_from(obj: dict) -> StepTrace:
     obj = dict(_check_fields(StepTrace, obj))
     _expect(isinstance(obj.get("nodes"), list), "step.nodes must be a list")
+    _expect(isinstance(obj.get("stop_scores", []), list), "step.stop_scores must be a list")
     obj["nodes"] = [_node_from(n) for n in obj["nodes"]]
     obj["stop_scores"] = [LevelScores(**_check_fields(LevelScores, s)) for s in obj.get("stop_scores", [])]
     step = StepTrace(**obj)
     n = len(step.nodes)
-    _expect(len(step.verify_mask) == n and all(isinstance(r, str) and len(r) == n and set(r) <= {"0", "1"}
-                                               for r in step.verify_mask), f"step {step.index}: bad verify_mask")
+    where = f"step {step.index}"
+    for name, item_type in (("verify_mask", str), ("position_ids", int), ("accepted_path", int),
+                            ("committed", int), ("committed_tokens", str), ("committed_origins", str)):
+        _expect_list(getattr(step, name), item_type, f"{where}: {name}")
+    _expect(len(step.verify_mask) == n and all(len(r) == n and set(r) <= {"0", "1"} for r in step.verify_mask),
+            f"{where}: bad verify_mask")
     for i, node in enumerate(step.nodes):
-        _expect(node.status in NODE_STATUSES, f"step {step.index}: unknown node status {node.status!r}")
-        _expect(isinstance(node.parent, int) and -1 <= node.parent < i, f"step {step.index}: bad parent of node {i}")
-    _expect(all(isinstance(i, int) and 0 <= i < n for i in step.accepted_path), f"step {step.index}: bad path")
+        _expect(node.status in NODE_STATUSES, f"{where}: unknown node status {node.status!r}")
+        _expect(isinstance(node.parent, int) and -1 <= node.parent < i, f"{where}: bad parent of node {i}")
+        _expect(isinstance(node.token_id, int) and isinstance(node.token, str), f"{where}: bad token of node {i}")
+    _expect(all(0 <= i < n for i in step.accepted_path), f"{where}: bad path")
     _expect(len(step.committed) == len(step.committed_tokens) == len(step.committed_origins),
-            f"step {step.index}: committed lists differ in length")
-    _expect(all(o in TOKEN_ORIGINS for o in step.committed_origins), f"step {step.index}: unknown token origin")
-    _expect(all(isinstance(t, int) for t in step.committed), f"step {step.index}: token ids must be integers")
+            f"{where}: committed lists differ in length")
+    _expect(all(o in TOKEN_ORIGINS for o in step.committed_origins), f"{where}: unknown token origin")
     return step
 
 
@@ -172,10 +182,12 @@ def run_from_dict(obj: dict) -> RunTrace:
     try:
         obj["steps"] = [_step_from(s) for s in obj["steps"]]
         run = RunTrace(**obj)
-    except TypeError as exc:  # missing or mistyped fields
+    except (TypeError, AttributeError) as exc:  # missing or mistyped fields
         raise TraceError(f"malformed trace: {exc}") from exc
     _expect(isinstance(run.text, str) and isinstance(run.prompt, str), "prompt and text must be strings")
-    _expect(all(isinstance(t, int) for t in run.new_token_ids), "new_token_ids must be integers")
+    _expect(isinstance(run.config, dict), "config must be an object")
+    _expect_list(run.new_token_ids, int, "new_token_ids")
+    _expect_list(run.prompt_ids, int, "prompt_ids")
     return run
 
 

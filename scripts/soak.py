@@ -63,7 +63,8 @@ BAD_INPUTS = {
                            "hub is unreachable"),
     "missing local path": (dict(prompt="hi", pair="custom", target="/nonexistent/a", draft="/nonexistent/b"),
                            "no model at local path"),
-    "decision policy without its model": (dict(prompt="hi", pair="tiny-random", stop="decision"), "decision"),
+    "threshold out of range": (dict(prompt="hi", pair="tiny-random", threshold=7.0), "maximum"),
+    "tree shape not text": (dict(prompt="hi", pair="tiny-random", k_config=["4", "2"]), "comma-separated"),
 }
 HOSTILE_TRACES = {
     "trace: not JSON": b"not json at all",
@@ -97,6 +98,7 @@ class Figures:
         self.bad_inputs: collections.Counter = collections.Counter()
         self.faults = collections.Counter()
         self.failures: list[str] = []
+        self.rss_track: list[tuple[int, float]] = []  # (tabs opened so far, RSS MB)
 
     def fail(self, message: str) -> None:
         with self.lock:
@@ -248,7 +250,8 @@ def fault_phase(url, app, figures, faults: int) -> None:
 
 def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tuple[float, float, float]:
     """`sessions` tabs opened, stepped a few times and abandoned, `workers` at a time. Returns RSS (MB) at the
-    start (after a warm-up of max_sessions tabs, so the registry is full), at the end, and the peak."""
+    start, at the end, and the peak. The start is after a warm-up that fills both bounded stores (our registry
+    and gradio's per-session state, which holds twice as many), so what follows is the steady state."""
     per_worker = sessions // workers
     counter = iter(range(10**9))
     lock = threading.Lock()
@@ -268,15 +271,19 @@ def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tu
             if i % 50 == 0:
                 with lock:
                     peak[0] = max(peak[0], rss_mb())
+                    figures.rss_track.append((i, rss_mb()))
 
-    warm = app.SESSIONS.max_sessions
-    run_workers(worker, workers, warm // workers + 1)
+    run_workers(worker, workers, warm_up_tabs(app) // workers + 1)
     gc.collect()
     start = rss_mb()
     run_workers(worker, workers, per_worker)
     gc.collect()
     end = rss_mb()
     return start, end, max(peak[0], end)
+
+
+def warm_up_tabs(app) -> int:
+    return 2 * app.SESSIONS.max_sessions + 8
 
 
 def run_workers(fn, workers, n):
@@ -335,10 +342,11 @@ def main(argv=None) -> int:
           + ", ".join(figures.bad_inputs))
     print(f"  faults injected                {sum(figures.faults.values())}: "
           + ", ".join(f"{n}x {kind}" for kind, n in figures.faults.items()))
-    print(f"  sessions created and abandoned {args.sessions} (+{app.SESSIONS.max_sessions} warm-up), "
+    print(f"  sessions created and abandoned {args.sessions} (+{warm_up_tabs(app)} warm-up), "
           f"{args.steps} steps each")
     print(f"  RSS                            boot {rss_boot:.0f} MB; soak start {rss_start:.0f} MB, "
           f"end {rss_end:.0f} MB ({rss_end - rss_start:+.0f} MB), peak {rss_peak:.0f} MB")
+    print("  RSS every 50 tabs (MB)         " + ", ".join(f"{i}: {mb:.0f}" for i, mb in figures.rss_track))
     print(f"  wall time                      {time.monotonic() - started:.0f} s")
     print(f"  checks failed                  {len(figures.failures)}")
     for failure in figures.failures[:20]:

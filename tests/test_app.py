@@ -107,7 +107,7 @@ def test_bad_settings_are_user_errors_with_a_reason():
     cases = [(Settings(pair="tiny-random", k_config="4,0"), "hi", "at least 1"),
              (Settings(pair="tiny-random", method="beam"), "hi", "unknown method"),
              (Settings(pair="tiny-random", max_new_tokens=0), "hi", "max new tokens"),
-             (Settings(pair="tiny-random", stop="decision"), "hi", "decision"),
+             (Settings(pair="tiny-random", stop="confidence", threshold=1.5), "hi", "threshold"),
              (Settings(pair="tiny-random", k_config="99,99"), "hi", "limit"),
              (Settings(pair="tiny-random", max_new_tokens=500), "long " * 200, "context"),
              (Settings(pair="tiny-random"), "   ", "empty")]
@@ -248,7 +248,7 @@ def test_bad_input_returns_a_clear_message_not_a_traceback(connect, tmp_path):
     client = connect()
     cases = [(dict(prompt="", **TINY), "the prompt is empty"),
              (dict(prompt="hi", pair="tiny-random", k_config="4,x"), "comma-separated integers"),
-             (dict(prompt="hi", pair="tiny-random", stop="decision"), "decision model"),
+             (dict(prompt="hi", pair="tiny-random", k_config="99,99"), "limit"),
              (dict(prompt="hi", pair="custom", target="", draft=""), "needs both a target and a draft"),
              (dict(prompt="hi", pair="tiny-random", target="/nonexistent", draft="/nonexistent"),
               None),  # ids are ignored unless the pair is custom: this one runs

@@ -208,3 +208,32 @@ def test_the_app_registry_stays_bounded_as_clients_come_and_go(server):
             assert len(registry) <= 6
     finally:
         registry.max_sessions = saved
+
+
+def test_loading_tiny_random_while_other_sessions_build_decision_models_gives_the_seeded_pair():
+    """tiny-random is built by reseeding torch's process-wide RNG, and a decision model's construction draws from
+    it: the session layer keeps the two from interleaving, so the pair is the same as on every other machine."""
+    import torch
+
+    from dynasd.models import load_pair, tiny_random_pair
+    from dynasd.session import decoder_options
+
+    reference = tiny_random_pair()
+    stop = threading.Event()
+
+    def build_stop_policies():
+        while not stop.is_set():
+            decoder_options(Settings(pair="tiny-random", stop="cumulative"))
+
+    builders = [threading.Thread(target=build_stop_policies) for _ in range(2)]
+    for t in builders:
+        t.start()
+    try:
+        loaded = [PairCache(loader=load_pair, device="cpu").get(Settings(pair="tiny-random")) for _ in range(3)]
+    finally:
+        stop.set()
+        for t in builders:
+            t.join()
+    for pair in loaded:
+        assert all(torch.equal(a, b) for a, b in zip(pair.target.state_dict().values(),
+                                                     reference.target.state_dict().values()))

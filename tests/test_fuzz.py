@@ -250,13 +250,19 @@ def test_the_app_loader_only_ever_says_no_with_a_reason(good_trace, tmp_path_fac
     check_trace(run)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="engine bug (dynasd/trace.py run_from_dict): a non-iterable new_token_ids raises TypeError "
-                          "instead of TraceError (the check after the try block iterates it unguarded); the app's "
-                          "load_trace catches it, the CLI and other callers do not")
-def test_run_from_dict_with_an_integer_new_token_ids_is_a_trace_error(good_trace):
+@pytest.mark.parametrize("field,value", [("new_token_ids", 5), ("new_token_ids", {}), ("prompt_ids", "abc"),
+                                         ("config", [])])
+def test_mistyped_top_level_fields_are_trace_errors(good_trace, field, value):
     with pytest.raises(TraceError):
-        run_from_dict({**good_trace, "new_token_ids": 5})
+        run_from_dict({**good_trace, field: value})
+
+
+def test_a_string_verify_mask_is_a_trace_error(good_trace):
+    bad = json.loads(json.dumps(good_trace))
+    step = next(s for s in bad["steps"] if len(s["nodes"]) >= 1)
+    step["verify_mask"] = "1" * len(step["nodes"])
+    with pytest.raises(TraceError):
+        run_from_dict(bad)
 
 
 # -- random decoder configurations on tiny-random --------------------------------------------------------------------

@@ -15,7 +15,7 @@ from scipy.stats import chisquare
 from dynasd.decoders import make_decoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
 from dynasd.sampling import SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
-from dynasd.tree import ROOT, TreeShape
+from dynasd.tree import ROOT
 
 VOCAB = 4
 SAMPLES = 10_000

@@ -86,7 +86,6 @@ BAD_SETTINGS = {
     "seed beyond 64 bits": (dict(seed=2**64), "hi", "seed must lie"),
     "unknown method": (dict(method="beam"), "hi", "unknown method"),
     "unknown stop policy": (dict(stop="sometimes"), "hi", "unknown stop policy"),
-    "decision policy without its model": (dict(stop="decision"), "hi", "decision"),
     "unknown pair": (dict(pair="gpt-17"), "hi", "unknown model pair"),
     "pair that looks like a path": (dict(pair="../../secret"), "hi", "unknown model pair"),
     "pair not text": (dict(pair=None), "hi", "must be a string"),
