@@ -155,8 +155,7 @@ class TreeDecoder(Decoder):
         return tree
 
     # -- 3. walk -----------------------------------------------------------------------------------------------
-    def _walk(self, start: int, tree: DraftedTree, live: int, target_row, target_logits, target_probs,
-              argmax: list[int]) -> WalkResult:
+    def _walk(self, start: int, tree: DraftedTree, target_row, target_probs, argmax: list[int]) -> WalkResult:
         shape = self.shape
         depth = tree.depth
 
@@ -202,7 +201,7 @@ class TreeDecoder(Decoder):
         if shape.target_roots:
             self.prev_root_logits, self.prev_root_probs = self.root_logits, getattr(self, "root_probs", None)
             roots = list(shape.nodes_at(1))
-            walks = [self._walk(r, tree, live, target_row, target_logits, target_probs, argmax) for r in roots]
+            walks = [self._walk(r, tree, target_row, target_probs, argmax) for r in roots]
             best = max(range(len(roots)), key=lambda j: (len(walks[j].path), -j))
             walk = walks[best]
             path = [roots[best]] + walk.path
@@ -211,7 +210,7 @@ class TreeDecoder(Decoder):
             final_parent = final_p = None
             self._set_root_distribution(target_logits[target_row(walk.final_context)], walk.final_probs)
         else:
-            walks = [self._walk(ROOT, tree, live, target_row, target_logits, target_probs, argmax)]
+            walks = [self._walk(ROOT, tree, target_row, target_probs, argmax)]
             walk = walks[0]
             path = walk.path
             row = target_row(walk.final_context)
@@ -235,7 +234,8 @@ class TreeDecoder(Decoder):
             verify_mask=[row[:live] for row in self.max_mask_rows[:live]],
             position_ids=list(range(context_len - root_rows, context_len)) + positions, accepted_path=path,
             committed=committed, committed_tokens=self.pair.token_strings(committed), committed_origins=origins,
-            final_parent=final_parent, final_p=final_p, root_token=root_token, stop_policy=self.stop.name if self.dynamic_depth else "none",
+            final_parent=final_parent, final_p=final_p, root_token=root_token,
+            stop_policy=self.stop.name if self.dynamic_depth else "none",
             threshold=self.stop.threshold if self.dynamic_depth else None, stop_scores=tree.stop_scores,
             draft_seconds=t1 - t0, verify_seconds=t2 - t1, accept_seconds=time.perf_counter() - t2,
             draft_forwards=self.draft.forwards - draft_forwards_before, target_forwards=1)
