@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 
 import torch
 
@@ -14,7 +15,7 @@ class RequestError(ValueError):
     """A request the decoder refuses (empty prompt, too long, ...); the message is meant for the user."""
 
 
-class Decoder:
+class Decoder(ABC):
     method = "base"
 
     def __init__(self, pair: ModelPair, sampling: SamplingConfig, seed: int = 0) -> None:
@@ -38,11 +39,13 @@ class Decoder:
         """Most positions one step can add beyond the committed tokens (for the context-limit check)."""
         return 1
 
+    @abstractmethod
     def _prefill(self) -> None:
-        raise NotImplementedError
+        """Cache the prompt (all of it, or all but the token the first step will feed)."""
 
+    @abstractmethod
     def _step(self) -> StepTrace:
-        raise NotImplementedError
+        """Draft, verify once, commit: the method itself."""
 
     # -- the shared run loop -----------------------------------------------------------------------------------
     def start(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
