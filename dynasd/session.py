@@ -560,3 +560,12 @@ def _check_value(value, annotation, where: str) -> None:
         _expect(isinstance(value, int) and not isinstance(value, bool), f"{where}: expected an integer")
     elif annotation in (str, bool, dict):
         _expect(isinstance(value, annotation), f"{where}: expected {annotation.__name__}")
+
+
+def process_rss_mb() -> float:
+    """Resident memory of this process (Linux), for the soak figures and the memory test."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0

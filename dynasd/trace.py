@@ -72,10 +72,6 @@ class StepTrace:
     draft_forwards: int = 0
     target_forwards: int = 0
 
-    @property
-    def accepted_draft_tokens(self) -> int:
-        return sum(origin == "draft" for origin in self.committed_origins)
-
 
 @dataclass
 class RunTrace:

@@ -27,6 +27,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from dynasd.session import process_rss_mb  # noqa: E402  (after the path and environment set-up)
+
 STATUS, TEXT, SCRUBBER = 7, 0, 9
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
 CONFIGS = [dict(method="mcsd", k_config="4,2,2,1"), dict(method="sd", gamma=3), dict(method="ar"),
@@ -79,14 +81,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Figures:
@@ -270,15 +264,15 @@ def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tu
                     figures.fail(f"abandoned tab {i}: {status[:200]!r}")
             if i % 50 == 0:
                 with lock:
-                    peak[0] = max(peak[0], rss_mb())
-                    figures.rss_track.append((i, rss_mb()))
+                    peak[0] = max(peak[0], process_rss_mb())
+                    figures.rss_track.append((i, process_rss_mb()))
 
     run_workers(worker, workers, warm_up_tabs(app) // workers + 1)
     gc.collect()
-    start = rss_mb()
+    start = process_rss_mb()
     run_workers(worker, workers, per_worker)
     gc.collect()
-    end = rss_mb()
+    end = process_rss_mb()
     return start, end, max(peak[0], end)
 
 
@@ -315,7 +309,7 @@ def main(argv=None) -> int:
     figures = Figures()
     pair = tiny_random_pair()
     started = time.monotonic()
-    rss_boot = rss_mb()
+    rss_boot = process_rss_mb()
     try:
         t = time.monotonic()
         concurrency_phase(url, app, figures, pair, args.concurrent, args.max_new_tokens)

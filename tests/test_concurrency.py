@@ -2,13 +2,11 @@
 memory stays flat while sessions come and go."""
 import gc
 import threading
-import time
 
 import pytest
 
-from dynasd.decoders import make_decoder
-from dynasd.sampling import SamplingConfig
-from dynasd.session import PairCache, SessionRegistry, Settings, UserError, build_decoder
+from dynasd.session import (PairCache, SessionRegistry, Settings, UserError, build_decoder,
+                            process_rss_mb)
 
 OUT = dict(text=0, status=7, scrubber=9)
 
@@ -162,14 +160,6 @@ def test_eviction_takes_the_oldest_idle_session_and_never_a_busy_one():
         busy.get(None)
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def test_memory_stays_flat_over_many_abandoned_sessions(tiny_pair):
     pairs = PairCache(loader=lambda *a, **k: tiny_pair)
     registry = SessionRegistry(max_sessions=8, ttl_s=3600)
@@ -184,10 +174,10 @@ def test_memory_stays_flat_over_many_abandoned_sessions(tiny_pair):
 
     abandon(20)  # warm up allocator pools and caches first
     gc.collect()
-    start = rss_mb()
+    start = process_rss_mb()
     abandon(100)
     gc.collect()
-    end = rss_mb()
+    end = process_rss_mb()
     assert len(registry) == 8
     print(f"RSS over 100 abandoned sessions: {start:.0f} MB -> {end:.0f} MB")
     assert end - start < 60, f"memory grew from {start:.0f} MB to {end:.0f} MB"
