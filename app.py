@@ -24,8 +24,8 @@ import pandas as pd
 
 import viz
 from dynasd.decoders import METHODS
-from dynasd.session import (CUSTOM, MAX_NEW_TOKENS_LIMIT, PairCache, Session, SessionFailed, SessionRegistry,
-                            Settings, UserError, compare_methods, known_pairs, load_trace)
+from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, PairCache, Session, SessionFailed,
+                            SessionRegistry, Settings, UserError, compare_methods, known_pairs, load_trace)
 from dynasd.stopping import STOP_POLICIES
 from dynasd.trace import save_run
 
@@ -83,6 +83,10 @@ METHOD_HELP = {
     "ti-mcsd": "**ti-mcsd**: the first token of each of *width* chains comes from the **target's** own top "
                "choices (known from the previous step), the draft extends each chain *depth* tokens. The chain "
                "with most accepted tokens wins, which can pick the target's 2nd choice: **LOSSY** when width > 1.",
+    "pld": "**pld**: prompt lookup decoding, no draft model. When the last tokens occurred earlier in the text "
+           "(prompt or output), the tokens that followed them there become a chain of candidates (■, q = 1); "
+           "otherwise the target takes a plain step. Free guesses: good on repetitive text. Lossless. "
+           "*Prompt lookup* below sets the chain length (0 = 8); sd and mcsd can use lookup too.",
 }
 
 TREE_HELP = """
@@ -93,6 +97,8 @@ position. After the target's single check:
 - <span style="color:#d64541">●</span> **rejected**: tested and refused.
   <span style="color:#9b7fcf">●</span> **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
 - <span style="color:#b9b9b9">●</span> **not reached**: below a rejected node, never tested.
+- ■ square nodes came from **prompt lookup** (pld, or sd/mcsd with lookup on): copied from an earlier place in the
+  text, so their q is 1 and a node is accepted with probability p.
 - <span style="color:#2f7fd1">★</span> **bonus** or <span style="color:#f08a24">★</span> **correction**: the
   target's own token, sampled after the last accepted node. One is added every step, so a step never commits
   fewer than one token.
@@ -127,7 +133,7 @@ on this machine (on a CPU the draft is not much cheaper than the target, so wall
 """
 
 COMPARE_HELP = """
-**What am I seeing?** The same prompt and settings through all four methods. **same text as ar** says whether a
+**What am I seeing?** The same prompt and settings through every method. **same text as ar** says whether a
 method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
 *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
 random draws differ (they agree in distribution, not token by token).
@@ -145,7 +151,8 @@ here with no model loaded. Use the step slider to walk through a loaded run.
 PAIRS = pairs_from_env()
 SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
 CONTROL_NAMES = ("pair", "target", "draft", "method", "gamma", "k_config", "width", "depth", "dynamic_depth",
-                 "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed", "top_k")
+                 "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed", "top_k",
+                 "lookup")
 
 
 def settings_from(*values) -> Settings:
@@ -243,13 +250,13 @@ def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
 
 @gpu
 def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-            stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0):
+            stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0):
     session = SESSIONS.get(session_id)
     try:
         _busy_guard(session)
         with session.lock:
             settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed, top_k)
+                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup)
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
         ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
@@ -263,13 +270,13 @@ def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, wi
 
 @gpu
 def on_run(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-           stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0):
+           stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0):
     session = SESSIONS.get(session_id)
     try:
         with session.lock:
             _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed, top_k)
+                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup)
             _ensure_run(session, settings, prompt)
             run = session.run
             session.running, session.stop_requested = True, False
@@ -325,18 +332,18 @@ def on_show_step(session_id, index):
 
 @gpu
 def on_compare(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-               stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0):
+               stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0):
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
         settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                 threshold, temperature, top_p, max_new_tokens, seed, top_k)
+                                 threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup)
         for method, run in compare_methods(PAIRS, settings, prompt):
             runs[method] = run
             rows = viz.compare_rows(runs)
             done = len(runs) < len(METHODS)
             yield (pd.DataFrame(rows), viz.compare_figure(rows),
-                   _status(f"{method} done{'…' if done else ': all four methods compared.'}",
+                   _status(f"{method} done{'…' if done else ': all methods compared.'}",
                            "info" if done else "ok"), session.id)
     except Exception as exc:
         if not isinstance(exc, (UserError, SessionFailed)):
@@ -391,7 +398,8 @@ def on_load(session_id, path):
 
 def on_method_change(method: str):
     return (METHOD_HELP.get(method, ""), gr.Slider(visible=method == "sd"), gr.Textbox(visible=method == "mcsd"),
-            gr.Slider(visible=method == "ti-mcsd"), gr.Slider(visible=method == "ti-mcsd"))
+            gr.Slider(visible=method == "ti-mcsd"), gr.Slider(visible=method == "ti-mcsd"),
+            gr.Slider(visible=method in ("sd", "mcsd", "pld")))
 
 
 def on_pair_change(pair: str):
@@ -440,6 +448,9 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     width = gr.Slider(1, 16, value=4, step=1, label="Width: target-initialized chains",
                                       visible=False)
                     depth = gr.Slider(1, 12, value=4, step=1, label="Depth: draft tokens per chain", visible=False)
+                    lookup = gr.Slider(0, MAX_LOOKUP, value=0, step=1, label="Prompt lookup (sd, mcsd; 0 = off)",
+                                       info="when the last tokens occurred earlier in the text, propose what followed "
+                                            "them (up to this many) instead of running the draft model")
                 with gr.Accordion("Dynamic depth", open=False):
                     dynamic_depth = gr.Checkbox(value=False, label="Dynamic depth (let a stop policy end drafting)")
                     stop = gr.Dropdown(list(STOP_POLICIES), value="none", label="Stop policy",
@@ -483,7 +494,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     with gr.Tab("Compare"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                compare_btn = gr.Button("Compare ar, sd, mcsd and ti-mcsd on this prompt",
+                                compare_btn = gr.Button("Compare ar, sd, mcsd, ti-mcsd and pld on this prompt",
                                                         elem_id="compare-btn")
                                 compare_status = gr.Markdown("")
                                 compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
@@ -499,7 +510,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             gr.Markdown(TRACE_HELP, elem_classes="explain")
 
         controls = [pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop, threshold,
-                    temperature, top_p, max_new_tokens, seed, top_k]
+                    temperature, top_p, max_new_tokens, seed, top_k, lookup]
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt, *controls], views, api_name="step")
@@ -512,7 +523,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                           [compare_table, compare_plot, compare_status, session_id], api_name="compare")
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
         load_file.upload(on_load, [session_id, load_file], views, api_name="load_trace")
-        method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth],
+        method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth, lookup],
                       api_visibility="private")
         pair.change(on_pair_change, [pair], [target, draft], api_visibility="private")
     return demo

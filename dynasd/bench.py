@@ -12,7 +12,7 @@ Fairness rules (method.md section 7, and the reference code's defects in section
 Outputs in --out: runs.jsonl (one object per prompt, method and temperature), summary.json (one object per
 method, temperature and category, plus category "all"), meta.json (what was run, where), report.html (Plotly).
 
-Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, hf-assisted, each optionally followed by
+Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, pld, hf-assisted, each optionally followed by
 `:key=value` options and/or a `+dyn` suffix; a comma followed by a digit continues the previous option, so
 `mcsd:k=4,2,2,1:stop=confidence:th=0.3,ar` is two methods. See METHOD_OPTIONS and docs/benchmarks.md.
 """
@@ -45,16 +45,20 @@ OPTION_HELP = {
     "th": "stop threshold; hf-assisted: assistant_confidence_threshold",
     "decision": "folder of a trained decision model (stop=decision or cumulative)",
     "replacement": "mcsd: 1 = draw siblings with replacement",
+    "lookup": "sd/mcsd/pld: prompt lookup, up to this many looked-up tokens per step (0 = off; pld: 8); "
+              "hf-assisted: prompt_lookup_num_tokens (transformers' own prompt lookup, no draft model)",
+    "ngram": "sd/mcsd/pld: prompt lookup's shortest matching n-gram",
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
 }
 TREE_KEYS = {"stop", "th", "decision"}
 METHOD_OPTIONS: dict[str, set[str]] = {
     "ar": set(),
-    "sd": {"gamma"} | TREE_KEYS,
-    "mcsd": {"k", "replacement"} | TREE_KEYS,
+    "sd": {"gamma", "lookup", "ngram"} | TREE_KEYS,
+    "mcsd": {"k", "replacement", "lookup", "ngram"} | TREE_KEYS,
     "ti-mcsd": {"w", "d", "k"} | TREE_KEYS,
-    "hf-assisted": {"n", "th", "schedule"},
+    "pld": {"lookup", "ngram"},
+    "hf-assisted": {"n", "th", "schedule", "lookup"},
 }
 
 
@@ -139,7 +143,8 @@ def method_args(args: argparse.Namespace, spec: MethodSpec) -> argparse.Namespac
     ns = copy.copy(args)
     options = dict(spec.options)
     for key, attr, convert in (("gamma", "gamma", int), ("w", "width", int), ("d", "depth", int),
-                               ("th", "threshold", float), ("stop", "stop", str),
+                               ("th", "threshold", float), ("stop", "stop", str), ("lookup", "lookup", int),
+                               ("ngram", "lookup_ngram", int),
                                ("decision", "decision_model", str)):
         if key in options:
             try:
@@ -161,7 +166,7 @@ def check_spec(args: argparse.Namespace, spec: MethodSpec) -> None:
     from .tree import parse_branching
 
     if spec.method == "hf-assisted":
-        for key, convert in (("n", int), ("th", float)):
+        for key, convert in (("n", int), ("th", float), ("lookup", int)):
             if spec.option(key) is not None:
                 try:
                     convert(spec.option(key))
@@ -273,10 +278,12 @@ def truncate(ids: list[int], max_new_tokens: int, eos_ids) -> tuple[list[int], s
 
 def draft_level_counts(trace) -> tuple[int, int]:
     """(accepted, attempted) draft levels: a live level counts once per step, target-root levels not at all."""
+    from .trace import PROPOSED_ORIGINS
+
     accepted = attempted = 0
     for step in trace.steps:
-        attempted += len({n.level for n in step.nodes if n.origin == "draft"})
-        accepted += sum(step.nodes[i].origin == "draft" for i in step.accepted_path)
+        attempted += len({n.level for n in step.nodes if n.origin in PROPOSED_ORIGINS})
+        accepted += sum(step.nodes[i].origin in PROPOSED_ORIGINS for i in step.accepted_path)
     return accepted, attempted
 
 
@@ -316,7 +323,8 @@ def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, promp
     """transformers' `generate(assistant_model=...)` with the same pair, sampling settings and token budget.
 
     HF defaults apply unless the spec overrides them (num_assistant_tokens 20, constant schedule, assistant
-    confidence threshold 0.4). The draft's generation config is restored afterwards: HF's heuristic schedule
+    confidence threshold 0.4). With `lookup=N` it runs transformers' prompt lookup decoding instead
+    (`prompt_lookup_num_tokens=N`, no assistant model): the peer of our `pld`. The draft's generation config is restored afterwards: HF's heuristic schedule
     writes its state into it, which would leak from one run into the next.
     """
     import torch
@@ -346,7 +354,12 @@ def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, promp
         _synchronize(pair)
         started = time.perf_counter()
         with torch.inference_mode():
-            out = pair.target.generate(input_ids, attention_mask=attention, assistant_model=pair.draft, **kwargs)
+            if spec.option("lookup") is not None:
+                out = pair.target.generate(input_ids, attention_mask=attention,
+                                           prompt_lookup_num_tokens=int(spec.option("lookup")), **kwargs)
+            else:
+                out = pair.target.generate(input_ids, attention_mask=attention, assistant_model=pair.draft,
+                                           **kwargs)
         _synchronize(pair)
         seconds = time.perf_counter() - started
     finally:

@@ -46,6 +46,10 @@ def add_method_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=4, help="ti-mcsd: number of target-initialized chains")
     p.add_argument("--depth", type=int, default=4, help="ti-mcsd: draft tokens per chain")
     p.add_argument("--with-replacement", action="store_true", help="mcsd: draw siblings with replacement")
+    p.add_argument("--lookup", type=int, default=0,
+                   help="sd/mcsd/pld: prompt lookup; when the last n-gram occurred earlier in the context, propose up to "
+                        "this many tokens that followed it instead of running the draft model (0 = off; pld: 8)")
+    p.add_argument("--lookup-ngram", type=int, default=2, help="prompt lookup: shortest n-gram that may match")
     p.add_argument("--dynamic-depth", action="store_true", help="let a stop policy end drafting early")
     p.add_argument("--stop", default="none",
                    help="none, confidence, decision or cumulative (implies --dynamic-depth)")
@@ -71,7 +75,8 @@ def decoder_from(args: argparse.Namespace, method: str, pair, sampling, seed: in
     ti_shape = parse_branching(args.ti_k_config) if args.ti_k_config else None
     return make_decoder(method, pair, sampling, seed=seed, gamma=args.gamma, k_config=parse_branching(args.k_config),
                         width=args.width, depth=args.depth, ti_k_config=ti_shape,
-                        without_replacement=not args.with_replacement, dynamic_depth=args.dynamic_depth, stop=stop)
+                        without_replacement=not args.with_replacement, dynamic_depth=args.dynamic_depth, stop=stop,
+                        lookup=args.lookup, lookup_min_ngram=args.lookup_ngram)
 
 
 def load_pair_from(args: argparse.Namespace):
@@ -106,7 +111,7 @@ def read_prompts(path: str | Path, limit: int | None = None, categories: list[st
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
-    p.add_argument("--method", default="mcsd", choices=["ar", "sd", "mcsd", "ti-mcsd"])
+    p.add_argument("--method", default="mcsd", choices=["ar", "sd", "mcsd", "ti-mcsd", "pld"])
     add_method_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runs", type=int, default=1, help="independent runs with seeds seed..seed+N-1")

@@ -20,6 +20,7 @@ import json
 import math
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,13 +63,21 @@ class Sequence:
     ids: list[int]
     answer_start: int
     labels: list[int] | None = None
+    # optional soft targets: the target's top-k tokens and their log-probabilities at each answer position
+    topk_ids: list[list[int]] | None = None
+    topk_logp: list[list[float]] | None = None
 
 
 def save_sequences(path: Path, seqs: list[Sequence]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(json.dumps({"ids": s.ids, "answer_start": s.answer_start, "labels": s.labels})
-                             for s in seqs) + "\n")
+    def record(s: Sequence) -> dict:
+        obj = {"ids": s.ids, "answer_start": s.answer_start, "labels": s.labels}
+        if s.topk_ids is not None:
+            obj.update(topk_ids=s.topk_ids, topk_logp=s.topk_logp)
+        return obj
+
+    tmp.write_text("\n".join(json.dumps(record(s)) for s in seqs) + "\n")
     tmp.replace(path)
 
 
@@ -78,14 +87,17 @@ def load_sequences(paths) -> list[Sequence]:
         for line in Path(path).read_text().splitlines():
             if line.strip():
                 obj = json.loads(line)
-                seqs.append(Sequence(obj["ids"], obj["answer_start"], obj.get("labels")))
+                seqs.append(Sequence(obj["ids"], obj["answer_start"], obj.get("labels"), obj.get("topk_ids"),
+                                     obj.get("topk_logp")))
     return seqs
 
 
 @torch.inference_mode()
-def generate_answers(model, prompts: list[list[int]], pad_id: int, eos_ids: set[int], max_new_tokens: int
-                     ) -> list[Sequence]:
-    """Greedy answers for one batch of prompts (left-padded), cut after the first end-of-sequence token."""
+def generate_answers(model, prompts: list[list[int]], pad_id: int, eos_ids: set[int], max_new_tokens: int,
+                     topk: int = 0) -> list[Sequence]:
+    """Greedy answers for one batch of prompts (left-padded), cut after the first end-of-sequence token. With
+    `topk`, also the target's top-k tokens and log-probabilities at every answer position (soft targets, free:
+    generation computes these logits anyway)."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -93,15 +105,25 @@ def generate_answers(model, prompts: list[list[int]], pad_id: int, eos_ids: set[
         ids[row, width - len(p):] = torch.tensor(p)
         mask[row, width - len(p):] = 1
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                         pad_token_id=pad_id, eos_token_id=sorted(eos_ids))
+                         pad_token_id=pad_id, eos_token_id=sorted(eos_ids), return_dict_in_generate=True,
+                         output_logits=bool(topk))
+    top_ids = top_logp = None
+    if topk:  # [batch, steps, k]
+        top = [step.float().log_softmax(-1).topk(topk, dim=-1) for step in out.logits]
+        top_logp = torch.stack([t.values for t in top], dim=1)
+        top_ids = torch.stack([t.indices for t in top], dim=1)
     seqs = []
     for row, p in enumerate(prompts):
-        answer = out[row, width:].tolist()
+        answer = out.sequences[row, width:].tolist()
         for i, tok in enumerate(answer):
             if tok in eos_ids:
                 answer = answer[:i + 1]
                 break
-        seqs.append(Sequence(list(p) + answer, len(p)))
+        seq = Sequence(list(p) + answer, len(p))
+        if topk:
+            seq.topk_ids = top_ids[row, :len(answer)].tolist()
+            seq.topk_logp = [[round(v, 3) for v in r] for r in top_logp[row, :len(answer)].tolist()]
+        seqs.append(seq)
     return seqs
 
 
@@ -113,11 +135,13 @@ def generate_stage(args, log) -> None:
     data_dir = Path(args.out) / "data"
     texts = read_train_prompts(args.prompts)
     random.Random(args.seed).shuffle(texts)
-    heldout_texts, train_texts = texts[:args.heldout], texts[args.heldout:args.heldout + args.gen_prompts]
+    # --gen-skip leaves out training prompts an earlier run already answered (same seed, same order)
+    first = args.heldout + args.gen_skip
+    heldout_texts, train_texts = texts[:args.heldout], texts[first:first + args.gen_prompts]
     pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype)
     model, pad = pair.target, pair.tokenizer.pad_token_id
     pad = pad if pad is not None else min(pair.eos_token_ids)
-    jobs = [("heldout", heldout_texts)] + [(f"train-{i // args.shard_prompts:04d}",
+    jobs = [("heldout", heldout_texts)] + [(f"{args.shard_prefix}-{i // args.shard_prompts:04d}",
                                             train_texts[i:i + args.shard_prompts])
                                            for i in range(0, len(train_texts), args.shard_prompts)]
     start = time.time()
@@ -134,7 +158,7 @@ def generate_stage(args, log) -> None:
         seqs = []
         for i in range(0, len(encoded), args.gen_batch):
             seqs += generate_answers(model, encoded[i:i + args.gen_batch], pad, set(pair.eos_token_ids),
-                                     args.gen_max_new_tokens)
+                                     args.gen_max_new_tokens, args.gen_topk)
             bar.update(len(encoded[i:i + args.gen_batch]))
             bar.set_postfix(answer_tokens=sum(len(s.ids) - s.answer_start for s in seqs),
                             tok_per_s=round(sum(len(s.ids) - s.answer_start for s in seqs) / (time.time() - start)))
@@ -286,6 +310,25 @@ def make_batches(seqs: list[Sequence], batch_tokens: int) -> list[list[int]]:
     return batches
 
 
+def collate_soft(seqs: list[Sequence], label_map: torch.Tensor, k: int):
+    """Soft targets in `collate`'s position order: [positions, k] training-vocabulary rows (-100: none, or outside
+    the vocabulary) and the target's probabilities renormalised over the kept ones (0 where none)."""
+    ids, logp = [], []
+    for s in seqs:
+        n = len(s.ids) - s.answer_start
+        if s.topk_ids is not None:
+            ids += [row[:k] + [-1] * (k - len(row[:k])) for row in s.topk_ids]
+            logp += [row[:k] + [-math.inf] * (k - len(row[:k])) for row in s.topk_logp]
+        else:
+            ids += [[-1] * k] * n
+            logp += [[-math.inf] * k] * n
+    ids_t = torch.tensor(ids, dtype=torch.long).reshape(-1, k)
+    mapped = torch.where(ids_t >= 0, label_map[ids_t.clamp(min=0)], torch.full_like(ids_t, -100))
+    probs = torch.tensor(logp, dtype=torch.float).reshape(-1, k).exp() * (mapped >= 0)
+    probs = probs / probs.sum(-1, keepdim=True).clamp(min=1e-9)
+    return mapped, probs
+
+
 def collate(seqs: list[Sequence], pad_id: int, label_map: torch.Tensor | None = None):
     """Right-padded ids (causal attention never looks right, so no mask is needed) and, for every answer position,
     (row, column, label): the label is the next token, mapped to its row in the training vocabulary."""
@@ -374,6 +417,8 @@ def train_stage(args, log) -> dict:
     ckpt = torch.load(ckpt_path, weights_only=False) if args.resume and ckpt_path.is_file() else None
     if ckpt is not None:
         layers = ckpt["layers"]
+    elif args.init_from:
+        layers = []  # read from the folder below
     elif args.layers == "auto":
         scores = {}
         for cand in args.init_candidates.split(";"):
@@ -386,16 +431,37 @@ def train_stage(args, log) -> dict:
         layers = list(max(scores, key=scores.get))
     else:
         layers = parse_layers(args.layers)
-    draft = draft_from_target(target, layers)
+    init_state = None
+    if ckpt is None and args.init_from:  # continue from an exported draft (its layers, new optimiser)
+        from safetensors.torch import load_file
 
-    # The training softmax runs over the tokens the target actually wrote (see the module docstring).
+        config = json.loads((Path(args.init_from) / "config.json").read_text())
+        layers = list(config["dynasd_source_layers"])
+        init_state = load_file(str(Path(args.init_from) / "model.safetensors"))
+    draft = draft_from_target(target, layers)
+    if init_state is not None:
+        draft.load_state_dict({k: v.float() for k, v in init_state.items()}, strict=False)
+
+    # The training softmax runs over the tokens the target actually wrote (see the module docstring), at most
+    # --vocab-max of them (the most frequent labels, always with the end-of-sequence tokens); labels outside it are
+    # left out of the loss. The engine restricts the draft's head to exactly this set (head_tokens.json).
     if args.train_vocab == "data":
-        vocab = sorted({t for s in train for t in (s.labels or s.ids[s.answer_start:])})
+        counts = Counter(t for s in train for t in (s.labels if s.labels is not None else s.ids[s.answer_start:]))
+        eos = set(pair.eos_token_ids)
+        keep = [t for t, _ in counts.most_common() if t not in eos][:max(0, args.vocab_max - len(eos))]
+        vocab = sorted(set(keep) | eos)
     else:
         vocab = list(range(pair.vocab_size))
     label_map = torch.full((pair.vocab_size,), -100, dtype=torch.long)
     label_map[torch.tensor(vocab)] = torch.arange(len(vocab))
     head = draft.lm_head.weight[torch.tensor(vocab)].detach()
+    (out / "head_tokens.json").write_text(json.dumps({"token_ids": vocab}))
+    train_labels = [t for s in train for t in (s.labels if s.labels is not None else s.ids[s.answer_start:])]
+    heldout_targets = [t for s in heldout_labels for t in s.ids[s.answer_start:]]
+    in_vocab = set(vocab)
+    coverage = {"train_label_coverage": round(sum(t in in_vocab for t in train_labels) / len(train_labels), 5),
+                "heldout_label_coverage": round(sum(t in in_vocab for t in heldout_targets) / len(heldout_targets), 5)}
+    soft_seqs = sum(s.topk_ids is not None for s in train)
 
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
@@ -408,7 +474,9 @@ def train_stage(args, log) -> dict:
     batches = make_batches(train, args.batch_tokens)
     log({"stage": "train", "layers": layers, "train_sequences": len(train), "batches_per_epoch": len(batches),
          "train_answer_tokens": sum(len(s.ids) - s.answer_start for s in train), "train_vocab": len(vocab),
-         "heldout_answer_tokens": sum(len(s.ids) - s.answer_start for s in heldout), "resumed_at": step})
+         "heldout_answer_tokens": sum(len(s.ids) - s.answer_start for s in heldout), "resumed_at": step,
+         "distinct_labels": len(counts) if args.train_vocab == "data" else None, **coverage,
+         "soft_target_sequences": soft_seqs, "init_from": args.init_from if ckpt is None else None})
 
     def evaluate_and_save(step: int, best: float) -> float:
         draft.eval()
@@ -418,6 +486,7 @@ def train_stage(args, log) -> dict:
             best = agree
             export_draft(draft, out / "best")
             (out / "best" / "metrics.json").write_text(json.dumps({"step": step, "agreement": agree}))
+            (out / "best" / "head_tokens.json").write_text(json.dumps({"token_ids": vocab}))
         torch.save({"draft": trainable_state(draft), "optimizer": opt.state_dict(), "step": step,
                     "best_agreement": best, "layers": layers,
                     "train_seconds": seconds_before + time.time() - start}, ckpt_path)
@@ -441,7 +510,16 @@ def train_stage(args, log) -> dict:
         ids, rows, cols, labels = collate([train[i] for i in batches[order[index]]], pad, label_map)
         keep = labels >= 0
         hidden = draft.model(input_ids=ids).last_hidden_state[rows[keep], cols[keep]]
-        loss = torch.nn.functional.cross_entropy(hidden @ head.T, labels[keep])
+        logits = hidden @ head.T
+        loss = torch.nn.functional.cross_entropy(logits, labels[keep])
+        if args.soft_weight and soft_seqs:
+            # + cross-entropy to the target's top-k distribution (renormalised over the kept tokens)
+            soft_ids, soft_p = collate_soft([train[i] for i in batches[order[index]]], label_map, args.soft_k)
+            soft_ids, soft_p = soft_ids[keep], soft_p[keep]
+            has = soft_p.sum(-1) > 0
+            if bool(has.any()):
+                logq = logits[has].log_softmax(-1).gather(1, soft_ids[has].clamp(min=0))
+                loss = loss + args.soft_weight * -(soft_p[has] * logq).sum(-1).mean()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args, seconds_before + time.time() - start)
         opt.zero_grad(set_to_none=True)
@@ -485,6 +563,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gen-max-new-tokens", type=int, default=128)
     g.add_argument("--gen-dtype", default="bf16", help="dtype of the target while generating (bf16 is ~2x faster)")
     g.add_argument("--shard-prompts", type=int, default=128, help="prompts per saved shard")
+    g.add_argument("--gen-skip", type=int, default=0,
+                   help="skip this many training prompts (already answered by an earlier run with the same seed)")
+    g.add_argument("--shard-prefix", default="train", help="file name prefix of generated shards (train-*)")
+    g.add_argument("--gen-topk", type=int, default=0,
+                   help="also store the target's top-k tokens and log-probabilities per answer position")
     g.add_argument("--label-prompts", type=int, default=0,
                    help="also label this many reference answers (PIQA solutions) with the target's argmax")
     g.add_argument("--label-minutes", type=float, default=0)
@@ -493,6 +576,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="target layers the draft starts from, e.g. 0,1,29; auto picks the best untrained candidate")
     t.add_argument("--init-candidates", default=";".join(DEFAULT_INIT_CANDIDATES))
     t.add_argument("--train-vocab", default="data", choices=["data", "full"])
+    t.add_argument("--vocab-max", type=int, default=16384,
+                   help="at most this many output tokens (the most frequent labels + end-of-sequence)")
+    t.add_argument("--soft-weight", type=float, default=0.0,
+                   help="weight of a cross-entropy to the target's stored top-k distribution (--gen-topk data)")
+    t.add_argument("--soft-k", type=int, default=8)
+    t.add_argument("--init-from", default=None,
+                   help="start from an exported draft folder (e.g. runs/distill/best) instead of target layers")
     t.add_argument("--steps", type=int, default=1000)
     t.add_argument("--minutes", type=float, default=0, help="stop training after this long (0: no limit)")
     t.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per batch")
@@ -538,8 +628,9 @@ def run(args: argparse.Namespace) -> int:
         import shutil
 
         Path(args.export).mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "model.safetensors", "metrics.json"):
-            shutil.copy(out / "best" / name, Path(args.export) / name)
+        for name in ("config.json", "model.safetensors", "metrics.json", "head_tokens.json"):
+            if (out / "best" / name).is_file():
+                shutil.copy(out / "best" / name, Path(args.export) / name)
         print(f"exported {out / 'best'} to {args.export}")
     log.close()
     return 0

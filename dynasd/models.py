@@ -7,6 +7,7 @@ Every failure a user can cause becomes a `ModelLoadError` with one readable line
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 from dataclasses import dataclass, field
@@ -198,8 +199,47 @@ def truncated_copy(target: torch.nn.Module, layers: int) -> torch.nn.Module:
     return draft.to(next(target.parameters()).dtype).eval()
 
 
+class SubsetHead(torch.nn.Module):
+    """The shared output layer cut down to the tokens the draft was trained to predict.
+
+    Why: in a 3-layer draft the 49,152-row output layer is most of a step's cost. The logits keep the full
+    vocabulary's width, -inf outside the subset, so q stays a valid distribution over every token id (zero where
+    the draft never proposes) and nothing downstream needs to know.
+    """
+
+    def __init__(self, full_weight: torch.Tensor, token_ids: list[int]) -> None:
+        super().__init__()
+        ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long)
+        if ids.numel() == 0 or int(ids[0]) < 0 or int(ids[-1]) >= full_weight.shape[0]:
+            raise ModelLoadError("the draft's head_tokens.json holds no valid token ids")
+        self.vocab_size = full_weight.shape[0]
+        self.weight = torch.nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
+        self.register_buffer("token_ids", ids, persistent=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        subset = torch.nn.functional.linear(hidden, self.weight)
+        logits = subset.new_full(hidden.shape[:-1] + (self.vocab_size,), float("-inf"))
+        return logits.index_copy_(-1, self.token_ids, subset)
+
+
+def read_head_tokens(folder: Path) -> list[int] | None:
+    """Token ids of a draft's reduced output layer (`head_tokens.json`), or None for a full-vocabulary head."""
+    path = folder / "head_tokens.json"
+    if not path.is_file():
+        return None
+    try:
+        ids = json.loads(path.read_text())["token_ids"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ModelLoadError(f"{path}: token_ids must be a list of integers")
+    return ids
+
+
 def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Module:
-    """A distilled draft stored without embeddings (they are the target's, shared, to keep the asset small)."""
+    """A distilled draft stored without embeddings (they are the target's, shared, to keep the asset small).
+
+    With a `head_tokens.json` beside it, its output layer is cut down to those tokens (SubsetHead)."""
     from safetensors.torch import load_file
 
     config = target.config.__class__.from_json_file(str(folder / "config.json"))
@@ -214,6 +254,9 @@ def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Modu
         draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
         if not config.tie_word_embeddings:
             draft.lm_head.weight.copy_(target.lm_head.weight)
+    head_tokens = read_head_tokens(folder)
+    if head_tokens is not None:
+        draft.lm_head = SubsetHead(draft.lm_head.weight, head_tokens)
     return draft.to(next(target.parameters()).dtype).eval()
 
 

@@ -27,7 +27,7 @@ from .decoders import MAX_TREE_NODES, METHODS, RequestError, make_decoder, tree_
 from .models import BUILTIN_PAIRS, PRESETS, ModelLoadError, ModelPair, load_pair
 from .sampling import SamplingConfig
 from .stopping import make_stop_policy
-from .trace import RunTrace, StepTrace, TraceError
+from .trace import NODE_ORIGINS, RunTrace, StepTrace, TraceError
 from .tree import parse_branching
 
 CUSTOM = "custom"
@@ -36,6 +36,7 @@ MAX_PROMPT_CHARS = 20_000      # far above any context limit in tokens; refused 
 MAX_SHAPE_CHARS = 200          # the k-config text box
 MAX_MODEL_REF_CHARS = 300      # hub id or path of a custom model
 MAX_SEED = 2**63 - 1
+MAX_LOOKUP = 16              # looked-up tokens per step (the verify forward grows with them)
 MAX_TRACE_STEPS = 4096         # a loaded trace; the app itself never makes more than MAX_NEW_TOKENS_LIMIT
 
 
@@ -69,6 +70,7 @@ class Settings:
     max_new_tokens: int = 64
     seed: int = 0
     top_k: int = 0
+    lookup: int = 0      # prompt lookup: most looked-up tokens per step (sd, mcsd); 0 = off
 
     @property
     def pair_key(self) -> str:
@@ -88,6 +90,7 @@ class Settings:
         try:
             s = replace(self, gamma=_as_int("gamma", self.gamma), width=_as_int("width", self.width),
                         depth=_as_int("depth", self.depth), top_k=_as_int("top-k", self.top_k),
+                        lookup=_as_int("prompt lookup", self.lookup),
                         max_new_tokens=_as_int("max new tokens", self.max_new_tokens),
                         seed=_as_int("seed", self.seed), threshold=_as_float("threshold", self.threshold),
                         temperature=_as_float("temperature", self.temperature),
@@ -105,6 +108,8 @@ class Settings:
                 raise UserError(f"{name} must lie in [1, {MAX_TREE_NODES}], got {number}")
         if len(s.k_config) > MAX_SHAPE_CHARS:
             raise UserError(f"the tree shape is {len(s.k_config)} characters long; the limit is {MAX_SHAPE_CHARS}")
+        if not 0 <= s.lookup <= MAX_LOOKUP:
+            raise UserError(f"prompt lookup must lie in [0, {MAX_LOOKUP}], got {s.lookup}")
         if not 0 <= s.seed <= MAX_SEED:
             raise UserError(f"seed must lie in [0, 2^63 - 1], got {s.seed}")
         if not 0.0 <= s.threshold <= 1.0:
@@ -258,14 +263,15 @@ def decoder_options(settings: Settings, method: str | None = None) -> dict:
             stop = make_stop_policy(settings.stop, settings.threshold)
         sampling = SamplingConfig(temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p)
         k_config = parse_branching(settings.k_config) if method == "mcsd" else (4, 2, 2, 1)
-        if method != "ar":
+        if method not in ("ar", "pld"):  # pld's chain is capped by MAX_LOOKUP
             nodes = tree_shape_for(method, settings.gamma, k_config, settings.width, settings.depth).num_nodes
             if nodes > MAX_TREE_NODES:
                 raise ValueError(f"the tree has {nodes} nodes; the limit is {MAX_TREE_NODES}")
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     return dict(method=method, sampling=sampling, seed=settings.seed, gamma=settings.gamma, k_config=k_config,
-                width=settings.width, depth=settings.depth, dynamic_depth=settings.dynamic_depth, stop=stop)
+                width=settings.width, depth=settings.depth, dynamic_depth=settings.dynamic_depth, stop=stop,
+                lookup=settings.lookup if method in ("sd", "mcsd", "pld") else 0)
 
 
 def build_decoder(pair: ModelPair, settings: Settings, method: str | None = None):
@@ -507,7 +513,7 @@ def check_trace(run: RunTrace) -> None:
         for i, node in enumerate(step.nodes):
             levels[i] = 1 if node.parent == -1 else levels[node.parent] + 1
             _expect(node.level == levels[i], f"{where}: node {i} is on level {levels[i]}, not {node.level}")
-            _expect(node.origin in ("draft", "target_root"), f"{where}: node {i} has a bad origin")
+            _expect(node.origin in NODE_ORIGINS, f"{where}: node {i} has a bad origin")
             for name in ("p", "q", "p_test", "q_test", "u"):
                 value = getattr(node, name)
                 _expect(value is None or (math.isfinite(value) and -1e-6 <= value <= 1.0 + 1e-6),

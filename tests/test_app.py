@@ -110,7 +110,9 @@ def test_bad_settings_are_user_errors_with_a_reason():
              (Settings(pair="tiny-random", stop="confidence", threshold=1.5), "hi", "threshold"),
              (Settings(pair="tiny-random", k_config="99,99"), "hi", "limit"),
              (Settings(pair="tiny-random", max_new_tokens=500), "long " * 200, "context"),
-             (Settings(pair="tiny-random"), "   ", "empty")]
+             (Settings(pair="tiny-random"), "   ", "empty"),
+             (Settings(pair="tiny-random", method="sd", lookup=17), "hi", "prompt lookup must lie"),
+             (Settings(pair="tiny-random", method="pld", lookup=-1), "hi", "prompt lookup must lie")]
     for settings, prompt, message in cases:
         with pytest.raises(UserError, match=message):
             session.start(pairs, settings, prompt)
@@ -119,8 +121,8 @@ def test_bad_settings_are_user_errors_with_a_reason():
 def test_compare_runs_every_method_and_lossless_ones_match_ar():
     pairs = PairCache(loader=CountingLoader())
     runs = dict(compare_methods(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello"))
-    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd"]
-    assert runs["sd"].text == runs["mcsd"].text == runs["ar"].text
+    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd", "pld"]
+    assert runs["sd"].text == runs["mcsd"].text == runs["pld"].text == runs["ar"].text
     assert not runs["ti-mcsd"].lossless
 
 
@@ -212,15 +214,15 @@ def test_sessions_do_not_share_runs(connect):
     assert "Step 3" in a.predict(prompt="hello", **TINY, api_name="/step")[OUT["status"]]
 
 
-def test_compare_tab_runs_all_four_methods(connect):
+def test_compare_tab_runs_every_method(connect):
     client = connect()
     table, plot, status = client.predict(prompt="hello", pair="tiny-random", max_new_tokens=16,
                                          api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
-    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)"}
-    assert rows["sd"]["same text as ar"] == rows["mcsd"]["same text as ar"] == "yes"
+    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld"}
+    assert rows["sd"]["same text as ar"] == rows["mcsd"]["same text as ar"] == rows["pld"]["same text as ar"] == "yes"
     assert rows["mcsd"]["tokens / target forward"] > 1.0
-    assert len(plot_json(plot)["data"]) == 2 and "all four" in status
+    assert len(plot_json(plot)["data"]) == 2 and "all methods" in status
 
 
 def test_a_saved_trace_replays_in_another_session_without_stepping(connect):

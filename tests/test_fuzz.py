@@ -288,15 +288,16 @@ def greedy_reference(tiny_pair):
 
 @st.composite
 def decoder_configs(draw):
-    method = draw(st.sampled_from(["ar", "sd", "mcsd", "ti-mcsd"]))
+    method = draw(st.sampled_from(["ar", "sd", "mcsd", "ti-mcsd", "pld"]))
     stop = draw(st.sampled_from(["none", "confidence", "cumulative"]))
+    lookup = 0 if method == "ti-mcsd" else draw(st.sampled_from([0, 0, 1, 3, 8]))
     greedy = draw(st.booleans())
     return dict(
         method=method, gamma=draw(st.integers(1, 6)), k_config=tuple(draw(st.lists(st.integers(1, 3), min_size=1,
                                                                                       max_size=4))),
         width=draw(st.integers(1, 3)), depth=draw(st.integers(1, 4)), dynamic_depth=draw(st.booleans()),
         without_replacement=draw(st.booleans()), stop=StopPolicy(stop, draw(st.floats(0.0, 1.0))),
-        seed=draw(st.integers(0, 10_000)),
+        seed=draw(st.integers(0, 10_000)), lookup=lookup, lookup_min_ngram=draw(st.integers(1, 3)),
         sampling=SamplingConfig() if greedy else SamplingConfig(
             temperature=draw(st.floats(0.05, 2.0)), top_p=draw(st.floats(0.05, 1.0)), top_k=draw(st.integers(0, 8))),
         prompt=draw(st.sampled_from(PROMPTS)), max_new_tokens=draw(st.integers(1, MAX_NEW)))

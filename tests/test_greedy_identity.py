@@ -23,6 +23,9 @@ CONFIGS = [
     ("ti-mcsd", dict(width=1, depth=3)),
     ("ti-mcsd", dict(width=1, depth=5, stop=StopPolicy("confidence", 0.6))),
     ("ti-mcsd", dict(ti_k_config=(1, 3, 2))),
+    ("sd", dict(gamma=3, lookup=6)),
+    ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_min_ngram=1)),
+    ("mcsd", dict(k_config=(4, 2, 2, 1), lookup=8, stop=StopPolicy("confidence", 0.5))),
 ]
 
 

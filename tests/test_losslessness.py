@@ -31,20 +31,20 @@ def small_pair():
                      dtype=torch.float32, eos_token_ids=frozenset())
 
 
-def exact_first_two(pair, cfg: SamplingConfig) -> torch.Tensor:
+def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
     with torch.inference_mode():
-        first = logits_to_probs(pair.target(torch.tensor([PROMPT])).logits[0, -1], cfg)
+        first = logits_to_probs(pair.target(torch.tensor([prompt])).logits[0, -1], cfg)
         joint = torch.zeros(VOCAB, VOCAB)
         for x in range(VOCAB):
-            second = logits_to_probs(pair.target(torch.tensor([PROMPT + [x]])).logits[0, -1], cfg)
+            second = logits_to_probs(pair.target(torch.tensor([prompt + [x]])).logits[0, -1], cfg)
             joint[x] = first[x] * second
     return joint.flatten()
 
 
-def sampled_first_two(pair, cfg, method, options, samples=SAMPLES) -> torch.Tensor:
+def sampled_first_two(pair, cfg, method, options, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
     counts = torch.zeros(VOCAB * VOCAB)
     for seed in range(samples):
-        run = make_decoder(method, pair, cfg, seed=seed, **options).generate(PROMPT, 2)
+        run = make_decoder(method, pair, cfg, seed=seed, **options).generate(prompt, 2)
         a, b = run.new_token_ids
         counts[a * VOCAB + b] += 1
     return counts
@@ -75,6 +75,38 @@ CASES = [
 @pytest.mark.parametrize("method,options,cfg", CASES, ids=[f"{m}-{o}-{c}" for m, o, c in CASES])
 def test_first_two_tokens_follow_the_target_distribution(small_pair, method, options, cfg):
     assert_matches(sampled_first_two(small_pair, cfg, method, options), exact_first_two(small_pair, cfg))
+
+
+@pytest.mark.slow
+def test_a_draft_blind_to_half_the_vocabulary_stays_lossless(small_pair):
+    """q is zero on tokens 1 and 3 (a reduced output layer, SubsetHead): the residual must supply them."""
+    from dynasd.models import SubsetHead
+
+    draft = tiny_llama(VOCAB, seed=45, layers=1)
+    draft.lm_head = SubsetHead(draft.lm_head.weight, [0, 2])
+    pair = ModelPair(name="tiny-v4-subset", target=small_pair.target, draft=draft, tokenizer=small_pair.tokenizer,
+                     draft_label="half-vocabulary draft", device=torch.device("cpu"), dtype=torch.float32,
+                     eos_token_ids=frozenset())
+    cfg = SamplingConfig(temperature=1.0)
+    assert_matches(sampled_first_two(pair, cfg, "mcsd", dict(k_config=(2, 1))), exact_first_two(pair, cfg))
+
+
+# The last token of this prompt occurred before, so prompt lookup proposes [2, 3, 1] at the first step (one-hot q);
+# in a 4-token vocabulary it fires at most later steps too.
+LOOKUP_PROMPT = [1, 2, 3, 1]
+LOOKUP_CASES = [
+    ("sd", dict(gamma=2, lookup=3, lookup_min_ngram=1), SamplingConfig(temperature=1.0)),
+    ("mcsd", dict(k_config=(3, 1), lookup=2, lookup_min_ngram=1), SamplingConfig(temperature=0.8, top_p=0.9)),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,options,cfg", LOOKUP_CASES, ids=[f"{m}-{o}-{c}" for m, o, c in LOOKUP_CASES])
+def test_prompt_lookup_keeps_the_target_distribution(small_pair, method, options, cfg):
+    run = make_decoder(method, small_pair, cfg, **options).generate(LOOKUP_PROMPT, 2)
+    assert run.steps[0].nodes[0].origin == "lookup"  # the case exercises what it claims to
+    counts = sampled_first_two(small_pair, cfg, method, options, prompt=LOOKUP_PROMPT)
+    assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ STATUS_NAMES: dict[str, str] = {
 # Generated text: a light tint per origin, and a saturated one for the tokens of the step on show.
 ORIGIN_NAMES: dict[str, str] = {
     "draft": "accepted draft",
+    "lookup": "accepted lookup",
     "target_root": "target root",
     "correction": "correction",
     "bonus": "bonus",
@@ -43,6 +44,7 @@ ORIGIN_NAMES: dict[str, str] = {
 # step on show use darker shades of the same hue.
 ORIGIN_TINTS: dict[str, str] = {
     "draft": "#7fd18d",
+    "lookup": "#e3d36b",
     "target_root": "#b99be6",
     "correction": "#f7a65a",
     "bonus": "#6fa9e8",
@@ -50,6 +52,7 @@ ORIGIN_TINTS: dict[str, str] = {
 }
 ORIGIN_STRONG: dict[str, str] = {
     "draft": "#1f8a33",
+    "lookup": "#9a8a12",
     "target_root": "#6a3fb5",
     "correction": "#d9650b",
     "bonus": "#1f5fb0",

@@ -41,12 +41,15 @@ def step_story(run: RunTrace, index: int) -> str:
                 f"One token per target forward, the baseline.")
     drafted = len(step.nodes)
     roots = sum(node.origin == "target_root" for node in step.nodes)
-    accepted = sum(o == "draft" for o in step.committed_origins)
+    accepted = sum(o in ("draft", "lookup") for o in step.committed_origins)
     parts = [f"**Step {index}.**"]
     if roots:
         parts.append(f"The target's own top {roots} next tokens started {roots} chains; the draft extended them "
                      f"to {drafted} candidates in {step.draft_forwards} draft forward"
                      f"{'s' if step.draft_forwards != 1 else ''}.")
+    elif step.nodes[0].origin == "lookup":
+        parts.append(f"Prompt lookup: the last tokens occurred earlier in the text, so the {drafted} tokens that "
+                     "followed them there became the candidates (no draft forward).")
     else:
         parts.append(f"The draft proposed {drafted} candidate tokens on {step.live_depth} level"
                      f"{'s' if step.live_depth != 1 else ''} ({step.draft_forwards} cheap draft forward"
@@ -55,6 +58,7 @@ def step_story(run: RunTrace, index: int) -> str:
         parts.append(f"Drafting stopped early at level {step.live_depth} of {step.max_depth}: "
                      "no tip's score reached the threshold.")
     parts.append("The target scored all of them in **one** forward.")
+    kind = "looked-up" if step.nodes[0].origin == "lookup" else "draft"
     final = step.committed_origins[-1] if step.committed_origins else ""
     if roots:
         parts.append(f"The chain with the most accepted draft tokens won: its root plus {accepted} draft "
@@ -62,13 +66,13 @@ def step_story(run: RunTrace, index: int) -> str:
     elif final == "correction" and accepted == 0:
         parts.append("The target rejected every first-level candidate, so it supplied a correction token itself.")
     elif final == "correction":
-        parts.append(f"{accepted} draft token{'s were' if accepted != 1 else ' was'} accepted, then a candidate "
+        parts.append(f"{accepted} {kind} token{'s were' if accepted != 1 else ' was'} accepted, then a candidate "
                      "was rejected and the target supplied a correction token.")
     elif final == "bonus":
-        parts.append(f"{accepted} draft token{'s were' if accepted != 1 else ' was'} accepted, the whole way down, "
+        parts.append(f"{accepted} {kind} token{'s were' if accepted != 1 else ' was'} accepted, the whole way down, "
                      "so the target added a bonus token for free.")
     else:
-        parts.append(f"{accepted} draft token{'s were' if accepted != 1 else ' was'} accepted.")
+        parts.append(f"{accepted} {kind} token{'s were' if accepted != 1 else ' was'} accepted.")
     parts.append(f"Committed: {tokens}: **{n} token{'s' if n != 1 else ''} for 1 target forward** "
                  f"(autoregressive decoding would have needed {n}).")
     return " ".join(parts)

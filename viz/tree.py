@@ -16,6 +16,8 @@ from .style import STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, sh
 
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "not_reached", "padding")
+NODE_SYMBOLS = {"draft": "circle", "lookup": "square", "target_root": "diamond"}
+NODE_ORIGIN_NAMES = {"draft": "draft model", "lookup": "prompt lookup (q = 1)", "target_root": "target root"}
 LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only
 MAX_HEIGHT = 1000
 
@@ -72,7 +74,7 @@ def _hover(i: int, step: StepTrace) -> str:
     ratio = "–" if not n.q else f"{n.p / n.q:.3f}"
     lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_NAMES[n.status]}",
              f"token  {show_token(n.token, 24)}  (id {n.token_id})",
-             f"origin {'target root' if n.origin == 'target_root' else 'draft'}",
+             f"origin {NODE_ORIGIN_NAMES[n.origin]}",
              f"p (target) {fmt(n.p)}",
              f"q (draft)  {fmt(n.q)}",
              f"p/q        {ratio}"]
@@ -150,7 +152,7 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
             mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
             text=[show_token(step.nodes[i].token) for i in members], textposition="middle right",
             marker=dict(size=marker_size, color=STATUS_COLORS[status],
-                        symbol=["diamond" if step.nodes[i].origin == "target_root" else "circle" for i in members],
+                        symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
                         line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
             hovertext=[_hover(i, step) for i in members], hoverinfo="text", customdata=members))
 

@@ -5,6 +5,10 @@ One class covers the three methods; they differ only in the tree:
   mcsd     a static tree such as (4, 2, 2, 1), drawn from the draft -> multi-candidate speculative sampling
   ti-mcsd  level 1 from the *target's* own next-token distribution, e.g. the fork (w, 1, ..., 1). The longest
            accepted chain wins, which makes it lossy when w > 1 (the paper's method; see method.md section 4).
+  pld      prompt lookup decoding (Saxena 2023), no draft model: a lookup chain when there is a match, else a plain
+           target step (an empty tree).
+With prompt lookup on (sd / mcsd), a step whose last tokens occurred earlier in the context proposes what followed
+them, as a chain with one-hot q, and skips the draft model for that step (dynasd/lookup.py).
 
 Per step:
   1. draft    level by level, one draft forward per level; with dynamic depth a stop policy may end the tree
@@ -24,6 +28,7 @@ import time
 import torch
 
 from ..cache import CachedModel
+from ..lookup import NgramIndex
 from ..models import ModelPair
 from ..sampling import (SamplingConfig, WalkResult, draw_candidates, greedy_walk, logits_to_probs, mcss_walk,
                         sample_one)
@@ -34,9 +39,14 @@ from .base import Decoder
 
 
 class DraftedTree:
-    """The candidates of one step and the draft distributions they were drawn from."""
+    """The candidates of one step and the draft distributions they were drawn from.
 
-    def __init__(self) -> None:
+    `shape`/`mask` are the largest tree of the step's source (the draft model's shape, or the lookup chain) and its
+    ancestor mask; the live tree is their first `depth` levels.
+    """
+
+    def __init__(self, shape: TreeShape, mask: torch.Tensor, mask_rows: list[str], source: str) -> None:
+        self.shape, self.mask, self.mask_rows, self.source = shape, mask, mask_rows, source
         self.tokens: list[int] = []
         self.depth = 0
         self.fed_nodes = 0                      # nodes the draft has seen (their keys/values are cached)
@@ -64,19 +74,32 @@ class DraftedTree:
 class TreeDecoder(Decoder):
     def __init__(self, pair: ModelPair, sampling: SamplingConfig, shape: TreeShape, method: str, seed: int = 0,
                  without_replacement: bool = True, dynamic_depth: bool = False,
-                 stop: StopPolicy | None = None) -> None:
+                 stop: StopPolicy | None = None, lookup: int = 0, lookup_min_ngram: int = 2) -> None:
         super().__init__(pair, sampling, seed)
         if shape.target_roots and shape.depth < 2:
             raise ValueError("a target-initialized tree needs at least one draft level after its roots")
+        if lookup < 0:
+            raise ValueError(f"prompt lookup length must be 0 (off) or positive, got {lookup}")
+        if method == "pld" and not lookup:
+            raise ValueError("pld needs a prompt lookup length")
+        if lookup and shape.target_roots:
+            raise ValueError("prompt lookup works with draft-rooted trees (sd, mcsd), not ti-mcsd")
         self.method = method
         self.shape = shape
         self.without_replacement = without_replacement
         self.dynamic_depth = dynamic_depth
         self.stop = stop or StopPolicy()
+        self.lookup = lookup
+        self.lookup_min_ngram = lookup_min_ngram
         # Built once for the largest tree; every step slices it (level-major order makes slices valid trees).
-        self.max_mask = ancestor_mask(shape.parents)
-        self.max_mask_rows = ["".join("1" if v else "0" for v in row) for row in self.max_mask.tolist()]
-        self.max_mask = self.max_mask.to(pair.device)
+        self.max_mask, self.max_mask_rows = self._mask_of(shape)
+        self.lookup_shape = TreeShape((1,) * lookup) if lookup else None
+        if self.lookup_shape:
+            self.lookup_mask, self.lookup_mask_rows = self._mask_of(self.lookup_shape)
+
+    def _mask_of(self, shape: TreeShape) -> tuple[torch.Tensor, list[str]]:
+        mask = ancestor_mask(shape.parents)
+        return mask.to(self.pair.device), ["".join("1" if v else "0" for v in row) for row in mask.tolist()]
 
     @property
     def lossless(self) -> bool:
@@ -85,15 +108,17 @@ class TreeDecoder(Decoder):
     def config(self) -> dict:
         return {**super().config(), "branching": list(self.shape.branching),
                 "target_roots": self.shape.target_roots, "without_replacement": self.without_replacement,
-                "dynamic_depth": self.dynamic_depth, "stop": self.stop.name, "threshold": self.stop.threshold}
+                "dynamic_depth": self.dynamic_depth, "stop": self.stop.name, "threshold": self.stop.threshold,
+                "lookup": self.lookup, "lookup_min_ngram": self.lookup_min_ngram}
 
     def max_step_tokens(self) -> int:
-        return self.shape.depth + 1
+        return max(self.shape.depth, self.lookup) + 1
 
     # -- prefill -----------------------------------------------------------------------------------------------
     def _prefill(self) -> None:
         self.target = CachedModel(self.pair.target)
         self.draft = CachedModel(self.pair.draft, need_hidden=self.stop.needs_hidden)
+        self.ngrams = NgramIndex(min_ngram=self.lookup_min_ngram, max_ngram=max(self.lookup_min_ngram, 3))
         if len(self.committed) > 1:
             self.draft.prefill(self.committed[:-1])
         if self.shape.target_roots:
@@ -115,8 +140,29 @@ class TreeDecoder(Decoder):
             return torch.topk(logits, k, dim=-1).indices.flatten().tolist()
         return draw_candidates(probs, k, replacement, self.generator).flatten().tolist()
 
+    def _lookup_tree(self, proposal: list[int]) -> DraftedTree:
+        """A chain of looked-up tokens; q is one-hot on each (the proposal is deterministic)."""
+        tree = DraftedTree(self.lookup_shape, self.lookup_mask, self.lookup_mask_rows, "lookup")
+        tree.tokens, tree.depth = list(proposal), len(proposal)
+        vocab = self.pair.vocab_size
+        rows = torch.arange(len(proposal), device=self.pair.device)
+        ids = torch.tensor(proposal, device=self.pair.device)
+        logits = torch.full((len(proposal), vocab), float("-inf"), device=self.pair.device)
+        logits[rows, ids] = 0.0
+        probs = None if self.sampling.greedy else (logits == 0).float()
+        tree.add_block([ROOT] + list(range(len(proposal) - 1)), logits, probs)
+        return tree
+
     def _draft(self) -> DraftedTree:
-        shape, tree = self.shape, DraftedTree()
+        if self.lookup:
+            room = self.max_new_tokens - len(self.run.new_token_ids)  # looked-up tokens past it would be cut
+            proposal = self.ngrams.propose(self.committed, min(self.lookup, room))
+            if proposal:
+                return self._lookup_tree(proposal)
+        if self.method == "pld":  # no match: a plain target step (an empty tree)
+            return DraftedTree(self.lookup_shape, self.lookup_mask, self.lookup_mask_rows, "lookup")
+        shape = self.shape
+        tree = DraftedTree(shape, self.max_mask, self.max_mask_rows, "draft")
         self.stop.start_tree()
         base_pos = len(self.committed)  # position of every level-1 node
         pending = self.committed[self.draft.cached_len:]
@@ -156,7 +202,7 @@ class TreeDecoder(Decoder):
 
     # -- 3. walk -----------------------------------------------------------------------------------------------
     def _walk(self, start: int, tree: DraftedTree, target_row, target_probs, argmax: list[int]) -> WalkResult:
-        shape = self.shape
+        shape = tree.shape
         depth = tree.depth
 
         def children(node: int) -> list[int]:
@@ -174,20 +220,21 @@ class TreeDecoder(Decoder):
 
     # -- one step ----------------------------------------------------------------------------------------------
     def _step(self) -> StepTrace:
-        shape, cfg = self.shape, self.sampling
+        cfg = self.sampling
         context_len = len(self.committed)
         root_token = self.pair.token_strings(self.committed[-1:])[0]
         draft_forwards_before = self.draft.forwards
         t0 = time.perf_counter()
         tree = self._draft()
         t1 = time.perf_counter()
+        shape = tree.shape
 
         # 2. verify: the root row (committed token not yet cached, draft-rooted trees only) + every live node.
         live = shape.level_starts[tree.depth]
         chain = self.committed[self.target.cached_len:]
         positions = [context_len + level - 1 for level in shape.levels[:live]]
         root_rows = len(chain)
-        target_logits, _ = self.target.forward(chain, tree.tokens, self.max_mask[:live, :live], positions,
+        target_logits, _ = self.target.forward(chain, tree.tokens, tree.mask[:live, :live], positions,
                                                keep_logits=root_rows + live)
         argmax = target_logits.argmax(dim=-1).tolist()  # the step's one host sync on the verify output
         t2 = time.perf_counter()
@@ -221,7 +268,7 @@ class TreeDecoder(Decoder):
                 final = sample_one(walk.final_probs, self.generator)
                 final_p = float(walk.final_probs[final])
             committed = [tree.tokens[i] for i in path] + [final]
-            origins = ["draft"] * len(path) + ["correction" if walk.final_had_children else "bonus"]
+            origins = [tree.source] * len(path) + ["correction" if walk.final_had_children else "bonus"]
             final_parent = walk.final_context
         self.committed += committed
         self.target.keep_path(path, len(self.committed))
@@ -231,7 +278,7 @@ class TreeDecoder(Decoder):
         return StepTrace(
             index=len(self.run.steps), context_len=context_len, nodes=nodes, max_nodes=shape.num_nodes,
             max_depth=shape.depth, live_depth=tree.depth, root_rows=root_rows,
-            verify_mask=[row[:live] for row in self.max_mask_rows[:live]],
+            verify_mask=[row[:live] for row in tree.mask_rows[:live]],
             position_ids=list(range(context_len - root_rows, context_len)) + positions, accepted_path=path,
             committed=committed, committed_tokens=self.pair.token_strings(committed), committed_origins=origins,
             final_parent=final_parent, final_p=final_p, root_token=root_token,
@@ -243,7 +290,7 @@ class TreeDecoder(Decoder):
     def _node_traces(self, tree: DraftedTree, live: int, walks: list[WalkResult], path: list[int], target_row,
                      target_logits: torch.Tensor, target_probs: torch.Tensor | None) -> list[NodeTrace]:
         """p and q of every node (warped distributions; plain softmax at temperature 0), its test and status."""
-        shape, tokens = self.shape, tree.tokens
+        shape, tokens = tree.shape, tree.tokens
         on_path = set(path)
         tests = {t.node: t for w in walks for t in w.tests}
         parents = shape.parents[:live]
@@ -287,6 +334,6 @@ class TreeDecoder(Decoder):
                 status = "not_reached"
             traces.append(NodeTrace(
                 token_id=tokens[i], token=strings[i], parent=parents[i], level=shape.levels[i],
-                origin="target_root" if target_root else "draft", p=p_of[i], q=q_of.get(i), status=status,
+                origin="target_root" if target_root else tree.source, p=p_of[i], q=q_of.get(i), status=status,
                 p_test=test.p if test else None, q_test=test.q if test else None, u=test.u if test else None))
         return traces
