@@ -12,8 +12,9 @@ PROMPTS = [
     {"question_id": 3, "category": "writing", "turns": ["Tell me a story."]},
     {"question_id": 5, "category": "qa", "turns": ["What is the capital of France?"]},
 ]
-METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted,mcsd:k=2,2,1:stop=confidence:th=0.3"
-LABELS = ["ar", "sd", "mcsd", "ti-mcsd", "hf-assisted", "mcsd:k=2,2,1:stop=confidence:th=0.3"]
+METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted,mcsd:k=2,2,1:stop=confidence:th=0.3,pld:ngram=1,sd:lookup=4,hf-assisted:lookup=4"
+LABELS = ["ar", "sd", "mcsd", "ti-mcsd", "hf-assisted", "mcsd:k=2,2,1:stop=confidence:th=0.3", "pld:ngram=1",
+          "sd:lookup=4", "hf-assisted:lookup=4"]
 SUMMARY_KEYS = {"method", "temperature", "category", "n_prompts", "tokens_per_s", "speedup_vs_ar",
                 "tokens_per_target_forward", "acceptance_rate", "acceptance_denominator", "identical_to_ar",
                 "differing_token_share", "draft_seconds", "verify_seconds", "other_seconds"}
@@ -64,8 +65,11 @@ def test_summary_has_one_well_formed_row_per_method_temperature_and_category(ben
         if row["method"] == "ar":
             assert row["speedup_vs_ar"] == 1.0 and row["tokens_per_target_forward"] == 1.0
             assert row["acceptance_rate"] is None and row["draft_seconds"] == 0.0
+        elif row["method"] == "hf-assisted:lookup=4":
+            # transformers' prompt lookup runs no draft model: nothing to time or count on the draft side
+            assert row["acceptance_rate"] is None and row["draft_seconds"] == 0.0
         else:
-            assert 0.0 <= row["acceptance_rate"] <= 1.0
+            assert 0.0 <= row["acceptance_rate"] <= 1.0, row["method"]
             assert row["draft_seconds"] > 0
 
 
@@ -149,11 +153,14 @@ def test_method_list_syntax():
     ns = bench.method_args(args, specs[2])
     assert (ns.k_config, ns.stop, ns.threshold, ns.dynamic_depth) == ("4,2,2,1", "confidence", 0.3, True)
     assert bench.method_args(args, bench.parse_method("ti-mcsd:k=2,4,1")).ti_k_config == "2,4,1"
+    ns = bench.method_args(args, bench.parse_method("pld:lookup=6:ngram=1"))
+    assert (ns.lookup, ns.lookup_ngram) == (6, 1)
 
 
 @pytest.mark.parametrize("text, message", [("beam", "unknown method"), ("sd:k=2", "takes no option"),
                                            ("ar,ar", "listed twice"), ("mcsd:stop=later", "stop must be"),
-                                           ("sd:gamma", "key=value")])
+                                           ("sd:gamma", "key=value"), ("pld:gamma=2", "takes no option"),
+                                           ("ti-mcsd:lookup=4", "takes no option")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
         bench.parse_methods(text)

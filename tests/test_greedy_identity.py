@@ -26,6 +26,8 @@ CONFIGS = [
     ("sd", dict(gamma=3, lookup=6)),
     ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_min_ngram=1)),
     ("mcsd", dict(k_config=(4, 2, 2, 1), lookup=8, stop=StopPolicy("confidence", 0.5))),
+    ("pld", dict(lookup=8)),
+    ("pld", dict(lookup=3, lookup_min_ngram=1)),
 ]
 
 
@@ -96,7 +98,9 @@ EMBEDDED_PROMPTS = ["What is the capital of France?", "Write a haiku about autum
 @pytest.mark.slow
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=4)), ("mcsd", dict(k_config=(4, 2, 2, 1))),
                                             ("mcsd", dict(k_config=(2, 2, 1), stop=StopPolicy("confidence", 0.3))),
-                                            ("ti-mcsd", dict(width=1, depth=3))])
+                                            ("ti-mcsd", dict(width=1, depth=3)),
+                                            ("pld", dict(lookup=8, lookup_min_ngram=1)),
+                                            ("sd", dict(gamma=2, lookup=4, lookup_min_ngram=1))])
 def test_embedded_greedy_identity(embedded_pair, method, options):
     for prompt in EMBEDDED_PROMPTS:
         ids = embedded_pair.encode_prompt(prompt)

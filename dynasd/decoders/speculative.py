@@ -1,6 +1,6 @@
 """The speculative decoding loop: draft a token tree, verify it in one target forward, walk it, commit.
 
-One class covers the three methods; they differ only in the tree:
+One class covers every speculative method; they differ only in where the tree comes from:
   sd       a chain (1, 1, ..., 1), drawn from the draft            -> standard speculative sampling
   mcsd     a static tree such as (4, 2, 2, 1), drawn from the draft -> multi-candidate speculative sampling
   ti-mcsd  level 1 from the *target's* own next-token distribution, e.g. the fork (w, 1, ..., 1). The longest
