@@ -25,7 +25,8 @@ import pandas as pd
 import viz
 from dynasd.decoders import METHODS
 from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, PairCache, Session, SessionFailed,
-                            SessionRegistry, Settings, UserError, compare_methods, known_pairs, load_trace)
+                            SessionRegistry, Settings, UserError, compare_methods, known_pairs, load_trace,
+                            start_heap_trimmer)
 from dynasd.stopping import STOP_POLICIES
 from dynasd.trace import save_run
 
@@ -556,6 +557,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> gr.Blocks:
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
+    start_heap_trimmer()  # abandoned sessions' freed memory goes back to the OS (flat RSS in the soak)
     demo.queue(default_concurrency_limit=16).launch(
         server_name=host, server_port=port, css=CSS, max_file_size="20mb", footer_links=["api"],
         prevent_thread_lock=not block, quiet=not block,

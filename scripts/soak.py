@@ -3,10 +3,18 @@ created and abandoned while memory is watched. Prints the figures and exits non-
 
     .venv/bin/python scripts/soak.py                      # 500 sessions, 16 at once (several minutes on 2 cores)
     .venv/bin/python scripts/soak.py --sessions 60 --concurrent 8    # a quick look
+    .venv/bin/python scripts/soak.py --memory-only --sessions 500    # the server's memory alone, see below
 
 The app runs in this process (tiny-random pair, `app.serve(block=False)`) so that faults can be injected into one
 session's model calls; clients talk to it over HTTP with gradio_client, one client session per browser tab.
 RSS is this process's (server and clients together).
+
+--memory-only measures the server alone: the app runs in its own process (scripts/soak_server.py, which is app.py
+plus memory probes), the clients in this one, and the figures are the server's VmRSS after a gc.collect(), read at
+the server's end on SIGUSR1, after a warm-up and then every --every tabs. --server-env KEY=VALUE goes into the
+server's environment, e.g. MALLOC_ARENA_MAX=2 or SOAK_TRACEMALLOC=<frames> (then the Python allocations that grew
+between the first and the last probe are listed). The app itself returns freed heap to the OS every 30 s
+(dynasd.session.start_heap_trimmer).
 """
 from __future__ import annotations
 
@@ -15,7 +23,9 @@ import collections
 import gc
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -120,7 +130,8 @@ class Tab:
             with f.lock:
                 f.in_flight -= 1
                 f.requests += 1
-                f.peak_sessions = max(f.peak_sessions, len(self.registry))
+                if self.registry is not None:
+                    f.peak_sessions = max(f.peak_sessions, len(self.registry))
 
     def status(self, *args, api_name: str = "/step", **kwargs) -> str:
         try:
@@ -288,6 +299,120 @@ def run_workers(fn, workers, n):
         t.join()
 
 
+def abandon_tabs(url, figures, tabs: int, workers: int, steps: int, counter) -> None:
+    """`tabs` tabs opened, stepped `steps` times and abandoned, `workers` at a time (a registry-less Tab each)."""
+    lock = threading.Lock()
+
+    def worker(n):
+        tab = Tab(url, figures, None)
+        for _ in range(n):
+            with lock:
+                i = next(counter)
+            tab.client.reset_session()  # a new tab; the last one is abandoned without a word
+            for _ in range(steps):
+                status = tab.status(prompt=f"abandoned tab {i}", pair="tiny-random", method="mcsd",
+                                    max_new_tokens=48)
+                if not status.startswith("✓"):
+                    figures.fail(f"abandoned tab {i}: {status[:200]!r}")
+
+    run_workers(worker, workers, tabs // workers)
+
+
+def probe_server(server, probe_dir: Path, n: int, timeout_s: float = 120.0) -> dict:
+    server.send_signal(signal.SIGUSR1)
+    path, deadline = probe_dir / f"probe-{n}.json", time.monotonic() + timeout_s
+    while not path.exists():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not answer probe {n}")
+        time.sleep(0.2)
+    return json.loads(path.read_text())
+
+
+def wait_until_up(url: str, server, timeout_s: float = 900.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode}")
+        try:
+            if httpx.get(url + "config", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError("the server did not come up")
+
+
+def memory_only(args) -> int:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    probe_dir = Path(tempfile.mkdtemp(prefix="soak-probe-"))
+    env = dict(os.environ, SOAK_PROBE_DIR=str(probe_dir))
+    env.update(kv.split("=", 1) for kv in args.server_env)
+    server = subprocess.Popen([sys.executable, str(REPO / "scripts" / "soak_server.py"), "--pair", "tiny-random",
+                               "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)], env=env, cwd=REPO)
+    figures, counter, track = Figures(), iter(range(10**9)), []
+    started = time.monotonic()
+    try:
+        wait_until_up(url, server)
+        probes = [probe_server(server, probe_dir, 0)]
+        abandon_tabs(url, figures, args.warm_up, args.workers, args.steps, counter)
+        probes.append(probe_server(server, probe_dir, 1))
+        track.append((0, probes[-1], process_rss_mb(), time.monotonic() - started))
+        done = 0
+        while done < args.sessions:
+            chunk = min(args.every, args.sessions - done)
+            abandon_tabs(url, figures, chunk, args.workers, args.steps, counter)
+            done += chunk
+            probes.append(probe_server(server, probe_dir, len(probes)))
+            track.append((done, probes[-1], process_rss_mb(), time.monotonic() - started))
+            print(f"  {done:5d} tabs: server RSS {probes[-1]['rss_mb']:.0f} MB "
+                  f"(before gc {probes[-1]['rss_mb_before_gc']:.0f}), client RSS {process_rss_mb():.0f} MB, "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+    first, last = track[0][1], track[-1][1]
+    print()
+    print("DynaSD Explorer memory soak (tiny-random, server in its own process, gradio_client over HTTP)")
+    print(f"  server environment             {' '.join(args.server_env) or '(default)'}")
+    print(f"  tabs created and abandoned     {args.sessions} (+{args.warm_up} warm-up), {args.steps} steps each, "
+          f"{args.workers} at a time")
+    print(f"  server RSS (MB, after gc)      boot {probes[0]['rss_mb']:.0f}; after warm-up {first['rss_mb']:.0f}; "
+          + ", ".join(f"{n}: {p['rss_mb']:.0f}" for n, p, _, _ in track[1:])
+          + f" ({last['rss_mb'] - first['rss_mb']:+.0f} MB after warm-up)")
+    print("  client RSS (MB, this process)  " + ", ".join(f"{n}: {c:.0f}" for n, _, c, _ in track))
+    if "traced_mb" in last:
+        print("  Python heap traced (MB)        " + ", ".join(f"{n}: {p['traced_mb']:.1f}" for n, p, _, _ in track))
+    print(f"  server threads                 {first['threads']} -> {last['threads']}")
+    grew = {k: (first['stores'].get(k), v) for k, v in last["stores"].items() if first["stores"].get(k) != v}
+    print(f"  per-session stores             {last['stores']}")
+    print(f"  stores that changed            {grew or 'none'}")
+    counts0 = dict(first["objects"])
+    print("  live objects that grew         " + (", ".join(
+        f"{t} {counts0.get(t, 0)}->{c}" for t, c in last["objects"] if c - counts0.get(t, 0) > 500) or "none"))
+    if "traced_mb" in last:
+        import tracemalloc
+
+        a = tracemalloc.Snapshot.load(str(probe_dir / f"snap-{first['n']}.pickle"))
+        b = tracemalloc.Snapshot.load(str(probe_dir / f"snap-{last['n']}.pickle"))
+        print("  Python allocations that grew most (after warm-up -> end):")
+        for stat in b.compare_to(a, "traceback")[:8]:
+            print(f"    {stat.size_diff / 2**20:+7.2f} MB {stat.count_diff:+7d} blocks")
+            for line in stat.traceback.format(limit=6)[::2]:
+                print("        " + line.strip())
+    print(f"  wall time                      {time.monotonic() - started:.0f} s")
+    print(f"  checks failed                  {len(figures.failures)}")
+    for failure in figures.failures[:20]:
+        print("   -", failure)
+    return 1 if figures.failures else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=500, help="tabs created and abandoned in the soak")
@@ -296,7 +421,16 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="steps per abandoned tab")
     parser.add_argument("--faults", type=int, default=6, help="sessions whose model calls are made to fail")
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--memory-only", action="store_true",
+                        help="only the abandon soak, against a server in its own process; its RSS alone")
+    parser.add_argument("--every", type=int, default=100, help="--memory-only: probe the server every N tabs")
+    parser.add_argument("--warm-up", type=int, default=136,
+                        help="--memory-only: tabs before the first figure (default: fills both bounded stores)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="--memory-only: set in the server's environment (repeatable)")
     args = parser.parse_args(argv)
+    if args.memory_only:
+        return memory_only(args)
 
     import app
     from dynasd.models import tiny_random_pair
@@ -338,8 +472,9 @@ def main(argv=None) -> int:
           + ", ".join(f"{n}x {kind}" for kind, n in figures.faults.items()))
     print(f"  sessions created and abandoned {args.sessions} (+{warm_up_tabs(app)} warm-up), "
           f"{args.steps} steps each")
-    print(f"  RSS                            boot {rss_boot:.0f} MB; soak start {rss_start:.0f} MB, "
-          f"end {rss_end:.0f} MB ({rss_end - rss_start:+.0f} MB), peak {rss_peak:.0f} MB")
+    print(f"  RSS (server + clients)         boot {rss_boot:.0f} MB; soak start {rss_start:.0f} MB, "
+          f"end {rss_end:.0f} MB ({rss_end - rss_start:+.0f} MB), peak {rss_peak:.0f} MB "
+          "(the server alone: --memory-only)")
     print("  RSS every 50 tabs (MB)         " + ", ".join(f"{i}: {mb:.0f}" for i, mb in figures.rss_track))
     print(f"  wall time                      {time.monotonic() - started:.0f} s")
     print(f"  checks failed                  {len(figures.failures)}")

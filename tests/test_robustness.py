@@ -465,3 +465,12 @@ def test_stop_mid_run_leaves_a_session_that_continues_to_the_uninterrupted_text(
     stop_soon(client, client.submit(prompt="stop and go", **settings, api_name="/run"))
     assert "Reset" in status_or_error(client, "/reset")
     assert "Step 0" in status_or_error(client, prompt="stop and go", **settings)
+
+
+def test_heap_trimmer_starts_once_per_process():
+    import threading
+
+    from dynasd.session import start_heap_trimmer
+
+    assert start_heap_trimmer(3600) and start_heap_trimmer(3600)  # glibc on every machine this runs on
+    assert sum(t.name == "heap-trimmer" for t in threading.enumerate()) == 1

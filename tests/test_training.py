@@ -11,9 +11,9 @@ from dynasd.decision import DecisionModel
 from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
 from dynasd.stopping import StopPolicy, make_stop_policy
 
-# The shipped draft agreed with the target on 0.171 of the answer positions of FIXED_PROMPTS when it was exported
-# (0.315 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md); the bar keeps a margin.
-AGREEMENT_BAR = 0.12
+# The shipped draft agreed with the target on 0.250 (38 / 152) of the answer positions of FIXED_PROMPTS when it was
+# exported (0.434 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md); the bar keeps a margin.
+AGREEMENT_BAR = 0.21
 # Short prompts written for this test (not from the training prompts).
 FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
                  "Explain what a noun is.", "How do I boil an egg?"]
