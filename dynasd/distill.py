@@ -561,7 +561,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gen-minutes", type=float, default=0, help="stop generating after this long (0: no limit)")
     g.add_argument("--gen-batch", type=int, default=32)
     g.add_argument("--gen-max-new-tokens", type=int, default=128)
-    g.add_argument("--gen-dtype", default="bf16", help="dtype of the target while generating (bf16 is ~2x faster)")
+    g.add_argument("--gen-dtype", default="fp32",
+                   help="dtype of the target while generating (bf16 is only faster on CPUs with bf16 instructions)")
     g.add_argument("--shard-prompts", type=int, default=128, help="prompts per saved shard")
     g.add_argument("--gen-skip", type=int, default=0,
                    help="skip this many training prompts (already answered by an earlier run with the same seed)")

@@ -119,7 +119,7 @@ class TreeDecoder(Decoder):
         self.target = CachedModel(self.pair.target)
         self.draft = CachedModel(self.pair.draft, need_hidden=self.stop.needs_hidden)
         self.ngrams = NgramIndex(min_ngram=self.lookup_min_ngram, max_ngram=max(self.lookup_min_ngram, 3))
-        if len(self.committed) > 1:
+        if len(self.committed) > 1 and self.method != "pld":  # pld never runs the draft model
             self.draft.prefill(self.committed[:-1])
         if self.shape.target_roots:
             # Target-rooted trees need the target's next-token distribution before the first step.
