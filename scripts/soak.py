@@ -267,12 +267,7 @@ def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tu
         for _ in range(n):
             with lock:
                 i = next(counter)
-            tab.client.reset_session()  # a new tab; the last one is abandoned without a word
-            for _ in range(steps):
-                status = tab.status(prompt=f"abandoned tab {i}", pair="tiny-random", method="mcsd",
-                                    max_new_tokens=48)
-                if not status.startswith("✓"):
-                    figures.fail(f"abandoned tab {i}: {status[:200]!r}")
+            step_new_tab(tab, figures, i, steps)
             if i % 50 == 0:
                 with lock:
                     peak[0] = max(peak[0], process_rss_mb())
@@ -285,6 +280,15 @@ def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tu
     gc.collect()
     end = process_rss_mb()
     return start, end, max(peak[0], end)
+
+
+def step_new_tab(tab, figures, i: int, steps: int) -> None:
+    """Start tab number i in `tab`'s client (the previous one is abandoned without a word) and step it."""
+    tab.client.reset_session()
+    for _ in range(steps):
+        status = tab.status(prompt=f"abandoned tab {i}", pair="tiny-random", method="mcsd", max_new_tokens=48)
+        if not status.startswith("✓"):
+            figures.fail(f"abandoned tab {i}: {status[:200]!r}")
 
 
 def warm_up_tabs(app) -> int:
@@ -308,12 +312,7 @@ def abandon_tabs(url, figures, tabs: int, workers: int, steps: int, counter) -> 
         for _ in range(n):
             with lock:
                 i = next(counter)
-            tab.client.reset_session()  # a new tab; the last one is abandoned without a word
-            for _ in range(steps):
-                status = tab.status(prompt=f"abandoned tab {i}", pair="tiny-random", method="mcsd",
-                                    max_new_tokens=48)
-                if not status.startswith("✓"):
-                    figures.fail(f"abandoned tab {i}: {status[:200]!r}")
+            step_new_tab(tab, figures, i, steps)
 
     run_workers(worker, workers, tabs // workers)
 
