@@ -449,7 +449,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     width = gr.Slider(1, 16, value=4, step=1, label="Width: target-initialized chains",
                                       visible=False)
                     depth = gr.Slider(1, 12, value=4, step=1, label="Depth: draft tokens per chain", visible=False)
-                    lookup = gr.Slider(0, MAX_LOOKUP, value=0, step=1, label="Prompt lookup (sd, mcsd; 0 = off)",
+                    lookup = gr.Slider(0, MAX_LOOKUP, value=0, step=1, label="Prompt lookup (sd, mcsd, pld; 0 = off)",
                                        info="when the last tokens occurred earlier in the text, propose what followed "
                                             "them (up to this many) instead of running the draft model")
                 with gr.Accordion("Dynamic depth", open=False):

@@ -324,7 +324,8 @@ def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, promp
 
     HF defaults apply unless the spec overrides them (num_assistant_tokens 20, constant schedule, assistant
     confidence threshold 0.4). With `lookup=N` it runs transformers' prompt lookup decoding instead
-    (`prompt_lookup_num_tokens=N`, no assistant model): the peer of our `pld`. The draft's generation config is restored afterwards: HF's heuristic schedule
+    (`prompt_lookup_num_tokens=N`, no assistant model): the peer of our `pld`.
+    The draft's generation config is restored afterwards: HF's heuristic schedule
     writes its state into it, which would leak from one run into the next.
     """
     import torch

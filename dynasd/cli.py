@@ -47,8 +47,9 @@ def add_method_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depth", type=int, default=4, help="ti-mcsd: draft tokens per chain")
     p.add_argument("--with-replacement", action="store_true", help="mcsd: draw siblings with replacement")
     p.add_argument("--lookup", type=int, default=0,
-                   help="sd/mcsd/pld: prompt lookup; when the last n-gram occurred earlier in the context, propose up to "
-                        "this many tokens that followed it instead of running the draft model (0 = off; pld: 8)")
+                   help="sd/mcsd/pld: prompt lookup; when the last n-gram occurred earlier in the context, "
+                        "propose up to this many tokens that followed it instead of running the draft model "
+                        "(0 = off; pld: 8)")
     p.add_argument("--lookup-ngram", type=int, default=2, help="prompt lookup: shortest n-gram that may match")
     p.add_argument("--dynamic-depth", action="store_true", help="let a stop policy end drafting early")
     p.add_argument("--stop", default="none",

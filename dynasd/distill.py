@@ -531,7 +531,8 @@ def train_stage(args, log) -> dict:
         window_loss += float(loss.detach()) * int(keep.sum())
         window_tokens += int(keep.sum())
         if step % args.log_every == 0 or step == args.steps:
-            log({"step": step, "loss": round(window_loss / max(window_tokens, 1), 4), "lr": round(opt.param_groups[0]["lr"], 6),
+            log({"step": step, "loss": round(window_loss / max(window_tokens, 1), 4),
+                 "lr": round(opt.param_groups[0]["lr"], 6),
                  "tokens_per_s": round(window_tokens / (time.time() - window_start), 1),
                  "elapsed_s": round(time.time() - start, 1)})
             bar.set_postfix(loss=f"{window_loss / max(window_tokens, 1):.3f}")

@@ -71,7 +71,7 @@ class Settings:
     max_new_tokens: int = 64
     seed: int = 0
     top_k: int = 0
-    lookup: int = 0      # prompt lookup: most looked-up tokens per step (sd, mcsd); 0 = off
+    lookup: int = 0      # prompt lookup: most looked-up tokens per step (sd, mcsd; pld: 0 means 8); 0 = off
 
     @property
     def pair_key(self) -> str:

@@ -34,19 +34,19 @@ def make_decoder(method: str, pair: ModelPair, sampling: SamplingConfig, seed: i
                  max_nodes: int = MAX_TREE_NODES, lookup: int = 0, lookup_min_ngram: int = 2) -> Decoder:
     if method == "ar":
         return ARDecoder(pair, sampling, seed)
+    if lookup < 0 or lookup_min_ngram < 1:
+        raise ValueError("prompt lookup length must be >= 0 and its n-gram size >= 1")
+    if lookup > max_nodes:
+        raise ValueError(f"prompt lookup of {lookup} tokens exceeds the tree limit of {max_nodes} nodes")
     if method == "pld":
         lookup = lookup or DEFAULT_PLD_TOKENS
-        shape = TreeShape((1,) * max(lookup, 1))
+        shape = TreeShape((1,) * lookup)
     elif method == "ti-mcsd" and ti_k_config:
         shape = TreeShape(tuple(ti_k_config), target_roots=True)
     else:
         shape = tree_shape_for(method, gamma, k_config, width, depth)
     if shape.num_nodes > max_nodes:
         raise ValueError(f"the tree has {shape.num_nodes} nodes; the limit is {max_nodes}")
-    if lookup > max_nodes:
-        raise ValueError(f"prompt lookup of {lookup} tokens exceeds the tree limit of {max_nodes} nodes")
-    if lookup < 0 or lookup_min_ngram < 1:
-        raise ValueError("prompt lookup length must be >= 0 and its n-gram size >= 1")
     stop = stop or StopPolicy()
     return TreeDecoder(pair, sampling, shape, method, seed=seed, without_replacement=without_replacement,
                        dynamic_depth=dynamic_depth or stop.name != "none", stop=stop, lookup=lookup,
