@@ -445,8 +445,9 @@ def train_stage(args, log) -> dict:
     # The training softmax runs over the tokens the target actually wrote (see the module docstring), at most
     # --vocab-max of them (the most frequent labels, always with the end-of-sequence tokens); labels outside it are
     # left out of the loss. The engine restricts the draft's head to exactly this set (head_tokens.json).
+    train_labels = [t for s in train for t in (s.labels if s.labels is not None else s.ids[s.answer_start:])]
     if args.train_vocab == "data":
-        counts = Counter(t for s in train for t in (s.labels if s.labels is not None else s.ids[s.answer_start:]))
+        counts = Counter(train_labels)
         eos = set(pair.eos_token_ids)
         keep = [t for t, _ in counts.most_common() if t not in eos][:max(0, args.vocab_max - len(eos))]
         vocab = sorted(set(keep) | eos)
@@ -456,7 +457,6 @@ def train_stage(args, log) -> dict:
     label_map[torch.tensor(vocab)] = torch.arange(len(vocab))
     head = draft.lm_head.weight[torch.tensor(vocab)].detach()
     (out / "head_tokens.json").write_text(json.dumps({"token_ids": vocab}))
-    train_labels = [t for s in train for t in (s.labels if s.labels is not None else s.ids[s.answer_start:])]
     heldout_targets = [t for s in heldout_labels for t in s.ids[s.answer_start:]]
     in_vocab = set(vocab)
     coverage = {"train_label_coverage": round(sum(t in in_vocab for t in train_labels) / len(train_labels), 5),
