@@ -138,7 +138,7 @@ def generate_stage(args, log) -> None:
     # --gen-skip leaves out training prompts an earlier run already answered (same seed, same order)
     first = args.heldout + args.gen_skip
     heldout_texts, train_texts = texts[:args.heldout], texts[first:first + args.gen_prompts]
-    pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype)
+    pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype, fast_linears=False)
     model, pad = pair.target, pair.tokenizer.pad_token_id
     pad = pad if pad is not None else min(pair.eos_token_ids)
     jobs = [("heldout", heldout_texts)] + [(f"{args.shard_prefix}-{i // args.shard_prompts:04d}",
@@ -194,7 +194,7 @@ def label_stage(args, log) -> None:
     heldout = set(texts[:args.heldout])
     pairs = [p for p in read_answer_pairs(args.prompts) if p[0] not in heldout]
     random.Random(args.seed + 1).shuffle(pairs)
-    pair = load_pair(args.pair, device="cpu", dtype="fp32")
+    pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_linears=False)
     pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
     start, done = time.time(), 0
     chunk = args.shard_prompts * 4
@@ -400,7 +400,7 @@ def train_stage(args, log) -> dict:
         raise FileNotFoundError(f"no generated data in {data_dir} (run the generate stage first)")
     train = load_sequences(train_files)
     heldout = load_sequences([data_dir / "heldout.jsonl"])
-    pair = load_pair(args.pair, device="cpu", dtype="fp32")
+    pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_linears=False)
     target, pad = pair.target, pair.tokenizer.pad_token_id
     pad = pad if pad is not None else min(pair.eos_token_ids)
     for p in target.parameters():

