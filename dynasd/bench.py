@@ -50,16 +50,19 @@ OPTION_HELP = {
     "ngram": "sd/mcsd/pld: prompt lookup's shortest matching n-gram",
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
+    "linears": "any method: fast (default; on CPU the models' linear layers are pre-transposed, "
+               "dynasd/fast_linear.py) or plain (as loaded), to measure that change side by side",
 }
 TREE_KEYS = {"stop", "th", "decision"}
 METHOD_OPTIONS: dict[str, set[str]] = {
-    "ar": set(),
-    "sd": {"gamma", "lookup", "ngram"} | TREE_KEYS,
-    "mcsd": {"k", "replacement", "lookup", "ngram"} | TREE_KEYS,
-    "ti-mcsd": {"w", "d", "k"} | TREE_KEYS,
-    "pld": {"lookup", "ngram"},
-    "hf-assisted": {"n", "th", "schedule", "lookup"},
+    "ar": {"linears"},
+    "sd": {"gamma", "lookup", "ngram", "linears"} | TREE_KEYS,
+    "mcsd": {"k", "replacement", "lookup", "ngram", "linears"} | TREE_KEYS,
+    "ti-mcsd": {"w", "d", "k", "linears"} | TREE_KEYS,
+    "pld": {"lookup", "ngram", "linears"},
+    "hf-assisted": {"n", "th", "schedule", "lookup", "linears"},
 }
+LINEARS = ("fast", "plain")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -110,6 +113,8 @@ def parse_method(text: str) -> MethodSpec:
         options[key] = value
     from .stopping import STOP_POLICIES
 
+    if options.get("linears", "fast") not in LINEARS:
+        raise ValueError(f"linears must be fast or plain, got '{options['linears']}' in '{label}'")
     if "stop" in options and options["stop"] not in STOP_POLICIES:
         raise ValueError(f"stop must be one of {', '.join(STOP_POLICIES)}, got '{options['stop']}' in '{label}'")
     return MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
@@ -584,20 +589,24 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
     }
 
 
-def benchmark(args: argparse.Namespace, pair, prompts: list[dict], specs: list[MethodSpec],
+def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
               temperatures: list[float], out: Path, progress: bool = True) -> list[dict]:
-    """Run everything, write runs.jsonl as it goes, return the records."""
+    """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `linears`
+    option ("fast", and "plain" when a method asks for it)."""
     from tqdm import tqdm
 
     from .sampling import SamplingConfig
 
+    pair = pairs["fast"]
+    pair_of = {spec.label: pairs[spec.option("linears", "fast")] for spec in specs}
     encoded = [pair.encode_prompt(p["text"], chat=not args.no_chat) for p in prompts]
     samplings = {t: SamplingConfig(temperature=t, top_k=args.top_k, top_p=args.top_p) for t in temperatures}
     # Build every decoder once up front so a bad option fails before any minute is spent.
     for spec in specs:
         if spec.method != "hf-assisted":
-            make_method_decoder(args, spec, pair, samplings[temperatures[0]], args.seed)
-    clock = ForwardClock(pair)
+            make_method_decoder(args, spec, pair_of[spec.label], samplings[temperatures[0]], args.seed)
+    clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
+    clock_of = {spec.label: clocks[spec.option("linears", "fast")] for spec in specs}
     records: list[dict] = []
     total = len(specs) * len(temperatures) * (len(prompts) + 1)
     bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="run", dynamic_ncols=True)
@@ -607,8 +616,8 @@ def benchmark(args: argparse.Namespace, pair, prompts: list[dict], specs: list[M
                 sampling = samplings[temperature]
                 for spec in specs:  # the same untimed warm-up for every method
                     bar.set_description(f"warm-up {spec.label} T={temperature:g}")
-                    run_method(args, spec, pair, sampling, args.seed, encoded[0], args.warmup_tokens,
-                               prompts[0]["text"], clock)
+                    run_method(args, spec, pair_of[spec.label], sampling, args.seed, encoded[0],
+                               args.warmup_tokens, prompts[0]["text"], clock_of[spec.label])
                     bar.update()
                 for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
                     seed = args.seed + index
@@ -616,9 +625,10 @@ def benchmark(args: argparse.Namespace, pair, prompts: list[dict], specs: list[M
                     batch = []
                     for spec in specs[shift:] + specs[:shift]:
                         bar.set_description(f"{prompt['category']} #{prompt['id']} {spec.label} T={temperature:g}")
+                        clock = clock_of[spec.label]
                         clock.reset()
-                        measured = run_method(args, spec, pair, sampling, seed, ids, args.max_new_tokens,
-                                              prompt["text"], clock)
+                        measured = run_method(args, spec, pair_of[spec.label], sampling, seed, ids,
+                                              args.max_new_tokens, prompt["text"], clock)
                         batch.append(_record(prompt, spec, temperature, seed, measured, clock, args.max_new_tokens))
                         bar.update()
                     batch.sort(key=lambda r: [s.label for s in specs].index(r["method"]))
@@ -629,7 +639,8 @@ def benchmark(args: argparse.Namespace, pair, prompts: list[dict], specs: list[M
                     records += batch
     finally:
         bar.close()
-        clock.close()
+        for clock in clocks.values():
+            clock.close()
     return records
 
 
@@ -659,9 +670,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    pair = load_pair_from(args)
-    meta = _meta(args, pair, prompts, specs, temperatures)
-    records = benchmark(args, pair, prompts, specs, temperatures, out, progress=not args.no_progress)
+    pairs = {"fast": load_pair_from(args)}
+    if any(spec.option("linears") == "plain" for spec in specs):
+        pairs["plain"] = load_pair_from(args, fast_linears=False)
+    meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
+    records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress)
     summary = summarize(records)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
