@@ -24,9 +24,9 @@ import pandas as pd
 
 import viz
 from dynasd.decoders import METHODS
-from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, PairCache, Session, SessionFailed,
-                            SessionRegistry, Settings, UserError, compare_methods, known_pairs, load_trace,
-                            start_heap_trimmer)
+from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, PairCache, Session,
+                            SessionFailed, SessionRegistry, Settings, UserError, compare_methods, known_pairs,
+                            load_trace, settings_of_trace, start_heap_trimmer)
 from dynasd.stopping import STOP_POLICIES
 from dynasd.trace import save_run
 
@@ -142,7 +142,8 @@ random draws differ (they agree in distribution, not token by token).
 
 TRACE_HELP = """
 **Trace files.** Save the current run (every step, every candidate, p, q, masks) as JSON; load one to replay it
-here with no model loaded. Use the step slider to walk through a loaded run.
+here with no model loaded. Use the step slider to walk through a loaded run. Loading also sets the prompt and the
+controls to the ones the run was made with, so **Step** or **Run** makes it again (with a model).
 """
 
 
@@ -372,10 +373,19 @@ def on_save(session_id):
     return str(path), _status(f"Saved {steps} steps to {path.name}.", "ok"), session.id
 
 
+def _control_updates(settings: Settings | None) -> tuple:
+    """The prompt box and every control set to a loaded run's settings; unchanged where they are unknown."""
+    if settings is None:
+        return tuple(gr.update() for _ in range(len(CONTROL_NAMES) + 1))
+    return (gr.update(),) + tuple(gr.update(value=getattr(settings, name)) for name in CONTROL_NAMES)
+
+
 def on_load(session_id, path):
+    """Replay a trace file; its prompt and settings go to the controls, so Step starts a run like it."""
     session = SESSIONS.get(session_id)
     if not path:
-        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn"))
+        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn")) + \
+            _control_updates(None)
     try:
         _busy_guard(session)
         run = load_trace(path)
@@ -392,9 +402,10 @@ def on_load(session_id, path):
                 _unexpected(exc)
                 session.reset()
                 raise UserError("cannot show that trace: its steps do not describe a drawable tree") from exc
-        return views
+        prompt_update = gr.update(value=run.prompt[:MAX_PROMPT_CHARS])
+        return views + (prompt_update,) + _control_updates(settings_of_trace(run))[1:]
     except Exception as exc:
-        return _failed(session, exc)
+        return _failed(session, exc) + _control_updates(None)
 
 
 def on_method_change(method: str):
@@ -523,7 +534,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         compare_btn.click(on_compare, [session_id, prompt, *controls],
                           [compare_table, compare_plot, compare_status, session_id], api_name="compare")
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
-        load_file.upload(on_load, [session_id, load_file], views, api_name="load_trace")
+        load_file.upload(on_load, [session_id, load_file], views + [prompt, *controls], api_name="load_trace")
         method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth, lookup],
                       api_visibility="private")
         pair.change(on_pair_change, [pair], [target, draft], api_visibility="private")

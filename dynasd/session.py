@@ -500,6 +500,37 @@ def load_trace(path) -> RunTrace:
     return run
 
 
+def settings_of_trace(run: RunTrace) -> Settings | None:
+    """The explorer settings a loaded trace was made with, so its controls can be shown (and Step then starts a
+    new run like it). None when the trace's config does not describe valid settings (a hand-edited file).
+
+    max_new_tokens is not in a trace: a run that ended on length gives it; otherwise the default stays."""
+    config = run.config if isinstance(run.config, dict) else {}
+    values: dict = {"method": run.method}
+    if run.pair in known_pairs():
+        values["pair"] = run.pair
+    elif " + " in run.pair:  # a custom pair is named "<target> + <draft>"
+        target, _, draft = run.pair.partition(" + ")
+        values.update(pair=CUSTOM, target=target, draft=draft)
+    for name in ("temperature", "top_p", "top_k", "seed", "dynamic_depth", "stop", "threshold", "lookup"):
+        if config.get(name) is not None:
+            values[name] = config[name]
+    branching = config.get("branching")
+    if isinstance(branching, list) and branching:
+        if run.method == "sd":
+            values["gamma"] = len(branching)
+        elif run.method == "mcsd":
+            values["k_config"] = ",".join(str(b) for b in branching)
+        elif run.method == "ti-mcsd":
+            values.update(width=branching[0], depth=len(branching) - 1)
+    if run.finished == "length":
+        values["max_new_tokens"] = len(run.new_token_ids)
+    try:
+        return Settings(**values).normalised()
+    except (UserError, TypeError):
+        return None
+
+
 def check_trace(run: RunTrace) -> None:
     """Every field has its declared type and the tree of every step is one the app can draw; raises TraceError."""
     _check_value(run, RunTrace, "trace")

@@ -228,6 +228,8 @@ def test_compare_tab_runs_every_method(connect):
 def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
     from gradio_client import handle_file
 
+    import app
+
     author = connect()
     for _ in range(3):
         shown = author.predict(prompt="hello", **TINY, api_name="/step")
@@ -238,6 +240,11 @@ def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
     viewer = connect()
     loaded = viewer.predict(handle_file(path), api_name="/load_trace")
     assert "Loaded" in loaded[OUT["status"]] and "no model" in loaded[OUT["status"]]
+    # after the views (the session id, a gr.State, is not sent to API clients): the prompt, then every control
+    updates = dict(zip(("prompt",) + app.CONTROL_NAMES, loaded[len(OUT):]))
+    controls = {name: update["value"] for name, update in updates.items()}
+    assert controls["prompt"] == "hello" and controls["pair"] == "tiny-random" and controls["method"] == "mcsd"
+    assert controls["k_config"] == "4,2,2,1" and controls["temperature"] == 0
     assert spans(loaded) == spans(shown)
     assert plot_json(loaded[OUT["tree"]]) == plot_json(shown[OUT["tree"]])
     first = viewer.predict(0, api_name="/show_step")

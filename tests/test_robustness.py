@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,8 +15,8 @@ import torch
 from dynasd.decoders import MAX_TREE_NODES, make_decoder
 from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
 from dynasd.sampling import SamplingConfig
-from dynasd.session import (CUSTOM, MAX_PROMPT_CHARS, PairCache, SessionFailed, SessionRegistry, Settings,
-                            UserError, load_trace)
+from dynasd.session import (CUSTOM, MAX_PROMPT_CHARS, PairCache, Session, SessionFailed, SessionRegistry, Settings,
+                            UserError, load_trace, settings_of_trace)
 from dynasd.trace import run_to_dict, save_run
 
 OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
@@ -283,6 +284,28 @@ def test_a_trace_over_the_size_cap_is_refused_unread(tmp_path):
         load_trace(path)
     with pytest.raises(UserError, match="expected a file"):
         load_trace(None)
+
+
+@pytest.mark.parametrize("changes", [dict(method="sd", gamma=3, temperature=0.7, top_p=0.9, seed=5),
+                                     dict(method="mcsd", k_config="3,2,1", dynamic_depth=True, stop="confidence",
+                                          threshold=0.3, lookup=4),
+                                     dict(method="ti-mcsd", width=2, depth=3, top_k=5),
+                                     dict(method="pld", lookup=6), dict(method="ar", seed=9)])
+def test_a_saved_run_gives_back_the_settings_it_was_made_with(pairs, tmp_path, changes):
+    """What the app puts into its controls when a trace is loaded: the settings that made the run."""
+    settings = Settings(pair="tiny-random", max_new_tokens=12, **changes).normalised()
+    session = Session("author")
+    session.start(pairs, settings, "hello there")
+    while not session.run.finished:
+        session.step(pairs)
+    path = tmp_path / "run.json"
+    save_run(session.run, path)
+    loaded = load_trace(path)
+    restored = settings_of_trace(loaded)
+    if loaded.finished != "length":  # ended on end-of-sequence: the trace cannot tell the budget
+        restored = replace(restored, max_new_tokens=settings.max_new_tokens)
+    assert restored == settings
+    assert settings_of_trace(replace(loaded, config={**loaded.config, "temperature": "hot"})) is None
 
 
 # -- failures inside one session's model calls ------------------------------------------------------------------------
