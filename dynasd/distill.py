@@ -1,9 +1,10 @@
 """`python -m dynasd train-draft`: distil a small draft from the target.
 
 Three stages, each resumable from the files it leaves in `--out`:
-1. generate: the target answers prompts (TriviaQA questions, PIQA goals, read by path) greedily, in batches. With
-   greedy decoding the next token of the target's own answer *is* the target's argmax, so the text alone is the
-   training signal: cross-entropy on it trains exactly the quantity sd accepts at T = 0 (top-1 agreement).
+1. generate: the target answers prompts greedily, in batches: TriviaQA questions and PIQA goals read by path, or
+   (`--prompt-source self`, self_instruct.py) user instructions the target writes itself. With greedy decoding the
+   next token of the target's own answer *is* the target's argmax, so the text alone is the training signal:
+   cross-entropy on it trains exactly the quantity sd accepts at T = 0 (top-1 agreement).
    A held-out share of the prompts is kept apart; its labels are recomputed with a teacher-forced target forward in
    the dtype the engine runs (fp32), so the agreement we report is against the engine's target.
 2. train: the draft is K of the target's own layers (chosen by untrained agreement, e.g. [0, 1, 29]: keeping the
@@ -21,6 +22,7 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,28 +135,35 @@ def generate_stage(args, log) -> None:
     from .models import load_pair
 
     data_dir = Path(args.out) / "data"
-    texts = read_train_prompts(args.prompts)
-    random.Random(args.seed).shuffle(texts)
-    # --gen-skip leaves out training prompts an earlier run already answered (same seed, same order)
-    first = args.heldout + args.gen_skip
-    heldout_texts, train_texts = texts[:args.heldout], texts[first:first + args.gen_prompts]
     pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype, fast_linears=False)
     model, pad = pair.target, pair.tokenizer.pad_token_id
     pad = pad if pad is not None else min(pair.eos_token_ids)
-    jobs = [("heldout", heldout_texts)] + [(f"{args.shard_prefix}-{i // args.shard_prompts:04d}",
-                                            train_texts[i:i + args.shard_prompts])
-                                           for i in range(0, len(train_texts), args.shard_prompts)]
+    # Each job is (shard name, prompt count, a function making its encoded prompts), so that self-instructed
+    # prompts are only sampled for shards that still have to be written.
+    if args.prompt_source == "self":
+        jobs = self_instruct_jobs(args, pair, model)
+    else:
+        texts = read_train_prompts(args.prompts)
+        random.Random(args.seed).shuffle(texts)
+        # --gen-skip leaves out training prompts an earlier run already answered (same seed, same order)
+        first = args.heldout + args.gen_skip
+        chunks = [("heldout", texts[:args.heldout])]
+        train_texts = texts[first:first + args.gen_prompts]
+        chunks += [(f"{args.shard_prefix}-{i // args.shard_prompts:04d}", train_texts[i:i + args.shard_prompts])
+                   for i in range(0, len(train_texts), args.shard_prompts)]
+        jobs = [(name, len(chunk), lambda chunk=chunk: [pair.encode_prompt(t) for t in chunk])
+                for name, chunk in chunks]
     start = time.time()
-    bar = tqdm(total=sum(len(t) for _, t in jobs), desc="generate", unit="prompt")
-    for name, chunk in jobs:
+    bar = tqdm(total=sum(count for _, count, _ in jobs), desc="generate", unit="prompt")
+    for name, count, make_prompts in jobs:
         path = data_dir / f"{name}.jsonl"
         if path.is_file():  # resumable: finished shards are kept
-            bar.update(len(chunk))
+            bar.update(count)
             continue
         if args.gen_minutes and time.time() - start > 60 * args.gen_minutes:
             break
         # Similar lengths in one batch waste less padding.
-        encoded = sorted((pair.encode_prompt(t) for t in chunk), key=len)
+        encoded = sorted(make_prompts(), key=len)
         seqs = []
         for i in range(0, len(encoded), args.gen_batch):
             seqs += generate_answers(model, encoded[i:i + args.gen_batch], pad, set(pair.eos_token_ids),
@@ -167,6 +176,29 @@ def generate_stage(args, log) -> None:
         log({"stage": "generate", "shard": name, "prompts": len(seqs), "answer_tokens": answer_tokens,
              "elapsed_s": round(time.time() - start, 1)})
     bar.close()
+
+
+def self_instruct_jobs(args, pair, model) -> list[tuple[str, int, Callable[[], list[list[int]]]]]:
+    """Jobs for `--prompt-source self`: first a held-out shard (`heldout-self`, never trained on: its prompts are
+    excluded from all training shards), then training shards of instructions the target writes itself (see
+    self_instruct.py). Prompts already in finished shards are excluded too, so a resumed run stays de-duplicated."""
+    from .self_instruct import sample_instructions, shard_seed
+
+    shards = -(-args.gen_prompts // args.shard_prompts)
+    plan = [("heldout-self", args.self_heldout)] if args.self_heldout else []
+    plan += [(f"{args.shard_prefix}-{i:04d}", min(args.shard_prompts, args.gen_prompts - i * args.shard_prompts))
+             for i in range(shards)]
+    seen: set[tuple[int, ...]] = set()
+    for name, _ in plan:
+        path = Path(args.out) / "data" / f"{name}.jsonl"
+        if path.is_file():
+            seen.update(tuple(s.ids[:s.answer_start]) for s in load_sequences([path]))
+
+    def make(name: str, count: int) -> Callable[[], list[list[int]]]:
+        return lambda: sample_instructions(pair, model, count, shard_seed(args.seed, name), seen, args.gen_batch,
+                                           args.instruction_max_tokens)
+
+    return [(name, count, make(name, count)) for name, count in plan]
 
 
 def read_answer_pairs(paths: list[str | Path]) -> list[tuple[str, str]]:
@@ -360,6 +392,15 @@ def target_argmax_labels(target, seqs: list[Sequence], pad_id: int, batch_tokens
     return out
 
 
+def cached_labels(target, seqs: list[Sequence], path: Path, pad_id: int) -> list[Sequence]:
+    """`target_argmax_labels`, computed once and kept in `path` (the held-out reference of every later run)."""
+    if path.is_file():
+        return load_sequences([path])
+    labels = target_argmax_labels(target, seqs, pad_id)
+    save_sequences(path, labels)
+    return labels
+
+
 @torch.inference_mode()
 def agreement(draft, labelled: list[Sequence], context: list[Sequence], pad_id: int, batch_tokens: int = 2048
               ) -> float:
@@ -406,12 +447,12 @@ def train_stage(args, log) -> dict:
     for p in target.parameters():
         p.requires_grad_(False)
 
-    labels_path = out / "heldout-fp32-labels.jsonl"
-    if labels_path.is_file():
-        heldout_labels = load_sequences([labels_path])
-    else:
-        heldout_labels = target_argmax_labels(target, heldout, pad)
-        save_sequences(labels_path, heldout_labels)
+    heldout_labels = cached_labels(target, heldout, out / "heldout-fp32-labels.jsonl", pad)
+    # A second held-out set, self-written instructions (--prompt-source self): reported, never selected on.
+    self_heldout = self_labels = None
+    if (data_dir / "heldout-self.jsonl").is_file():
+        self_heldout = load_sequences([data_dir / "heldout-self.jsonl"])
+        self_labels = cached_labels(target, self_heldout, out / "heldout-self-fp32-labels.jsonl", pad)
 
     ckpt_path = out / "checkpoint.pt"
     ckpt = torch.load(ckpt_path, weights_only=False) if args.resume and ckpt_path.is_file() else None
@@ -481,16 +522,20 @@ def train_stage(args, log) -> dict:
     def evaluate_and_save(step: int, best: float) -> float:
         draft.eval()
         agree = agreement(draft, heldout_labels, heldout, pad)
+        metrics = {"step": step, "agreement": agree}
+        if self_heldout is not None:
+            metrics["self_instruct_agreement"] = agreement(draft, self_labels, self_heldout, pad)
         draft.train()
         if agree > best:
             best = agree
             export_draft(draft, out / "best")
-            (out / "best" / "metrics.json").write_text(json.dumps({"step": step, "agreement": agree}))
+            (out / "best" / "metrics.json").write_text(json.dumps(metrics))
             (out / "best" / "head_tokens.json").write_text(json.dumps({"token_ids": vocab}))
         torch.save({"draft": trainable_state(draft), "optimizer": opt.state_dict(), "step": step,
                     "best_agreement": best, "layers": layers,
                     "train_seconds": seconds_before + time.time() - start}, ckpt_path)
         log({"step": step, "heldout_agreement": round(agree, 4), "best": round(best, 4),
+             **({"heldout_self_agreement": round(metrics["self_instruct_agreement"], 4)} if self_heldout else {}),
              "elapsed_s": round(time.time() - start, 1)})
         return best
 
@@ -557,7 +602,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     g = p.add_argument_group("generate")
+    g.add_argument("--prompt-source", default="files", choices=["files", "self"],
+                   help="files: --prompts; self: the target writes the user instructions itself (self_instruct.py)")
     g.add_argument("--heldout", type=int, default=64, help="prompts kept apart for measuring agreement")
+    g.add_argument("--self-heldout", type=int, default=32,
+                   help="with --prompt-source self: self-written instructions kept apart (data/heldout-self.jsonl)")
+    g.add_argument("--instruction-max-tokens", type=int, default=64,
+                   help="with --prompt-source self: longest instruction sampled (T = 1, top-p 0.95)")
     g.add_argument("--gen-prompts", type=int, default=2000, help="training prompts to answer")
     g.add_argument("--gen-minutes", type=float, default=0, help="stop generating after this long (0: no limit)")
     g.add_argument("--gen-batch", type=int, default=32)

@@ -11,9 +11,10 @@ from dynasd.decision import DecisionModel
 from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
 from dynasd.stopping import StopPolicy, make_stop_policy
 
-# The shipped draft agreed with the target on 0.250 (38 / 152) of the answer positions of FIXED_PROMPTS when it was
-# exported (0.434 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md); the bar keeps a margin.
-AGREEMENT_BAR = 0.21
+# The shipped draft (v3) agreed with the target on 0.329 (50 / 152) of the answer positions of FIXED_PROMPTS when it
+# was exported (0.451 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md; v2: 0.250); the bar
+# keeps a margin.
+AGREEMENT_BAR = 0.29
 # Short prompts written for this test (not from the training prompts).
 FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
                  "Explain what a noun is.", "How do I boil an egg?"]
@@ -50,6 +51,33 @@ def test_train_draft_reduces_its_loss_resumes_and_exports(tmp_path, prompt_file)
     assert draft.config.num_hidden_layers == 1
     assert torch.equal(draft.model.embed_tokens.weight, pair.target.model.embed_tokens.weight)
     assert draft(input_ids=torch.tensor([[1, 5, 6]])).logits.shape[-1] == pair.vocab_size
+
+
+def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers(tmp_path):
+    from dynasd.distill import load_sequences
+
+    def generate(out: Path, seed: int) -> tuple[list, list]:
+        args = ["train-draft", "--pair", "tiny-random", "--stage", "generate", "--prompt-source", "self",
+                "--out", str(out), "--seed", str(seed), "--gen-prompts", "6", "--shard-prompts", "4",
+                "--self-heldout", "2", "--gen-batch", "4", "--gen-max-new-tokens", "6", "--instruction-max-tokens", "8",
+                "--gen-topk", "3", "--shard-prefix", "train-self", "--threads", "1"]
+        assert main(args) == 0
+        return (load_sequences(sorted((out / "data").glob("train-self-*.jsonl"))),
+                load_sequences([out / "data" / "heldout-self.jsonl"]))
+
+    train, heldout = generate(tmp_path / "a", seed=0)
+    assert sorted(p.name for p in (tmp_path / "a" / "data").iterdir()) == [
+        "heldout-self.jsonl", "train-self-0000.jsonl", "train-self-0001.jsonl"]
+    assert (len(train), len(heldout)) == (6, 2)
+    for seq in train + heldout:
+        assert 0 < seq.answer_start < len(seq.ids)  # a prompt and a non-empty answer
+        assert len(seq.topk_ids) == len(seq.ids) - seq.answer_start
+    prompts = [tuple(s.ids[:s.answer_start]) for s in train + heldout]
+    assert len(set(prompts)) == len(prompts)  # de-duplicated, held-out ones included
+    again, _ = generate(tmp_path / "b", seed=0)
+    assert [s.ids for s in again] == [s.ids for s in train]
+    other, _ = generate(tmp_path / "c", seed=1)
+    assert [s.ids[:s.answer_start] for s in other] != [s.ids[:s.answer_start] for s in train]
 
 
 def test_train_decision_reduces_validation_loss_and_saves_loadable_models(tmp_path, prompt_file):
