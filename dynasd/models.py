@@ -215,10 +215,10 @@ class SubsetHead(torch.nn.Module):
         if ids.numel() == 0 or int(ids[0]) < 0 or int(ids[-1]) >= full_weight.shape[0]:
             raise ModelLoadError("the draft's head_tokens.json holds no valid token ids")
         self.vocab_size = full_weight.shape[0]
-        self.weight = torch.nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
         self.register_buffer("token_ids", ids, persistent=False)
-        self.rows = torch.nn.Linear(full_weight.shape[1], ids.numel(), bias=False)  # the subset product
-        self.rows.weight = self.weight
+        # A plain nn.Linear over the kept rows, so pretranspose_linears speeds it up like any other layer.
+        self.rows = torch.nn.Linear(full_weight.shape[1], ids.numel(), bias=False)
+        self.rows.weight = torch.nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         subset = self.rows(hidden)
