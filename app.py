@@ -373,19 +373,19 @@ def on_save(session_id):
     return str(path), _status(f"Saved {steps} steps to {path.name}.", "ok"), session.id
 
 
-def _control_updates(settings: Settings | None) -> tuple:
-    """The prompt box and every control set to a loaded run's settings; unchanged where they are unknown."""
+def _control_updates(prompt: str | None = None, settings: Settings | None = None) -> tuple:
+    """The prompt box and every control set to a loaded run's prompt and settings; unchanged where unknown."""
+    prompt_update = gr.update() if prompt is None else gr.update(value=prompt[:MAX_PROMPT_CHARS])
     if settings is None:
-        return tuple(gr.update() for _ in range(len(CONTROL_NAMES) + 1))
-    return (gr.update(),) + tuple(gr.update(value=getattr(settings, name)) for name in CONTROL_NAMES)
+        return (prompt_update,) + tuple(gr.update() for _ in CONTROL_NAMES)
+    return (prompt_update,) + tuple(gr.update(value=getattr(settings, name)) for name in CONTROL_NAMES)
 
 
 def on_load(session_id, path):
     """Replay a trace file; its prompt and settings go to the controls, so Step starts a run like it."""
     session = SESSIONS.get(session_id)
     if not path:
-        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn")) + \
-            _control_updates(None)
+        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn")) + _control_updates()
     try:
         _busy_guard(session)
         run = load_trace(path)
@@ -402,10 +402,9 @@ def on_load(session_id, path):
                 _unexpected(exc)
                 session.reset()
                 raise UserError("cannot show that trace: its steps do not describe a drawable tree") from exc
-        prompt_update = gr.update(value=run.prompt[:MAX_PROMPT_CHARS])
-        return views + (prompt_update,) + _control_updates(settings_of_trace(run))[1:]
+        return views + _control_updates(run.prompt, settings_of_trace(run))
     except Exception as exc:
-        return _failed(session, exc) + _control_updates(None)
+        return _failed(session, exc) + _control_updates()
 
 
 def on_method_change(method: str):

@@ -54,14 +54,14 @@ OPTION_HELP = {
                "dynasd/fast_linear.py) or plain (as loaded), to measure that change side by side",
 }
 TREE_KEYS = {"stop", "th", "decision"}
-METHOD_OPTIONS: dict[str, set[str]] = {
-    "ar": {"linears"},
-    "sd": {"gamma", "lookup", "ngram", "linears"} | TREE_KEYS,
-    "mcsd": {"k", "replacement", "lookup", "ngram", "linears"} | TREE_KEYS,
-    "ti-mcsd": {"w", "d", "k", "linears"} | TREE_KEYS,
-    "pld": {"lookup", "ngram", "linears"},
-    "hf-assisted": {"n", "th", "schedule", "lookup", "linears"},
-}
+METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"linears"} for name, keys in {
+    "ar": set(),
+    "sd": {"gamma", "lookup", "ngram"} | TREE_KEYS,
+    "mcsd": {"k", "replacement", "lookup", "ngram"} | TREE_KEYS,
+    "ti-mcsd": {"w", "d", "k"} | TREE_KEYS,
+    "pld": {"lookup", "ngram"},
+    "hf-assisted": {"n", "th", "schedule", "lookup"},
+}.items()}
 LINEARS = ("fast", "plain")
 
 
