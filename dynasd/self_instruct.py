@@ -6,11 +6,23 @@ then answering them greedily gives distillation data from the target alone: no e
 """
 from __future__ import annotations
 
+import random
 import zlib
 
 import torch
 
 PLACEHOLDER = "@@DYNASD-USER-MESSAGE@@"
+
+# Left free, a small target mostly writes short "Can you ...?" questions. Starting the user turn with a generic task
+# word steers it towards the imperative, longer tasks people give assistants (and benchmarks measure): writing,
+# code, maths, translation, text to summarise or extract from, role play. The target still writes the rest.
+TASK_OPENERS = (
+    "Write", "Compose", "Draft", "Rewrite", "Edit", "Create", "Generate", "Design", "Outline", "Suggest",
+    "Explain", "Describe", "Discuss", "Compare", "Analyze", "Evaluate", "Identify", "Classify", "List",
+    "Summarize the following", "Read the passage below and", "Given the following", "Extract", "Translate",
+    "Solve", "Calculate", "Prove", "If", "Write a Python function", "Implement", "Debug the following code",
+    "Imagine you are", "Pretend to be", "Help me", "Can you", "Please", "What", "How", "Why",
+)
 
 
 def user_turn_prefix(tokenizer) -> list[int]:
@@ -31,13 +43,14 @@ def shard_seed(seed: int, shard_name: str) -> int:
 
 @torch.inference_mode()
 def sample_instructions(pair, model, count: int, seed: int, seen: set[tuple[int, ...]], batch: int = 32,
-                        max_new_tokens: int = 64, top_p: float = 0.95, max_rounds: int | None = None
-                        ) -> list[list[int]]:
+                        max_new_tokens: int = 64, top_p: float = 0.95, max_rounds: int | None = None,
+                        openers: tuple[str, ...] = ()) -> list[list[int]]:
     """Up to `count` chat-templated prompts (`pair.encode_prompt`) whose user message the target wrote: sampled at
-    T = 1 with nucleus `top_p` from `user_turn_prefix`, cut at the end of the turn (or `max_new_tokens`), stripped,
-    non-empty and not in `seen` (prompt ids; the new ones are added to it). Seeded: same seed and `seen`, same
-    prompts."""
-    prefix = torch.tensor([user_turn_prefix(pair.tokenizer)])
+    T = 1 with nucleus `top_p` from `user_turn_prefix` (followed, with `openers`, by one of them drawn per batch),
+    cut at the end of the turn (or `max_new_tokens`), stripped, non-empty and not in `seen` (prompt ids; the new
+    ones are added to it). Seeded: same seed and `seen`, same prompts."""
+    turn_start = user_turn_prefix(pair.tokenizer)
+    pick = random.Random(seed)
     end_ids = set(pair.eos_token_ids)
     pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(end_ids)
     prompts: list[list[int]] = []
@@ -45,11 +58,13 @@ def sample_instructions(pair, model, count: int, seed: int, seen: set[tuple[int,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for _ in range(rounds):
+            opener = pair.tokenizer(pick.choice(openers), add_special_tokens=False)["input_ids"] if openers else []
+            prefix = torch.tensor([turn_start + list(opener)])
             ids = prefix.expand(batch, -1)
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
                                  temperature=1.0, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
                                  pad_token_id=pad, eos_token_id=sorted(end_ids))
-            for row in out[:, prefix.shape[1]:].tolist():
+            for row in out[:, len(turn_start):].tolist():
                 turn = next((row[:i] for i, tok in enumerate(row) if tok in end_ids), row)
                 text = pair.tokenizer.decode(turn, skip_special_tokens=True).strip()
                 prompt = pair.encode_prompt(text) if text else None

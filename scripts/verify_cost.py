@@ -1,9 +1,12 @@
-"""Cost of one target forward over q tree nodes, with plain and with pre-transposed linear layers (CPU).
+"""Cost of one target forward over q tree nodes: stock modules, pre-transposed linears, and both fast kernels (CPU).
 
 Why: whether speculation pays on a CPU depends on how fast a verify pass grows with the tree (docs/benchmarks.md).
-Both pairs are loaded in one process and timed interleaved, so machine noise falls on both alike.
+All variants are loaded in one process and timed interleaved, so machine noise falls on all alike:
+  plain            stock transformers modules
+  linears          pre-transposed linear layers only (dynasd/fast_linear.py)
+  fast             what the engine uses: pre-transposed linears + packed grouped-query attention (gqa_attention.py)
 
-    .venv/bin/python scripts/verify_cost.py --threads 2 --reps 15
+    .venv/bin/python scripts/verify_cost.py --threads 2 --reps 9 --contexts 160,800
 """
 from __future__ import annotations
 
@@ -18,10 +21,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dynasd.cache import CachedModel  # noqa: E402
+from dynasd.fast_linear import pretranspose_linears  # noqa: E402
 from dynasd.models import load_pair  # noqa: E402
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
-CONTEXT = 160  # cached tokens before the tree, a typical prompt
 
 
 def main() -> int:
@@ -29,32 +32,38 @@ def main() -> int:
     parser.add_argument("--pair", default="embedded")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
     parser.add_argument("--reps", type=int, default=15, help="timed forwards per size and variant (median shown)")
+    parser.add_argument("--contexts", default="160",
+                        help="comma-separated cached-prompt lengths before the tree (160: a short prompt)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    pairs = {"plain": load_pair(args.pair, device="cpu", fast_linears=False),
-             "pre-transposed": load_pair(args.pair, device="cpu")}
+    linears = load_pair(args.pair, device="cpu", fast_kernels=False)
+    pretranspose_linears(linears.target)
+    pairs = {"plain": load_pair(args.pair, device="cpu", fast_kernels=False), "linears": linears,
+             "fast": load_pair(args.pair, device="cpu")}
     text = "Explain how the water cycle works and why it matters for farming in dry regions."
-    prompt = (pairs["plain"].encode_prompt(text) * 8)[:CONTEXT]
-    models = {name: CachedModel(pair.target) for name, pair in pairs.items()}
-    for model in models.values():
-        model.prefill(prompt)
-    seconds = {(name, q): [] for name in models for q in SIZES}
-    for _ in range(args.reps):
+    for context in (int(c) for c in args.contexts.split(",")):
+        prompt = (pairs["plain"].encode_prompt(text) * (context // 20 + 1))[:context]
+        models = {name: CachedModel(pair.target) for name, pair in pairs.items()}
+        for model in models.values():
+            model.prefill(prompt)
+        seconds = {(name, q): [] for name in models for q in SIZES}
+        for _ in range(args.reps):
+            for q in SIZES:
+                chain = torch.ones(q, q, dtype=torch.bool).tril()
+                for name, model in models.items():
+                    started = time.perf_counter()
+                    model.forward([], prompt[:q], chain, list(range(context, context + q)), keep_logits=q)
+                    seconds[name, q].append(time.perf_counter() - started)
+                    model.keep_path([], context)  # drop the nodes again: every forward sees the same cache
+        print(f"\n{args.pair} target, {torch.get_num_threads()} threads, {context} cached tokens, "
+              f"median of {args.reps} (ms)")
+        print("| nodes | plain | linears | fast | plain / fast | fast / fast at 1 node |")
+        print("|---|---|---|---|---|---|")
+        ms = {key: statistics.median(values) * 1000 for key, values in seconds.items()}
         for q in SIZES:
-            chain = torch.ones(q, q, dtype=torch.bool).tril()
-            for name, model in models.items():
-                started = time.perf_counter()
-                model.forward([], prompt[:q], chain, list(range(CONTEXT, CONTEXT + q)), keep_logits=q)
-                seconds[name, q].append(time.perf_counter() - started)
-                model.keep_path([], CONTEXT)  # drop the nodes again: every forward sees the same cache
-    print(f"{args.pair} target, {torch.get_num_threads()} threads, {CONTEXT} cached tokens, median of {args.reps}")
-    print("| nodes | plain (ms) | pre-transposed (ms) | plain / pre-transposed |")
-    print("|---|---|---|---|")
-    for q in SIZES:
-        plain = statistics.median(seconds["plain", q]) * 1000
-        fast = statistics.median(seconds["pre-transposed", q]) * 1000
-        print(f"| {q} | {plain:.1f} | {fast:.1f} | {plain / fast:.2f} |")
+            print(f"| {q} | {ms['plain', q]:.1f} | {ms['linears', q]:.1f} | {ms['fast', q]:.1f} | "
+                  f"{ms['plain', q] / ms['fast', q]:.2f} | {ms['fast', q] / ms['fast', 1]:.2f} |")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Shared fixtures.
 
-tiny_pair       the seeded tiny-random pair (built in code, ~0.1 s), one per test session
+tiny_pair       the seeded tiny-random pair (built in code, ~0.1 s) with the engine's fast kernels, as users load it,
+                one per test session
 embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per test session; tests using it are slow
 explorer_url    the app started the way users start it (`python app.py --pair tiny-random`), in a subprocess on a
                 free local port, shared by the API and browser tests
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynasd.models import load_pair, tiny_random_pair
+from dynasd.models import load_pair
 
 # `make test` runs two pytest-xdist workers on two cores: one torch thread each avoids oversubscription.
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
@@ -29,7 +30,7 @@ APP_START_TIMEOUT_S = 180  # importing torch + transformers + gradio on a loaded
 
 @pytest.fixture(scope="session")
 def tiny_pair():
-    return tiny_random_pair()
+    return load_pair("tiny-random", device="cpu")
 
 
 @pytest.fixture(scope="session")

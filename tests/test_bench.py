@@ -13,9 +13,9 @@ PROMPTS = [
     {"question_id": 5, "category": "qa", "turns": ["What is the capital of France?"]},
 ]
 METHODS = ("ar,sd,mcsd,ti-mcsd,hf-assisted,mcsd:k=2,2,1:stop=confidence:th=0.3,pld:ngram=1,sd:lookup=4,"
-           "hf-assisted:lookup=4,sd:linears=plain")
+           "hf-assisted:lookup=4,sd:kernels=plain")
 LABELS = ["ar", "sd", "mcsd", "ti-mcsd", "hf-assisted", "mcsd:k=2,2,1:stop=confidence:th=0.3", "pld:ngram=1",
-          "sd:lookup=4", "hf-assisted:lookup=4", "sd:linears=plain"]
+          "sd:lookup=4", "hf-assisted:lookup=4", "sd:kernels=plain"]
 SUMMARY_KEYS = {"method", "temperature", "category", "n_prompts", "tokens_per_s", "speedup_vs_ar",
                 "tokens_per_target_forward", "acceptance_rate", "acceptance_denominator", "identical_to_ar",
                 "differing_token_share", "draft_seconds", "verify_seconds", "other_seconds"}
@@ -143,25 +143,26 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
     assert overall["ar"]["identical_to_ar"] is True and overall["mcsd"]["identical_to_ar"] is True
 
 
-def test_linears_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, monkeypatch):
-    """`linears=plain` measures the same method on the models as loaded, beside the fast ones, in one run."""
+def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, monkeypatch):
+    """`kernels=plain` measures the same method on stock transformers modules, beside the fast ones, in one run."""
     from dynasd.models import load_pair
 
     real, seen = bench.make_method_decoder, {}
 
     def recording(args, spec, pair, sampling, seed):
-        seen[spec.label] = type(pair.target.model.layers[0].mlp.down_proj).__name__
+        seen[spec.label] = (type(pair.target.model.layers[0].mlp.down_proj).__name__,
+                            pair.target.config._attn_implementation)
         return real(args, spec, pair, sampling, seed)
 
     monkeypatch.setattr(bench, "make_method_decoder", recording)
-    pairs = {"fast": load_pair("tiny-random"), "plain": load_pair("tiny-random", fast_linears=False)}
+    pairs = {"fast": load_pair("tiny-random"), "plain": load_pair("tiny-random", fast_kernels=False)}
     args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "8",
                                       "--warmup-tokens", "2"])
-    specs = bench.parse_methods("ar,pld,pld:linears=plain,ar:linears=fast")
+    specs = bench.parse_methods("ar,pld,pld:kernels=plain,ar:kernels=fast")
     records = bench.benchmark(args, pairs, bench.select_prompts(prompts_file, None, 1), specs, [0.0], tmp_path,
                               progress=False)
-    assert seen == {"ar": "PretransposedLinear", "pld": "PretransposedLinear", "pld:linears=plain": "Linear",
-                    "ar:linears=fast": "PretransposedLinear"}
+    fast, plain = ("PretransposedLinear", "dynasd_sdpa"), ("Linear", "sdpa")
+    assert seen == {"ar": fast, "pld": fast, "pld:kernels=plain": plain, "ar:kernels=fast": fast}
     assert all(r["identical_to_ar"] for r in records)
 
 
@@ -185,7 +186,7 @@ def test_method_list_syntax():
                                            ("ar,ar", "listed twice"), ("mcsd:stop=later", "stop must be"),
                                            ("sd:gamma", "key=value"), ("pld:gamma=2", "takes no option"),
                                            ("ti-mcsd:lookup=4", "takes no option"),
-                                           ("ar:linears=slow", "linears must be fast or plain")])
+                                           ("ar:kernels=slow", "kernels must be fast or plain")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
         bench.parse_methods(text)

@@ -44,7 +44,7 @@ def test_subset_head_product_is_swapped_too():
 
 def test_load_pair_swaps_on_cpu_unless_told_not_to():
     fast = load_pair("tiny-random", device="cpu")
-    plain = load_pair("tiny-random", device="cpu", fast_linears=False)
+    plain = load_pair("tiny-random", device="cpu", fast_kernels=False)
     assert isinstance(fast.target.model.layers[0].mlp.down_proj, PretransposedLinear)
     assert isinstance(fast.draft.lm_head, PretransposedLinear)
     assert type(plain.target.model.layers[0].mlp.down_proj) is torch.nn.Linear

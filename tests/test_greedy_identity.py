@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
+from dynasd.models import load_pair
 from dynasd.sampling import SamplingConfig
 from dynasd.stopping import StopPolicy
 
@@ -39,8 +40,10 @@ def target_greedy(pair, ids: list[int], max_new_tokens: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def references(tiny_pair):
-    return {p: target_greedy(tiny_pair, tiny_pair.encode_prompt(p), 48) for p in PROMPTS}
+def references():
+    """The target's greedy tokens from transformers' own generate on stock modules (no fast kernels)."""
+    stock = load_pair("tiny-random", device="cpu", fast_kernels=False)
+    return {p: target_greedy(stock, stock.encode_prompt(p), 48) for p in PROMPTS}
 
 
 @pytest.mark.parametrize("method,options", CONFIGS, ids=[f"{m}-{o}" for m, o in CONFIGS])

@@ -11,10 +11,10 @@ from dynasd.decision import DecisionModel
 from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
 from dynasd.stopping import StopPolicy, make_stop_policy
 
-# The shipped draft (v3) agreed with the target on 0.329 (50 / 152) of the answer positions of FIXED_PROMPTS when it
-# was exported (0.451 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md; v2: 0.250); the bar
-# keeps a margin.
-AGREEMENT_BAR = 0.29
+# The shipped draft (v4) agreed with the target on 0.421 (64 / 152) of the answer positions of FIXED_PROMPTS when it
+# was exported (0.468 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md; v3: 0.329, v2:
+# 0.250); the bar keeps a margin.
+AGREEMENT_BAR = 0.38
 # Short prompts written for this test (not from the training prompts).
 FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
                  "Explain what a noun is.", "How do I boil an egg?"]
@@ -78,6 +78,42 @@ def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers
     assert [s.ids for s in again] == [s.ids for s in train]
     other, _ = generate(tmp_path / "c", seed=1)
     assert [s.ids[:s.answer_start] for s in other] != [s.ids[:s.answer_start] for s in train]
+
+
+def test_select_on_mean_keeps_the_checkpoint_best_on_both_heldout_sets(tmp_path, prompt_file):
+    out = tmp_path / "distill"
+    common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "8",
+              "--gen-max-new-tokens", "12", "--shard-prompts", "8", "--threads", "1"]
+    assert main(common + ["--stage", "generate", "--prompts", str(prompt_file), "--heldout", "4",
+                          "--gen-prompts", "16"]) == 0
+    assert main(common + ["--stage", "generate", "--prompt-source", "self", "--self-heldout", "4",
+                          "--gen-prompts", "8", "--instruction-max-tokens", "8", "--shard-prefix", "train-self"]) == 0
+    assert main(common + ["--stage", "train", "--heldout", "4", "--layers", "0", "--steps", "20", "--eval-every", "5",
+                          "--batch-tokens", "256", "--lr", "3e-3", "--select-on", "mean"]) == 0
+    evals = [r for r in read_log(out / "log.jsonl") if "heldout_agreement" in r]
+    means = [(r["heldout_agreement"] + r["self_instruct_agreement"]) / 2 for r in evals]
+    assert len(evals) >= 4 and evals[-1]["best"] == pytest.approx(max(means), abs=1e-3)
+    kept = json.loads((out / "best" / "metrics.json").read_text())
+    assert kept["selected_on_mean"] == pytest.approx((kept["agreement"] + kept["self_instruct_agreement"]) / 2)
+    assert kept["selected_on_mean"] == pytest.approx(max(means), abs=1e-3)
+
+
+def test_task_openers_start_every_self_written_instruction():
+    from dynasd.self_instruct import sample_instructions
+
+    pair = tiny_random_pair()
+    openers = ("Write", "Solve")
+
+    def user_messages(seed: int, chosen: tuple[str, ...]) -> list[str]:
+        prompts = sample_instructions(pair, pair.target, 8, seed, set(), batch=2, max_new_tokens=6, openers=chosen)
+        return [pair.tokenizer.decode(p).split("user: ", 1)[1].split("\n")[0] for p in prompts]
+
+    steered = user_messages(0, openers)
+    assert len(steered) == 8 and all(m.startswith(openers) for m in steered), steered
+    assert {m.split()[0][:5] for m in steered} == set(openers)  # drawn per batch, not one for the run
+    assert user_messages(0, openers) == steered
+    free = user_messages(0, ())
+    assert not all(m.startswith(openers) for m in free), free
 
 
 def test_train_decision_reduces_validation_loss_and_saves_loadable_models(tmp_path, prompt_file):
