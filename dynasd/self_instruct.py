@@ -59,7 +59,7 @@ def sample_instructions(pair, model, count: int, seed: int, seen: set[tuple[int,
         torch.manual_seed(seed)
         for _ in range(rounds):
             opener = pair.tokenizer(pick.choice(openers), add_special_tokens=False)["input_ids"] if openers else []
-            prefix = torch.tensor([turn_start + list(opener)])
+            prefix = torch.tensor([turn_start + opener])
             ids = prefix.expand(batch, -1)
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
                                  temperature=1.0, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,

@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dynasd.bench import select_prompts  # noqa: E402
+from dynasd.distill import Sequence, agreement  # noqa: E402
 from dynasd.models import load_distilled_draft, load_pair  # noqa: E402
 
 
@@ -29,13 +30,6 @@ def greedy_answer(target, prompt: list[int], max_new_tokens: int, eos_ids) -> li
                           do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=sorted(eos_ids),
                           pad_token_id=min(eos_ids))
     return out[0, len(prompt):].tolist()
-
-
-@torch.inference_mode()
-def matches(draft, prompt: list[int], answer: list[int]) -> torch.Tensor:
-    """1 where the draft's argmax after prompt + answer[:i] is answer[i]."""
-    logits = draft(input_ids=torch.tensor([prompt + answer[:-1]])).logits[0, len(prompt) - 1:]
-    return (logits.argmax(-1) == torch.tensor(answer)).float()
 
 
 def main() -> int:
@@ -55,19 +49,20 @@ def main() -> int:
     for folder in filter(None, args.drafts.split(",")):
         drafts[folder] = load_distilled_draft(pair.target, Path(folder)).eval()
     prompts = select_prompts(args.prompts, [c for c in args.categories.split(",") if c] or None, args.limit)
-    scores: dict[str, dict[str, list[torch.Tensor]]] = {name: defaultdict(list) for name in drafts}
+    # The target's greedy answer is its argmax at every answer position: the sequences are their own labels.
+    answered: dict[str, list[Sequence]] = defaultdict(list)
     for prompt in prompts:
         ids = pair.encode_prompt(prompt["text"])
         answer = greedy_answer(pair.target, ids, args.max_new_tokens, pair.eos_token_ids)
-        for name, draft in drafts.items():
-            scores[name][prompt["category"]].append(matches(draft, ids, answer))
-    categories = list(dict.fromkeys(p["category"] for p in prompts))
-    print("| draft | " + " | ".join(categories) + " | all (tokens) |")
-    print("|---" * (len(categories) + 2) + "|")
-    for name, by_category in scores.items():
-        cells = [f"{torch.cat(by_category[c]).mean().item():.3f}" for c in categories]
-        every = torch.cat([t for c in categories for t in by_category[c]])
-        print(f"| {name} | " + " | ".join(cells) + f" | **{every.mean().item():.3f}** ({every.numel()}) |")
+        answered[prompt["category"]].append(Sequence(ids + answer, len(ids)))
+    every = [seq for seqs in answered.values() for seq in seqs]
+    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
+    print("| draft | " + " | ".join(answered) + " | all (tokens) |")
+    print("|---" * (len(answered) + 2) + "|")
+    for name, draft in drafts.items():
+        cells = [f"{agreement(draft, seqs, seqs, pad):.3f}" for seqs in answered.values()]
+        tokens = sum(len(s.ids) - s.answer_start for s in every)
+        print(f"| {name} | " + " | ".join(cells) + f" | **{agreement(draft, every, every, pad):.3f}** ({tokens}) |")
     return 0
 
 
