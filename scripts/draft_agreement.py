@@ -59,9 +59,9 @@ def main() -> int:
     pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
     print("| draft | " + " | ".join(answered) + " | all (tokens) |")
     print("|---" * (len(answered) + 2) + "|")
+    tokens = sum(len(s.ids) - s.answer_start for s in every)
     for name, draft in drafts.items():
         cells = [f"{agreement(draft, seqs, seqs, pad):.3f}" for seqs in answered.values()]
-        tokens = sum(len(s.ids) - s.answer_start for s in every)
         print(f"| {name} | " + " | ".join(cells) + f" | **{agreement(draft, every, every, pad):.3f}** ({tokens}) |")
     return 0
 

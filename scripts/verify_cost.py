@@ -41,9 +41,10 @@ def main() -> int:
     pretranspose_linears(linears.target)
     pairs = {"plain": load_pair(args.pair, device="cpu", fast_kernels=False), "linears": linears,
              "fast": load_pair(args.pair, device="cpu")}
-    text = "Explain how the water cycle works and why it matters for farming in dry regions."
+    sentence = pairs["plain"].encode_prompt(
+        "Explain how the water cycle works and why it matters for farming in dry regions.")
     for context in (int(c) for c in args.contexts.split(",")):
-        prompt = (pairs["plain"].encode_prompt(text) * (context // 20 + 1))[:context]
+        prompt = (sentence * (context // len(sentence) + 1))[:context]
         models = {name: CachedModel(pair.target) for name, pair in pairs.items()}
         for model in models.values():
             model.prefill(prompt)
