@@ -50,9 +50,10 @@ OPTION_HELP = {
     "ngram": "sd/mcsd/pld: prompt lookup's shortest matching n-gram",
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
-    "kernels": "any method: fast (default: packed grouped-query attention, dynasd/gqa_attention.py, and on CPU "
-               "pre-transposed linear layers, dynasd/fast_linear.py) or plain (stock transformers modules), to "
-               "measure those changes side by side",
+    "kernels": "any method: fast (default: packed grouped-query attention, dynasd/gqa_attention.py, KV caches "
+               "that grow in place, dynasd/cache.py, and on CPU pre-transposed linear layers, "
+               "dynasd/fast_linear.py) or plain (stock transformers modules and cache), to measure those changes "
+               "side by side",
 }
 TREE_KEYS = {"stop", "th", "decision"}
 METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"kernels"} for name, keys in {

@@ -8,13 +8,52 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from .tree import additive
 
 
+class InPlaceLayer(DynamicLayer):
+    """A cache layer that writes new keys/values into spare room instead of concatenating.
+
+    Why: transformers' DynamicLayer concatenates on every update, i.e. copies the layer's whole cache on every
+    forward (about a quarter of a 1-token step of the embedded target at 400 cached tokens). Here `keys`/`values`
+    are views of the filled prefix of a buffer that grows by half when full, so a forward copies only its new
+    tokens, cropping shortens the views, and writes through the views (keeping a tree path) land in the buffer.
+    """
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        filled = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        needed = filled + key_states.shape[-2]
+        buffer = getattr(self, "key_buffer", None)
+        if buffer is None or needed > buffer.shape[-2] or self.keys.data_ptr() != buffer.data_ptr():
+            self._grow(key_states, value_states, filled, needed + max(needed // 2, 256))
+        self.key_buffer[:, :, filled:needed] = key_states
+        self.value_buffer[:, :, filled:needed] = value_states
+        self.keys = self.key_buffer[:, :, :needed]
+        self.values = self.value_buffer[:, :, :needed]
+        return self.keys, self.values
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, filled: int, capacity: int) -> None:
+        batch, heads, _, key_dim = key_states.shape
+        keys = key_states.new_empty(batch, heads, capacity, key_dim)
+        values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+        if filled:
+            keys[:, :, :filled] = self.keys
+            values[:, :, :filled] = self.values
+        self.key_buffer, self.value_buffer = keys, values
+
+    def reset(self) -> None:
+        self.key_buffer = self.value_buffer = None
+        super().reset()
+
+
 class CachedModel:
-    def __init__(self, model: torch.nn.Module, need_hidden: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, need_hidden: bool = False, in_place: bool = True) -> None:
         self.model = model
+        self.in_place = in_place
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.need_hidden = need_hidden
@@ -22,6 +61,9 @@ class CachedModel:
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
+        if self.in_place:
+            self.cache.layers = [InPlaceLayer() if type(layer) is DynamicLayer else layer
+                                 for layer in self.cache.layers]
         self.cached_len = 0   # committed tokens whose keys/values are in the cache
         self.tree_len = 0     # tree nodes of the current step cached after them
         self.forwards = 0

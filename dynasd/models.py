@@ -53,6 +53,7 @@ class ModelPair:
     device: torch.device
     dtype: torch.dtype
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    in_place_cache: bool = False  # KV caches grow in place (dynasd/cache.py); set with the fast kernels
 
     @property
     def vocab_size(self) -> int:
@@ -347,10 +348,12 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
     Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
-    (dynasd/gqa_attention.py) and, on CPU, pre-transposed linear layers (dynasd/fast_linear.py). Training code,
-    which needs plain nn.Linear modules, and the benchmark's `kernels=plain` ask for stock modules."""
+    (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py) and, on CPU, pre-transposed linear
+    layers (dynasd/fast_linear.py). Training code, which needs plain nn.Linear modules, and the benchmark's
+    `kernels=plain` ask for stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
     if fast_kernels:
+        loaded.in_place_cache = True
         for model in (loaded.target, loaded.draft):
             use_packed_gqa(model)
             if loaded.device.type == "cpu":

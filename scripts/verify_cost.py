@@ -2,9 +2,10 @@
 
 Why: whether speculation pays on a CPU depends on how fast a verify pass grows with the tree (docs/benchmarks.md).
 All variants are loaded in one process and timed interleaved, so machine noise falls on all alike:
-  plain            stock transformers modules
+  plain            stock transformers modules and cache
   linears          pre-transposed linear layers only (dynasd/fast_linear.py)
   fast             what the engine uses: pre-transposed linears + packed grouped-query attention (gqa_attention.py)
+                   + a KV cache that grows in place (cache.py)
 
     .venv/bin/python scripts/verify_cost.py --threads 2 --reps 9 --contexts 160,800
 """
@@ -45,7 +46,7 @@ def main() -> int:
         "Explain how the water cycle works and why it matters for farming in dry regions.")
     for context in (int(c) for c in args.contexts.split(",")):
         prompt = (sentence * (context // len(sentence) + 1))[:context]
-        models = {name: CachedModel(pair.target) for name, pair in pairs.items()}
+        models = {name: CachedModel(pair.target, in_place=pair.in_place_cache) for name, pair in pairs.items()}
         for model in models.values():
             model.prefill(prompt)
         seconds = {(name, q): [] for name in models for q in SIZES}

@@ -64,3 +64,30 @@ def test_rejecting_everything_drops_all_tree_entries(tiny_pair):
     runner.keep_path([], len(prompt))
     assert runner.cache.get_seq_length() == len(prompt) == runner.cached_len
     assert torch.allclose(runner.prefill([11])[-1], full_logits(tiny_pair.target, prompt + [11]), atol=1e-4)
+
+
+def test_cache_grows_in_place_and_stays_exact_across_regrowth(tiny_pair):
+    """Keys/values live in a buffer with spare room: a forward writes only its new tokens (the buffer stays the same
+    object until it is full), and results stay exact across growth, tree steps, kept paths and crops."""
+    model = tiny_pair.target
+    gen = torch.Generator().manual_seed(3)
+    committed = torch.randint(3, tiny_pair.vocab_size, (40,), generator=gen).tolist()
+    runner = CachedModel(model)
+    runner.prefill(committed[:-1])
+    layer = runner.cache.layers[0]
+    buffers = [layer.key_buffer.data_ptr()]
+    shape = TreeShape((2, 2, 1))
+    for step in range(120):
+        tokens = random_tree_tokens(shape, tiny_pair.vocab_size, seed=step)
+        positions = [len(committed) + level - 1 for level in shape.levels]
+        runner.forward(committed[runner.cached_len:], tokens, ancestor_mask(shape.parents), positions,
+                       keep_logits=1)
+        path = path_to(step % shape.num_nodes, shape.parents)
+        committed += [tokens[i] for i in path]
+        runner.keep_path(path, len(committed))
+        if layer.key_buffer.data_ptr() != buffers[-1]:
+            buffers.append(layer.key_buffer.data_ptr())
+        assert layer.keys.data_ptr() == layer.key_buffer.data_ptr()
+    assert len(committed) > 300 and 2 <= len(buffers) <= 4  # it grew, a few times, not every step
+    cached = runner.prefill([5])[-1]
+    assert torch.allclose(cached, full_logits(model, committed + [5]), atol=1e-4)
