@@ -1,5 +1,7 @@
 """A real browser: headless Chromium loads the explorer, clicks Step twice and Run, and sees the tree, the mask
-and the coloured text. It saves a screenshot to docs/screenshots/ (looked at by a person, not by the test)."""
+and the coloured text. It saves a screenshot (looked at by a person, not by the test) to pytest's temporary folder,
+or to docs/screenshots/ with DYNASD_SCREENSHOTS=1, so that a test run leaves the checkout as it was."""
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,7 +12,7 @@ pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+DOCS_SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 WAIT_S = 90
 
 
@@ -36,7 +38,7 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url):
+def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ready
@@ -71,8 +73,9 @@ def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url):
     wait.until(lambda _: "Step 1:" in browser.find_element(By.ID, "tree-plot").text)
     assert "Step 1:" in browser.find_element(By.ID, "mask-plot").text
 
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    screenshots = DOCS_SCREENSHOTS if os.environ.get("DYNASD_SCREENSHOTS") == "1" else tmp_path
+    screenshots.mkdir(parents=True, exist_ok=True)
     height = browser.execute_script("return document.body.scrollHeight")
     browser.set_window_size(1600, min(max(height, 1200), 4000))
     browser.execute_script("window.scrollTo(0, 0)")
-    browser.save_screenshot(str(SCREENSHOTS / "explorer.png"))
+    browser.save_screenshot(str(screenshots / "explorer.png"))
