@@ -17,17 +17,22 @@ class InPlaceLayer(DynamicLayer):
     """A cache layer that writes new keys/values into spare room instead of concatenating.
 
     Why: transformers' DynamicLayer concatenates on every update, i.e. copies the layer's whole cache on every
-    forward (about a quarter of a 1-token step of the embedded target at 400 cached tokens). Here `keys`/`values`
-    are views of the filled prefix of a buffer that grows by half when full, so a forward copies only its new
-    tokens, cropping shortens the views, and writes through the views (keeping a tree path) land in the buffer.
+    forward, a cost that grows with the context. Here `keys`/`values` are views of the filled prefix of a buffer
+    that grows by half when full, so a forward copies only its new tokens, cropping shortens the views, and writes
+    through the views (keeping a tree path) land in the buffer.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key_buffer: torch.Tensor | None = None
+        self.value_buffer: torch.Tensor | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         filled = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         needed = filled + key_states.shape[-2]
-        buffer = getattr(self, "key_buffer", None)
+        buffer = self.key_buffer
         if buffer is None or needed > buffer.shape[-2] or self.keys.data_ptr() != buffer.data_ptr():
             self._grow(key_states, value_states, filled, needed + max(needed // 2, 256))
         self.key_buffer[:, :, filled:needed] = key_states

@@ -4,6 +4,7 @@ Why: whether speculation pays on a CPU depends on how fast a verify pass grows w
 All variants are loaded in one process and timed interleaved, so machine noise falls on all alike:
   plain            stock transformers modules and cache
   linears          pre-transposed linear layers only (dynasd/fast_linear.py)
+  concat           fast modules below, but transformers' cache, which concatenates (copies) on every forward
   fast             what the engine uses: pre-transposed linears + packed grouped-query attention (gqa_attention.py)
                    + a KV cache that grows in place (cache.py)
 
@@ -47,6 +48,7 @@ def main() -> int:
     for context in (int(c) for c in args.contexts.split(",")):
         prompt = (sentence * (context // len(sentence) + 1))[:context]
         models = {name: CachedModel(pair.target, in_place=pair.in_place_cache) for name, pair in pairs.items()}
+        models["concat"] = CachedModel(pairs["fast"].target, in_place=False)
         for model in models.values():
             model.prefill(prompt)
         seconds = {(name, q): [] for name in models for q in SIZES}
@@ -60,12 +62,13 @@ def main() -> int:
                     model.keep_path([], context)  # drop the nodes again: every forward sees the same cache
         print(f"\n{args.pair} target, {torch.get_num_threads()} threads, {context} cached tokens, "
               f"median of {args.reps} (ms)")
-        print("| nodes | plain | linears | fast | plain / fast | fast / fast at 1 node |")
-        print("|---|---|---|---|---|---|")
+        print("| nodes | plain | linears | concat | fast | plain / fast | concat / fast | fast / fast at 1 node |")
+        print("|---|---|---|---|---|---|---|---|")
         ms = {key: statistics.median(values) * 1000 for key, values in seconds.items()}
         for q in SIZES:
-            print(f"| {q} | {ms['plain', q]:.1f} | {ms['linears', q]:.1f} | {ms['fast', q]:.1f} | "
-                  f"{ms['plain', q] / ms['fast', q]:.2f} | {ms['fast', q] / ms['fast', 1]:.2f} |")
+            print(f"| {q} | {ms['plain', q]:.1f} | {ms['linears', q]:.1f} | {ms['concat', q]:.1f} | "
+                  f"{ms['fast', q]:.1f} | {ms['plain', q] / ms['fast', q]:.2f} | "
+                  f"{ms['concat', q] / ms['fast', q]:.2f} | {ms['fast', q] / ms['fast', 1]:.2f} |")
     return 0
 
 
