@@ -1,6 +1,7 @@
 """`python -m dynasd train-draft`: distil a small draft from the target.
 
-Three stages, each resumable from the files it leaves in `--out`:
+Three stages, each resumable from the files it leaves in `--out` (plus two optional data stages: `label`, reference
+answers read by the target, and `onpolicy`, answers the draft writes itself; see onpolicy.py):
 1. generate: the target answers prompts greedily, in batches: TriviaQA questions and PIQA goals read by path, or
    (`--prompt-source self`, self_instruct.py) user instructions the target writes itself. With greedy decoding the
    next token of the target's own answer *is* the target's argmax, so the text alone is the training signal:
@@ -94,21 +95,41 @@ def load_sequences(paths) -> list[Sequence]:
     return seqs
 
 
+class InverseCdfSampling:
+    """A logits processor that turns greedy decoding into sampling at `temperature`: it draws each row's token by
+    inverting the cumulative distribution of softmax(logits / T) with one uniform number and leaves only that
+    token finite. Why: torch.multinomial (and any per-token noise) over a 49k-token vocabulary costs ~60 ms per batch
+    of 32 on this CPU, more than the draft's forward; a cumsum and a binary search cost a few."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        cdf = (scores.float() / self.temperature).softmax(-1).cumsum(-1)
+        # the smallest index whose cumulative probability exceeds u: never a zero-probability token
+        u = torch.rand(cdf.shape[0], 1) * cdf[:, -1:]
+        chosen = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[-1] - 1)
+        return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
+
+
 @torch.inference_mode()
 def generate_answers(model, prompts: list[list[int]], pad_id: int, eos_ids: set[int], max_new_tokens: int,
-                     topk: int = 0) -> list[Sequence]:
-    """Greedy answers for one batch of prompts (left-padded), cut after the first end-of-sequence token. With
-    `topk`, also the target's top-k tokens and log-probabilities at every answer position (soft targets, free:
-    generation computes these logits anyway)."""
+                     topk: int = 0, temperature: float = 0.0) -> list[Sequence]:
+    """Greedy answers (or sampled at `temperature` > 0) for one batch of prompts (left-padded), cut after the first
+    end-of-sequence token. With `topk`, also the model's top-k tokens and log-probabilities at every answer position
+    (soft targets, free: generation computes these logits anyway)."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, p in enumerate(prompts):
         ids[row, width - len(p):] = torch.tensor(p)
         mask[row, width - len(p):] = 1
+    from transformers import LogitsProcessorList  # here: `python -m dynasd --help` stays fast
+
+    sampling = LogitsProcessorList([InverseCdfSampling(temperature)] if temperature > 0 else [])
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                         pad_token_id=pad_id, eos_token_id=sorted(eos_ids), return_dict_in_generate=True,
-                         output_logits=bool(topk))
+                         logits_processor=sampling, pad_token_id=pad_id, eos_token_id=sorted(eos_ids),
+                         return_dict_in_generate=True, output_logits=bool(topk))
     top_ids = top_logp = None
     if topk:  # [batch, steps, k]
         top = [step.float().log_softmax(-1).topk(topk, dim=-1) for step in out.logits]
@@ -243,8 +264,7 @@ def label_stage(args, log) -> None:
             ids = pair.encode_prompt(prompt)
             answer_ids = pair.tokenizer(answer, add_special_tokens=False)["input_ids"][:args.gen_max_new_tokens]
             seqs.append(Sequence(ids + answer_ids, len(ids)))
-        labelled = target_argmax_labels(pair.target, seqs, pad)
-        seqs = [Sequence(s.ids, s.answer_start, l.ids[l.answer_start:]) for s, l in zip(seqs, labelled)]
+        seqs = teacher_forced(pair.target, seqs, pad)
         save_sequences(path, seqs)
         done += sum(len(s.labels) for s in seqs)
         log({"stage": "label", "shard": path.name, "answer_tokens": done, "elapsed_s": round(time.time() - start, 1)})
@@ -382,16 +402,31 @@ def collate(seqs: list[Sequence], pad_id: int, label_map: torch.Tensor | None = 
 
 
 @torch.inference_mode()
-def target_argmax_labels(target, seqs: list[Sequence], pad_id: int, batch_tokens: int = 2048) -> list[Sequence]:
-    """Replace each answer token by the target's teacher-forced argmax (the exact T = 0 reference)."""
-    out = [Sequence(list(s.ids), s.answer_start) for s in seqs]
+def teacher_forced(target, seqs: list[Sequence], pad_id: int, topk: int = 0, batch_tokens: int = 2048
+                   ) -> list[Sequence]:
+    """The target reads each sequence in batched forwards (no generation, several times cheaper per token) and
+    gives, at every answer position, its argmax as the label and, with `topk`, its top-k tokens and
+    log-probabilities (the soft targets of `collate_soft`)."""
+    out = [Sequence(list(s.ids), s.answer_start, [], [] if topk else None, [] if topk else None) for s in seqs]
     for batch in make_batches(seqs, batch_tokens):
         ids, rows, cols, _ = collate([seqs[i] for i in batch], pad_id)
         # the head only where a label is needed: it is the costliest layer
-        top = target.lm_head(target.model(input_ids=ids).last_hidden_state[rows, cols]).argmax(-1)
-        for r, c, t in zip(rows.tolist(), cols.tolist(), top.tolist()):
-            out[batch[r]].ids[c + 1] = t
+        logits = target.lm_head(target.model(input_ids=ids).last_hidden_state[rows, cols]).float()
+        # collate lists each row's answer positions in order, so appending rebuilds every sequence's labels
+        for r, t in zip(rows.tolist(), logits.argmax(-1).tolist()):
+            out[batch[r]].labels.append(t)
+        if topk:
+            top = logits.log_softmax(-1).topk(topk, dim=-1)
+            for r, i, v in zip(rows.tolist(), top.indices.tolist(), top.values.tolist()):
+                out[batch[r]].topk_ids.append(i)
+                out[batch[r]].topk_logp.append([round(x, 3) for x in v])
     return out
+
+
+def target_argmax_labels(target, seqs: list[Sequence], pad_id: int, batch_tokens: int = 2048) -> list[Sequence]:
+    """Replace each answer token by the target's teacher-forced argmax (the exact T = 0 reference)."""
+    return [Sequence(s.ids[:s.answer_start] + t.labels, s.answer_start)
+            for s, t in zip(seqs, teacher_forced(target, seqs, pad_id, batch_tokens=batch_tokens))]
 
 
 def cached_labels(target, seqs: list[Sequence], path: Path, pad_id: int) -> list[Sequence]:
@@ -605,7 +640,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", nargs="+", default=[str(DEFAULT_PROMPTS)],
                    help="JSON prompt files or folders of them (objects with 'question' or 'goal')")
     p.add_argument("--out", default="runs/distill", help="working folder: data, checkpoint, log, best export")
-    p.add_argument("--stage", default="all", choices=["all", "generate", "label", "train", "export"])
+    p.add_argument("--stage", default="all", choices=["all", "generate", "label", "onpolicy", "train", "export"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     g = p.add_argument_group("generate")
@@ -635,6 +670,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label-prompts", type=int, default=0,
                    help="also label this many reference answers (PIQA solutions) with the target's argmax")
     g.add_argument("--label-minutes", type=float, default=0)
+    o = p.add_argument_group("onpolicy (onpolicy.py: the draft writes answers to the training prompts, the target "
+                             "labels them)")
+    o.add_argument("--onpolicy-prompts", type=int, default=0,
+                   help="training prompts the draft answers (0: none in --stage all, every prompt in --stage onpolicy)")
+    o.add_argument("--onpolicy-minutes", type=float, default=0, help="stop after this long (0: no limit)")
+    o.add_argument("--onpolicy-temperature", type=float, default=0.7,
+                   help="the draft samples its answers at this temperature (0: greedy)")
+    o.add_argument("--onpolicy-draft", default=None,
+                   help="exported draft folder that writes (default: the pair's draft, e.g. the shipped one)")
     t = p.add_argument_group("train")
     t.add_argument("--layers", default="auto",
                    help="target layers the draft starts from, e.g. 0,1,29; auto picks the best untrained candidate")
@@ -686,6 +730,10 @@ def run(args: argparse.Namespace) -> int:
         generate_stage(args, log)
     if args.stage in ("all", "label") and args.label_prompts:
         label_stage(args, log)
+    if args.stage == "onpolicy" or (args.stage == "all" and args.onpolicy_prompts):
+        from .onpolicy import onpolicy_stage
+
+        onpolicy_stage(args, log)
     if args.stage in ("all", "train"):
         summary = train_stage(args, log)
         print(json.dumps(summary))

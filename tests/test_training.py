@@ -80,6 +80,72 @@ def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers
     assert [s.ids[:s.answer_start] for s in other] != [s.ids[:s.answer_start] for s in train]
 
 
+def test_inverse_cdf_sampling_draws_exactly_from_the_tempered_softmax():
+    from scipy.stats import chisquare
+
+    from dynasd.distill import InverseCdfSampling
+
+    torch.manual_seed(0)
+    scores = torch.tensor([2.0, float("-inf"), 0.5, 1.0, float("-inf"), -1.0, 0.0])
+    temperature, rows = 0.7, 40000
+    out = InverseCdfSampling(temperature)(torch.zeros(rows, 1, dtype=torch.long), scores.repeat(rows, 1))
+    assert torch.isfinite(out).sum(-1).eq(1).all()  # exactly one token left per row, for greedy decoding to take
+    counts = torch.bincount(out.argmax(-1), minlength=scores.numel())
+    expected = (scores.double() / temperature).softmax(-1)
+    assert counts[expected == 0].sum() == 0
+    keep = expected > 0
+    _, p_value = chisquare(counts[keep].double().numpy(), (expected[keep] / expected[keep].sum() * rows).numpy())
+    assert p_value > 1e-3, (counts, expected * rows)
+
+
+def test_onpolicy_stage_labels_the_drafts_own_answers_with_the_targets_choices(tmp_path, prompt_file):
+    from dynasd.distill import load_sequences
+
+    out = tmp_path / "distill"
+    common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "4", "--gen-max-new-tokens",
+              "10", "--shard-prompts", "8", "--threads", "1"]
+    assert main(common + ["--stage", "generate", "--prompts", str(prompt_file), "--heldout", "4",
+                          "--gen-prompts", "12"]) == 0
+
+    def onpolicy(seed: int) -> list:
+        for old in (out / "data").glob("train-onpolicy-*.jsonl"):
+            old.unlink()
+        assert main(common + ["--stage", "onpolicy", "--seed", str(seed), "--gen-topk", "3",
+                              "--onpolicy-temperature", "1.0"]) == 0
+        return load_sequences(sorted((out / "data").glob("train-onpolicy-*.jsonl")))
+
+    written = onpolicy(seed=0)
+    generated = load_sequences(sorted((out / "data").glob("train-0*.jsonl")))
+    heldout = load_sequences([out / "data" / "heldout.jsonl"])
+    prompts = sorted(tuple(s.ids[:s.answer_start]) for s in written)
+    assert prompts == sorted(tuple(s.ids[:s.answer_start]) for s in generated)  # every training prompt, once
+    assert not set(prompts) & {tuple(s.ids[:s.answer_start]) for s in heldout}
+    # The answers are the draft's samples, not the target's greedy text ...
+    greedy = {tuple(s.ids[:s.answer_start]): s.ids for s in generated}
+    assert any(s.ids != greedy[tuple(s.ids[:s.answer_start])] for s in written)
+    pair = tiny_random_pair()
+    draft_disagrees = 0
+    for seq in written:
+        n = len(seq.ids) - seq.answer_start
+        assert len(seq.labels) == len(seq.topk_ids) == len(seq.topk_logp) == n > 0
+        # ... and each label is what the target, reading that sequence alone, predicts at that position.
+        with torch.no_grad():
+            logits = pair.target(input_ids=torch.tensor([seq.ids])).logits[0, seq.answer_start - 1:-1]
+        assert seq.labels == logits.argmax(-1).tolist()
+        assert [row[0] for row in seq.topk_ids] == seq.labels
+        expected = logits.log_softmax(-1).gather(-1, torch.tensor(seq.topk_ids))
+        assert torch.allclose(torch.tensor(seq.topk_logp), expected, atol=2e-3)
+        draft_disagrees += sum(a != b for a, b in zip(seq.ids[seq.answer_start:], seq.labels))
+    assert draft_disagrees > 0  # the draft's text, where the labels teach something
+    assert [s.ids for s in onpolicy(seed=0)] == [s.ids for s in written]  # seeded
+    assert sorted(s.ids for s in onpolicy(seed=1)) != sorted(s.ids for s in written)
+    # the train stage learns from the separate labels (and soft targets) of these shards
+    assert main(common + ["--stage", "train", "--heldout", "4", "--layers", "0", "--steps", "4", "--eval-every", "2",
+                          "--batch-tokens", "256", "--soft-weight", "0.5", "--soft-k", "3"]) == 0
+    trained = [r for r in read_log(out / "log.jsonl") if r.get("stage") == "train" and "train_sequences" in r]
+    assert trained[-1]["train_sequences"] == len(generated) + len(written)
+
+
 def test_select_on_mean_keeps_the_checkpoint_best_on_both_heldout_sets(tmp_path, prompt_file):
     out = tmp_path / "distill"
     common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "8",
