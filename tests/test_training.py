@@ -11,10 +11,11 @@ from dynasd.decision import DecisionModel
 from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
 from dynasd.stopping import StopPolicy, make_stop_policy
 
-# The shipped draft (v5) agreed with the target on 0.388 (59 / 152) of the answer positions of FIXED_PROMPTS when it
-# was exported (0.484 on the in-domain held-out answers, see assets/draft-smollm2/MODEL_CARD.md; v4: 0.421 here,
-# 0.468 held-out; v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the bar keeps a margin.
-AGREEMENT_BAR = 0.35
+# The shipped draft (v6) agreed with the target on 0.421 (64 / 152) of the answer positions of FIXED_PROMPTS when it
+# was exported (0.499 / 0.506 on the two held-out sets, see assets/draft-smollm2/MODEL_CARD.md; v5: 0.388 here, 0.484
+# held-out; v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the bar keeps a
+# margin.
+AGREEMENT_BAR = 0.38
 # Short prompts written for this test (not from the training prompts).
 FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
                  "Explain what a noun is.", "How do I boil an egg?"]
