@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             texts = read_train_prompts(args.prompts)
             random.Random(args.seed).shuffle(texts)
             texts = texts[args.skip_prompts:][:args.num_prompts] or texts[:args.num_prompts]
-            pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
+            pad = pair.pad_id
             encoded = sorted((pair.encode_prompt(t) for t in texts), key=len)
             sequences = []
             for i in range(0, len(encoded), 16):

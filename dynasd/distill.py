@@ -157,8 +157,7 @@ def generate_stage(args, log) -> None:
 
     data_dir = Path(args.out) / "data"
     pair = load_pair(args.pair, device="cpu", dtype=args.gen_dtype, fast_kernels=False)
-    model, pad = pair.target, pair.tokenizer.pad_token_id
-    pad = pad if pad is not None else min(pair.eos_token_ids)
+    model, pad = pair.target, pair.pad_id
     # Each job is (shard name, prompt count, a function making its encoded prompts), so that self-instructed
     # prompts are only sampled for shards that still have to be written.
     if args.prompt_source == "self":
@@ -250,7 +249,7 @@ def label_stage(args, log) -> None:
     pairs = [p for p in read_answer_pairs(args.prompts) if p[0] not in heldout]
     random.Random(args.seed + 1).shuffle(pairs)
     pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_kernels=False)
-    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
+    pad = pair.pad_id
     start, done = time.time(), 0
     chunk = args.shard_prompts * 4
     for shard, i in enumerate(tqdm(range(0, min(len(pairs), args.label_prompts), chunk), desc="label")):
@@ -479,8 +478,7 @@ def train_stage(args, log) -> dict:
     train = load_sequences(train_files)
     heldout = load_sequences([data_dir / "heldout.jsonl"])
     pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_kernels=False)
-    target, pad = pair.target, pair.tokenizer.pad_token_id
-    pad = pad if pad is not None else min(pair.eos_token_ids)
+    target, pad = pair.target, pair.pad_id
     for p in target.parameters():
         p.requires_grad_(False)
 

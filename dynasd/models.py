@@ -60,6 +60,12 @@ class ModelPair:
         return int(self.target.config.vocab_size)
 
     @property
+    def pad_id(self) -> int:
+        """The id that pads batched text: the tokenizer's pad token, else an end-of-sequence id (never attended)."""
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else min(self.eos_token_ids)
+
+    @property
     def context_limit(self) -> int:
         return int(getattr(self.target.config, "max_position_embeddings", 2048))
 

@@ -56,7 +56,7 @@ def main() -> int:
         answer = greedy_answer(pair.target, ids, args.max_new_tokens, pair.eos_token_ids)
         answered[prompt["category"]].append(Sequence(ids + answer, len(ids)))
     every = [seq for seqs in answered.values() for seq in seqs]
-    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(pair.eos_token_ids)
+    pad = pair.pad_id
     print("| draft | " + " | ".join(answered) + " | all (tokens) |")
     print("|---" * (len(answered) + 2) + "|")
     tokens = sum(len(s.ids) - s.answer_start for s in every)
