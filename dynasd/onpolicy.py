@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .distill import Sequence, generate_answers, load_sequences, save_sequences, teacher_forced
+from .distill import generate_answers, load_sequences, save_sequences, teacher_forced
 
 
 def training_prompts(data_dir: Path, exclude_prefix: str) -> list[list[int]]:
