@@ -675,6 +675,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--onpolicy-minutes", type=float, default=0, help="stop after this long (0: no limit)")
     o.add_argument("--onpolicy-temperature", type=float, default=0.7,
                    help="the draft samples its answers at this temperature (0: greedy)")
+    o.add_argument("--onpolicy-prompt-source", default="training", choices=["training", "passage-tasks"],
+                   help="the training shards' prompts, or task instructions (summarise, translate, rewrite, ...) "
+                        "over the target's answers in them (task_prompts.py)")
     o.add_argument("--onpolicy-draft", default=None,
                    help="exported draft folder that writes (default: the pair's draft, e.g. the shipped one)")
     t = p.add_argument_group("train")

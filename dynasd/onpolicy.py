@@ -8,8 +8,9 @@ agreement on an early training shard, 0.47 held-out): the small draft writes, an
 answer once, teacher-forced, in batched forwards.
 
 Prompts are those of the training shards already in `--out/data` (the target answered them; the draft now writes
-its own answers), so held-out prompts stay unseen. Labels: the target's argmax at every answer position, plus its
-top-k log-probabilities with `--gen-topk` (the same soft targets as generated data).
+its own answers), so held-out prompts stay unseen; or, with `--onpolicy-prompt-source passage-tasks`, task
+instructions over the target's answers in those shards (task_prompts.py). Labels: the target's argmax at every
+answer position, plus its top-k log-probabilities with `--gen-topk` (the same soft targets as generated data).
 """
 from __future__ import annotations
 
@@ -40,10 +41,15 @@ def onpolicy_stage(args, log) -> None:
         raise ValueError("--onpolicy-temperature must be 0 (greedy) or positive")
     data_dir = Path(args.out) / "data"
     prefix = f"{args.shard_prefix}-onpolicy"
-    prompts = training_prompts(data_dir, prefix)
-    random.Random(args.seed).shuffle(prompts)
-    prompts = prompts[:args.onpolicy_prompts or None]
     pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_kernels=False)
+    if args.onpolicy_prompt_source == "passage-tasks":
+        from .task_prompts import passage_task_prompts
+
+        prompts = passage_task_prompts(pair, data_dir, args.onpolicy_prompts or 10 ** 9, args.seed)
+    else:
+        prompts = training_prompts(data_dir, prefix)
+        random.Random(args.seed).shuffle(prompts)
+        prompts = prompts[:args.onpolicy_prompts or None]
     draft = load_distilled_draft(pair.target, Path(args.onpolicy_draft)) if args.onpolicy_draft else pair.draft
     pad = pair.pad_id
     eos = set(pair.eos_token_ids)

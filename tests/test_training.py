@@ -11,11 +11,11 @@ from dynasd.decision import DecisionModel
 from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
 from dynasd.stopping import StopPolicy, make_stop_policy
 
-# The shipped draft (v6) agreed with the target on 0.421 (64 / 152) of the answer positions of FIXED_PROMPTS when it
-# was exported (0.499 / 0.506 on the two held-out sets, see assets/draft-smollm2/MODEL_CARD.md; v5: 0.388 here, 0.484
-# held-out; v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the bar keeps a
+# The shipped draft (v7) agreed with the target on 0.480 of the answer positions of FIXED_PROMPTS when it was
+# exported (0.506 / 0.517 on the two held-out sets, see assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
+# held-out; v5: 0.388, v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the bar keeps a
 # margin.
-AGREEMENT_BAR = 0.38
+AGREEMENT_BAR = 0.44
 # Short prompts written for this test (not from the training prompts).
 FIXED_PROMPTS = ["What is the capital of France?", "Give me three tips for staying healthy.",
                  "Explain what a noun is.", "How do I boil an egg?"]
@@ -145,6 +145,52 @@ def test_onpolicy_stage_labels_the_drafts_own_answers_with_the_targets_choices(t
                           "--batch-tokens", "256", "--soft-weight", "0.5", "--soft-k", "3"]) == 0
     trained = [r for r in read_log(out / "log.jsonl") if r.get("stage") == "train" and "train_sequences" in r]
     assert trained[-1]["train_sequences"] == len(generated) + len(written)
+
+
+def test_passage_task_prompts_put_the_targets_answers_under_task_instructions(tmp_path, prompt_file):
+    from dynasd.distill import load_sequences
+    from dynasd.task_prompts import TASK_TEMPLATES, passage_of, passage_task_prompts, user_message
+
+    out = tmp_path / "distill"
+    common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "4", "--gen-max-new-tokens",
+              "40", "--shard-prompts", "8", "--threads", "1"]
+    assert main(common + ["--stage", "generate", "--prompts", str(prompt_file), "--heldout", "4",
+                          "--gen-prompts", "12"]) == 0
+    assert main(common + ["--stage", "onpolicy", "--onpolicy-temperature", "1.0"]) == 0  # the draft's answers
+    pair = tiny_random_pair()
+    data = out / "data"
+    targets = load_sequences(sorted(data.glob("train-0*.jsonl")))
+    drafts = load_sequences(sorted(data.glob("train-onpolicy-*.jsonl")))
+    target_passages = {passage_of(pair.tokenizer, s.ids[s.answer_start:], 20) for s in targets}
+    assert drafts and not target_passages & {passage_of(pair.tokenizer, s.ids[s.answer_start:], 20) for s in drafts}
+
+    prompts = passage_task_prompts(pair, data, 100, seed=0, min_passage_tokens=5, max_passage_tokens=20)
+    assert 0 < len(prompts) <= len(targets) and len(set(map(tuple, prompts))) == len(prompts)
+    used = set()
+    for prompt in prompts:
+        message = user_message(pair.tokenizer, prompt)
+        # a template's instruction around one of the target's answers (none is a draft's answer, checked above)
+        template = next(t for t in TASK_TEMPLATES if message.startswith(t[:t.index("{")].strip()))
+        passage = next(p for p in target_passages if p and p in message)
+        if template.endswith("{passage}"):
+            assert message.endswith(passage)
+        if "{question}" in template:  # the question that passage answered
+            asked = {user_message(pair.tokenizer, s.ids[:s.answer_start]) for s in targets}
+            assert any(q and (message.endswith(f"Question: {q}") or f"answer: {q}" in message) for q in asked)
+        used.add((template, passage))
+    assert len({t for t, _ in used}) > 3  # the tasks vary
+    assert passage_task_prompts(pair, data, 100, seed=0, min_passage_tokens=5, max_passage_tokens=20) == prompts
+    assert passage_task_prompts(pair, data, 100, seed=1, min_passage_tokens=5, max_passage_tokens=20) != prompts
+    # the onpolicy stage answers them: the shards' prompts are the first --onpolicy-prompts of the same list
+    assert main(common + ["--stage", "onpolicy", "--onpolicy-prompt-source", "passage-tasks", "--shard-prefix",
+                          "train-tasks", "--onpolicy-prompts", "5"]) == 0
+    written = load_sequences(sorted(data.glob("train-tasks-onpolicy-*.jsonl")))
+    expected = passage_task_prompts(pair, data, 5, seed=0)
+    assert sorted(s.ids[:s.answer_start] for s in written) == sorted(expected) and len(expected) == 5
+    assert all(len(s.labels) == len(s.ids) - s.answer_start > 0 for s in written)
+    (tmp_path / "empty" / "data").mkdir(parents=True)  # nothing to build tasks from: one line, exit status 2
+    assert main(["train-draft", "--pair", "tiny-random", "--out", str(tmp_path / "empty"), "--stage", "onpolicy",
+                 "--onpolicy-prompt-source", "passage-tasks"]) == 2
 
 
 def test_select_on_mean_keeps_the_checkpoint_best_on_both_heldout_sets(tmp_path, prompt_file):
