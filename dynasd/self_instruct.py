@@ -52,7 +52,7 @@ def sample_instructions(pair, model, count: int, seed: int, seen: set[tuple[int,
     turn_start = user_turn_prefix(pair.tokenizer)
     pick = random.Random(seed)
     end_ids = set(pair.eos_token_ids)
-    pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(end_ids)
+    pad = pair.pad_id
     prompts: list[list[int]] = []
     rounds = max_rounds or 2 * -(-count // batch) + 2  # duplicates and empty turns are redrawn, within reason
     with torch.random.fork_rng(devices=[]):
