@@ -7,6 +7,8 @@ slower for 2-3 rows. Measured on a 1536x576 layer, one thread: 4 rows 283 -> 159
 whole target, two threads: 4 nodes 84 -> 58 ms, 16 nodes 138 -> 71 ms, 2-3 nodes 47 -> 53 ms. So each layer keeps
 both layouts and picks by row count: the price is a second copy of the linear weights (~430 MB for the target).
 The swap changes speed only; the values are the same products up to float rounding.
+MKL's packed weights (`torch.ops.mkl._mkl_linear`) were tried too: faster only when the row count equals the
+packed size, no gain for the 2-9 rows the fastest methods verify (docs/benchmarks.md, session 8).
 """
 from __future__ import annotations
 
