@@ -166,6 +166,7 @@ def test_passage_task_prompts_put_the_targets_answers_under_task_instructions(tm
 
     prompts = passage_task_prompts(pair, data, 100, seed=0, min_passage_tokens=5, max_passage_tokens=20)
     assert 0 < len(prompts) <= len(targets) and len(set(map(tuple, prompts))) == len(prompts)
+    asked = {user_message(pair.tokenizer, s.ids[:s.answer_start]) for s in targets}  # the questions answered
     used = set()
     for prompt in prompts:
         message = user_message(pair.tokenizer, prompt)
@@ -175,7 +176,6 @@ def test_passage_task_prompts_put_the_targets_answers_under_task_instructions(tm
         if template.endswith("{passage}"):
             assert message.endswith(passage)
         if "{question}" in template:  # the question that passage answered
-            asked = {user_message(pair.tokenizer, s.ids[:s.answer_start]) for s in targets}
             assert any(q and (message.endswith(f"Question: {q}") or f"answer: {q}" in message) for q in asked)
         used.add((template, passage))
     assert len({t for t, _ in used}) > 3  # the tasks vary
