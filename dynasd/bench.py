@@ -51,9 +51,9 @@ OPTION_HELP = {
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
     "kernels": "any method: fast (default: packed grouped-query attention, dynasd/gqa_attention.py, KV caches "
-               "that grow in place, dynasd/cache.py, and on CPU pre-transposed linear layers, "
-               "dynasd/fast_linear.py) or plain (stock transformers modules and cache), to measure those changes "
-               "side by side",
+               "that grow in place, dynasd/cache.py, and on CPU linear layers with few-row weight layouts and a "
+               "compiled kernel, dynasd/fast_linear.py), torch (the same without the compiled kernel) or plain "
+               "(stock transformers modules and cache), to measure those changes side by side",
 }
 TREE_KEYS = {"stop", "th", "decision"}
 METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"kernels"} for name, keys in {
@@ -64,7 +64,7 @@ METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"kernels"} for name, keys i
     "pld": {"lookup", "ngram"},
     "hf-assisted": {"n", "th", "schedule", "lookup"},
 }.items()}
-KERNELS = ("fast", "plain")
+KERNELS = ("fast", "torch", "plain")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ def parse_method(text: str) -> MethodSpec:
     from .stopping import STOP_POLICIES
 
     if options.get("kernels", "fast") not in KERNELS:
-        raise ValueError(f"kernels must be fast or plain, got '{options['kernels']}' in '{label}'")
+        raise ValueError(f"kernels must be fast, torch or plain, got '{options['kernels']}' in '{label}'")
     if "stop" in options and options["stop"] not in STOP_POLICIES:
         raise ValueError(f"stop must be one of {', '.join(STOP_POLICIES)}, got '{options['stop']}' in '{label}'")
     return MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
@@ -594,7 +594,7 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
 def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
               temperatures: list[float], out: Path, progress: bool = True) -> list[dict]:
     """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `kernels`
-    option ("fast", and "plain" when a method asks for it)."""
+    option ("fast", and "torch" or "plain" when a method asks for it)."""
     from tqdm import tqdm
 
     from .sampling import SamplingConfig
@@ -673,6 +673,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     pairs = {"fast": load_pair_from(args)}
+    if any(spec.option("kernels") == "torch" for spec in specs):
+        pairs["torch"] = load_pair_from(args, compiled_kernel=False)
     if any(spec.option("kernels") == "plain" for spec in specs):
         pairs["plain"] = load_pair_from(args, fast_kernels=False)
     meta = _meta(args, pairs["fast"], prompts, specs, temperatures)

@@ -80,11 +80,11 @@ def decoder_from(args: argparse.Namespace, method: str, pair, sampling, seed: in
                         lookup=args.lookup, lookup_min_ngram=args.lookup_ngram)
 
 
-def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True):
+def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True, compiled_kernel: bool = True):
     from .models import load_pair
 
     return load_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype,
-                     fast_kernels=fast_kernels)
+                     fast_kernels=fast_kernels, compiled_kernel=compiled_kernel)
 
 
 def read_prompts(path: str | Path, limit: int | None = None, categories: list[str] | None = None) -> list[dict]:

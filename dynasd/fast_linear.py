@@ -1,45 +1,114 @@
-"""Linear layers that keep their weight transposed, for cheap few-row products on CPU.
+"""Linear layers for cheap few-row products on CPU: the weight in two more layouts, picked by row count.
 
-Why: a verify pass multiplies a handful of rows (the tree's nodes) by every weight matrix. With the MKL build of
-torch on this CPU, `F.linear(x, W)` costs about as much for 1-3 rows as for one, but jumps 2-3x from 4 rows on (a
-different kernel), while `x @ W.T` on a contiguous transposed copy grows slowly with the rows, but is ~10%
-slower for 2-3 rows. Measured on a 1536x576 layer, one thread: 4 rows 283 -> 159 us, 8 rows 439 -> 172 us; on the
-whole target, two threads: 4 nodes 84 -> 58 ms, 16 nodes 138 -> 71 ms, 2-3 nodes 47 -> 53 ms. So each layer keeps
-both layouts and picks by row count: the price is a second copy of the linear weights (~430 MB for the target).
-The swap changes speed only; the values are the same products up to float rounding.
+Why: a verify pass multiplies a handful of rows (the tree's nodes) by every weight matrix, and reading the weights
+from memory is the real cost, the same for 1 row as for 16. MKL's `F.linear(x, W)` runs near that bound for one
+row (and up to 3), but jumps 2-3x from 4 rows on (a different kernel); `x @ W.T` on a contiguous transposed copy
+grows slowly with the rows and is the fastest layout for 32 rows and more (prefill). For 2-24 rows the compiled
+kernel in panel_linear.cpp, which streams the weight once whatever the row count, beats both: whole target, two
+threads, weights from memory (docs/benchmarks.md, session 9): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
+48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27).
+
+The kernel is compiled on first use (torch.utils.cpp_extension, ~15 s once, cached under
+~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, or with
+DYNASD_COMPILE=0, layers keep the two torch layouts (the engine of sessions 3-8). The price is memory: up to two
+more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
+same products up to float rounding.
 MKL's packed weights (`torch.ops.mkl._mkl_linear`) were tried too: faster only when the row count equals the
-packed size, no gain for the 2-9 rows the fastest methods verify (docs/benchmarks.md, session 8).
+packed size (docs/benchmarks.md, session 8).
 """
 from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import warnings
+from pathlib import Path
 
 import torch
 
 SMALL_ROWS = 3  # up to this many rows F.linear is as fast as it gets (measured, see above)
+PANEL = 32  # output columns per panel, fixed by panel_linear.cpp
+PANEL_ROWS = range(2, 25)  # row counts the compiled kernel takes (measured, see above)
+KERNEL_SOURCE = Path(__file__).with_name("panel_linear.cpp")
+
+_kernel_lock = threading.Lock()
+_kernel_state: dict[str, object] = {}
+
+
+def panel_kernel():
+    """The compiled `panel_linear(x, panels)` op, or None where it cannot be built here (warned once)."""
+    with _kernel_lock:
+        if "op" not in _kernel_state:
+            _kernel_state["op"] = _build_panel_kernel()
+        return _kernel_state["op"]
+
+
+def _build_panel_kernel():
+    if os.environ.get("DYNASD_COMPILE", "1") == "0":
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        native = os.uname().machine == "x86_64"
+        flags = ["-O3", "-fopenmp"] + (["-march=native"] if native else [])
+        # Built for this CPU's instruction set: the name carries it, so a cache shared with another CPU rebuilds.
+        load(name=f"dynasd_panel_linear_{_cpu_tag()}", sources=[str(KERNEL_SOURCE)], extra_cflags=flags,
+             is_python_module=False, verbose=False)
+        return torch.ops.dynasd.panel_linear
+    except Exception as error:  # no compiler, no ninja, a build error: fall back to torch's own products
+        warnings.warn(f"dynasd: the compiled few-row linear kernel is not available ({error!s:.200}); "
+                      "using torch's products instead", stacklevel=2)
+        return None
+
+
+def _cpu_tag() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next((line for line in info if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        flags = ""
+    return hashlib.sha1(f"{os.uname().machine} {flags}".encode()).hexdigest()[:10]
+
+
+def to_panels(weight: torch.Tensor) -> torch.Tensor:
+    """(out, in) weight -> (out / PANEL, in, PANEL): panel p holds output columns p*PANEL.. as in-by-PANEL rows."""
+    out_features, in_features = weight.shape
+    return weight.detach().reshape(out_features // PANEL, PANEL, in_features).transpose(1, 2).contiguous()
 
 
 class PretransposedLinear(torch.nn.Module):
-    """An nn.Linear that also holds `weight_t`, the contiguous (in, out) transpose of its weight: inputs of at
-    most SMALL_ROWS rows use F.linear on the original weight, larger ones `x @ weight_t`."""
+    """An nn.Linear that also holds `weight_t`, the contiguous (in, out) transpose of its weight, and, where the
+    compiled kernel is available, `panels`: 2-24 rows go to the kernel, other inputs of at most SMALL_ROWS rows to
+    F.linear on the original weight, larger ones to `x @ weight_t`."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, kernel=None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight  # shared, not copied (it may be the tied input embedding)
         self.bias = linear.bias
         self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous(), requires_grad=False)
+        usable = kernel is not None and linear.weight.dtype == torch.float32 and self.out_features % PANEL == 0
+        self.kernel = kernel if usable else None
+        self.panels = torch.nn.Parameter(to_panels(linear.weight), requires_grad=False) if usable else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() <= SMALL_ROWS * self.in_features:
+        rows = x.numel() // self.in_features
+        if self.kernel is not None and rows in PANEL_ROWS and x.dtype == torch.float32:
+            y = self.kernel(x, self.panels)
+        elif rows <= SMALL_ROWS:
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        y = torch.matmul(x, self.weight_t)
+        else:
+            y = torch.matmul(x, self.weight_t)
         return y if self.bias is None else y + self.bias
 
 
-def pretranspose_linears(model: torch.nn.Module) -> torch.nn.Module:
+def pretranspose_linears(model: torch.nn.Module, compiled: bool = True) -> torch.nn.Module:
     """Swap every nn.Linear of an inference model for a PretransposedLinear, in place (CPU inference only:
-    training code and exported weights expect plain nn.Linear modules)."""
+    training code and exported weights expect plain nn.Linear modules). `compiled=False` leaves the compiled
+    kernel out (the benchmark's `kernels=torch`)."""
+    kernel = panel_kernel() if compiled else None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(module, name, PretransposedLinear(child))
+                setattr(module, name, PretransposedLinear(child, kernel))
     return model

@@ -350,20 +350,21 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
               device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
-              fast_kernels: bool = True) -> ModelPair:
+              fast_kernels: bool = True, compiled_kernel: bool = True) -> ModelPair:
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
     Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
-    (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py) and, on CPU, pre-transposed linear
-    layers (dynasd/fast_linear.py). Training code, which needs plain nn.Linear modules, and the benchmark's
-    `kernels=plain` ask for stock modules."""
+    (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py) and, on CPU, linear layers with
+    weight layouts for few-row products (dynasd/fast_linear.py; `compiled_kernel=False` leaves out its compiled
+    kernel). Training code, which needs plain nn.Linear modules, and the benchmark's `kernels=plain` ask for
+    stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
     if fast_kernels:
         loaded.in_place_cache = True
         for model in (loaded.target, loaded.draft):
             use_packed_gqa(model)
             if loaded.device.type == "cpu":
-                pretranspose_linears(model)
+                pretranspose_linears(model, compiled=compiled_kernel)
     return loaded
 
 

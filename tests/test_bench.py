@@ -144,25 +144,30 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
 
 
 def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, monkeypatch):
-    """`kernels=plain` measures the same method on stock transformers modules, beside the fast ones, in one run."""
+    """`kernels=plain` measures the same method on stock transformers modules, `kernels=torch` without the compiled
+    kernel, beside the fast ones, in one run."""
     from dynasd.models import load_pair
 
     real, seen = bench.make_method_decoder, {}
 
     def recording(args, spec, pair, sampling, seed):
-        seen[spec.label] = (type(pair.target.model.layers[0].mlp.down_proj).__name__,
-                            pair.target.config._attn_implementation)
+        down_proj = pair.target.model.layers[0].mlp.down_proj
+        seen[spec.label] = (type(down_proj).__name__, pair.target.config._attn_implementation,
+                            getattr(down_proj, "panels", None) is not None)
         return real(args, spec, pair, sampling, seed)
 
     monkeypatch.setattr(bench, "make_method_decoder", recording)
-    pairs = {"fast": load_pair("tiny-random"), "plain": load_pair("tiny-random", fast_kernels=False)}
+    pairs = {"fast": load_pair("tiny-random"), "plain": load_pair("tiny-random", fast_kernels=False),
+             "torch": load_pair("tiny-random", compiled_kernel=False)}
     args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "8",
                                       "--warmup-tokens", "2"])
-    specs = bench.parse_methods("ar,pld,pld:kernels=plain,ar:kernels=fast")
+    specs = bench.parse_methods("ar,pld,pld:kernels=plain,ar:kernels=fast,sd:kernels=torch")
     records = bench.benchmark(args, pairs, bench.select_prompts(prompts_file, None, 1), specs, [0.0], tmp_path,
                               progress=False)
-    fast, plain = ("PretransposedLinear", "dynasd_sdpa"), ("Linear", "sdpa")
-    assert seen == {"ar": fast, "pld": fast, "pld:kernels=plain": plain, "ar:kernels=fast": fast}
+    fast, plain = ("PretransposedLinear", "dynasd_sdpa", True), ("Linear", "sdpa", False)
+    torch_only = ("PretransposedLinear", "dynasd_sdpa", False)
+    assert seen == {"ar": fast, "pld": fast, "pld:kernels=plain": plain, "ar:kernels=fast": fast,
+                    "sd:kernels=torch": torch_only}
     assert all(r["identical_to_ar"] for r in records)
 
 
@@ -186,7 +191,7 @@ def test_method_list_syntax():
                                            ("ar,ar", "listed twice"), ("mcsd:stop=later", "stop must be"),
                                            ("sd:gamma", "key=value"), ("pld:gamma=2", "takes no option"),
                                            ("ti-mcsd:lookup=4", "takes no option"),
-                                           ("ar:kernels=slow", "kernels must be fast or plain")])
+                                           ("ar:kernels=slow", "kernels must be fast, torch or plain")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
         bench.parse_methods(text)

@@ -1,9 +1,11 @@
-"""Pre-transposed linear layers change speed, never results (within float rounding), and leave training alone."""
+"""Few-row linear layouts and the compiled kernel change speed, never results (within float rounding), and leave
+training alone."""
 import pytest
 import torch
 
+from dynasd import fast_linear
 from dynasd.decoders import make_decoder
-from dynasd.fast_linear import SMALL_ROWS, PretransposedLinear, pretranspose_linears
+from dynasd.fast_linear import PANEL, PANEL_ROWS, SMALL_ROWS, PretransposedLinear, panel_kernel, pretranspose_linears
 from dynasd.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 
@@ -13,12 +15,67 @@ from dynasd.sampling import SamplingConfig
 def test_same_product_on_both_sides_of_the_row_threshold(rows, bias):
     torch.manual_seed(rows)
     plain = torch.nn.Linear(24, 40, bias=bias)
-    fast = PretransposedLinear(plain)
+    fast = PretransposedLinear(plain)  # no kernel: the two torch layouts only
     x = torch.randn(1, rows, 24)
     with torch.inference_mode():
         assert torch.allclose(fast(x), plain(x), atol=1e-5, rtol=1e-5)
     assert fast.weight is plain.weight  # the row-major weight is shared, not copied
     assert fast.weight_t.is_contiguous() and torch.equal(fast.weight_t, plain.weight.t())
+
+
+def test_the_compiled_kernel_builds_here():
+    """CI has a compiler and ninja (requirements.txt): the kernel must build there, not silently fall back."""
+    assert panel_kernel() is not None
+
+
+@pytest.mark.parametrize("in_features", [37, 576])
+@pytest.mark.parametrize("bias", [True, False])
+def test_kernel_gives_the_linear_product_for_every_row_count(in_features, bias):
+    torch.manual_seed(in_features)
+    plain = torch.nn.Linear(in_features, 3 * PANEL, bias=bias)
+    fast = PretransposedLinear(plain, panel_kernel())
+    assert fast.panels is not None and fast.panels.shape == (3, in_features, PANEL)
+    for rows in range(1, PANEL_ROWS.stop + 8):
+        x = torch.randn(2, rows, in_features)  # a batch dimension too: rows are counted over all of them
+        with torch.inference_mode():
+            assert torch.allclose(fast(x), plain(x), atol=1e-5, rtol=1e-5), rows
+
+
+def test_kernel_rows_do_not_depend_on_their_neighbours():
+    """Each output is summed in the same order whatever the row count, so a node's logits in a verify of 2 rows
+    and of 16 rows are bitwise the same: the tree's size cannot flip a greedy choice through rounding."""
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(64, 2 * PANEL, bias=False)
+    fast = PretransposedLinear(plain, panel_kernel())
+    x = torch.randn(16, 64)
+    with torch.inference_mode():
+        full = fast(x)
+        for rows in PANEL_ROWS:
+            if rows <= 16:
+                assert torch.equal(fast(x[:rows]), full[:rows]), rows
+
+
+def test_layers_the_kernel_cannot_take_keep_the_torch_layouts():
+    kernel = panel_kernel()
+    odd_width = PretransposedLinear(torch.nn.Linear(16, PANEL + 8), kernel)
+    half = PretransposedLinear(torch.nn.Linear(16, PANEL).to(torch.float64), kernel)
+    assert odd_width.panels is None and odd_width.kernel is None
+    assert half.panels is None and half.kernel is None
+    x = torch.randn(5, 16)
+    with torch.inference_mode():
+        assert torch.allclose(odd_width(x), torch.nn.functional.linear(x, odd_width.weight, odd_width.bias),
+                              atol=1e-5)
+
+
+def test_no_kernel_when_compiling_is_switched_off(monkeypatch):
+    monkeypatch.setenv("DYNASD_COMPILE", "0")
+    assert fast_linear._build_panel_kernel() is None
+
+
+def test_a_failed_build_warns_and_falls_back(monkeypatch):
+    monkeypatch.setattr(fast_linear, "KERNEL_SOURCE", fast_linear.KERNEL_SOURCE.with_name("no_such_kernel.cpp"))
+    with pytest.warns(UserWarning, match="not available"):
+        assert fast_linear._build_panel_kernel() is None
 
 
 def test_every_linear_of_a_model_is_swapped_and_logits_agree():
@@ -45,19 +102,25 @@ def test_subset_head_product_is_swapped_too():
 def test_load_pair_swaps_on_cpu_unless_told_not_to():
     fast = load_pair("tiny-random", device="cpu")
     plain = load_pair("tiny-random", device="cpu", fast_kernels=False)
+    torch_only = load_pair("tiny-random", device="cpu", compiled_kernel=False)
     assert isinstance(fast.target.model.layers[0].mlp.down_proj, PretransposedLinear)
+    assert fast.target.model.layers[0].mlp.down_proj.panels is not None
     assert isinstance(fast.draft.lm_head, PretransposedLinear)
+    assert torch_only.target.model.layers[0].mlp.down_proj.panels is None
     assert type(plain.target.model.layers[0].mlp.down_proj) is torch.nn.Linear
 
 
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=5)), ("mcsd", dict(k_config=(4, 2, 2, 1))),
                                             ("pld", dict(lookup=8, lookup_min_ngram=1))])
 def test_swapped_pair_stays_greedy_identical_to_its_target(method, options):
-    """Verify passes of 4+ rows take the transposed path, ar's single rows the other one: outputs still agree."""
+    """ar's single rows take F.linear, verifies of 2-24 rows the compiled kernel (mcsd 4,2,2,1's 44-node trees the
+    transposed weight), layers of 16 outputs the torch layouts: outputs still agree."""
     pair = load_pair("tiny-random", device="cpu")
+    assert pair.target.model.layers[0].self_attn.q_proj.panels is not None
+    assert pair.target.model.layers[0].self_attn.k_proj.panels is None  # 16 outputs: not a whole panel
     for prompt in ["What is speculative decoding?", "1, 2, 3, 1, 2, 3, 1, 2,"]:
         ids = pair.encode_prompt(prompt)
         reference = make_decoder("ar", pair, SamplingConfig()).generate(ids, 40).new_token_ids
         run = make_decoder(method, pair, SamplingConfig(), **options).generate(ids, 40)
         assert run.new_token_ids == reference, prompt
-        assert max(len(step.nodes) for step in run.steps) + 1 > SMALL_ROWS  # the wide path was exercised
+        assert max(len(step.nodes) for step in run.steps) + 1 > SMALL_ROWS  # the kernel was exercised

@@ -1,0 +1,93 @@
+// y = x @ W.T for a few rows of x, with W stored as panels: a CPU kernel for tree verifies.
+//
+// Why: a verify multiplies 2-24 rows (the tree's nodes) by every weight matrix. Reading the weights from memory
+// is the real cost, and it is the same for 1 row as for 16, but MKL's few-row GEMM runs well below its one-row
+// speed (docs/benchmarks.md, session 9). Here each weight is stored as panels of PANEL output columns, every panel
+// K rows of PANEL floats in one contiguous block, so the weights stream from memory once, in order, and each
+// loaded vector is used by every input row while it sits in a register.
+//
+// Each output y[m, n] is summed over k in the same order whatever the number of rows, so a row's result does not
+// depend on the rows next to it.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace {
+
+constexpr int64_t PANEL = 32;         // output columns per panel: two 16-float vectors
+constexpr int64_t ROWS_PER_PASS = 8;  // input rows per pass over a panel: 16 accumulators stay in registers
+constexpr int64_t PREFETCH_AHEAD = 64;  // k steps (8 KB of panel) ahead; measured best among 0, 8..96
+
+typedef float vec16 __attribute__((vector_size(64)));
+
+inline vec16 load(const float* p) { vec16 v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
+
+// MR rows of x (row stride K) times one panel, written to MR rows of y (row stride N).
+template <int MR>
+void rows_times_panel(const float* x, int64_t K, const float* panel, float* y, int64_t N) {
+  vec16 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = vec16{};
+  for (int64_t k = 0; k < K; ++k) {
+    const float* w = panel + k * PANEL;
+    __builtin_prefetch(w + PREFETCH_AHEAD * PANEL, 0, 3);
+    __builtin_prefetch(w + PREFETCH_AHEAD * PANEL + 16, 0, 3);
+    const vec16 w0 = load(w), w1 = load(w + 16);
+    for (int i = 0; i < MR; ++i) {
+      const vec16 xi = vec16{} + x[i * K + k];  // broadcast
+      acc[i][0] += xi * w0;
+      acc[i][1] += xi * w1;
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    store(y + i * N, acc[i][0]);
+    store(y + i * N + 16, acc[i][1]);
+  }
+}
+
+void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const float* panel, float* y, int64_t N) {
+  switch (rows) {
+    case 8: return rows_times_panel<8>(x, K, panel, y, N);
+    case 7: return rows_times_panel<7>(x, K, panel, y, N);
+    case 6: return rows_times_panel<6>(x, K, panel, y, N);
+    case 5: return rows_times_panel<5>(x, K, panel, y, N);
+    case 4: return rows_times_panel<4>(x, K, panel, y, N);
+    case 3: return rows_times_panel<3>(x, K, panel, y, N);
+    case 2: return rows_times_panel<2>(x, K, panel, y, N);
+    default: return rows_times_panel<1>(x, K, panel, y, N);
+  }
+}
+
+// x: (..., K) float32; panels: (N / PANEL, K, PANEL) float32, panels[p, k, c] = W[p * PANEL + c, k].
+at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
+  TORCH_CHECK(x.device().is_cpu() && panels.device().is_cpu(), "panel_linear runs on CPU tensors");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && panels.scalar_type() == at::kFloat, "panel_linear needs float32");
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == PANEL && panels.is_contiguous(), "panels must be (P, K, 32)");
+  const int64_t count = panels.size(0), K = panels.size(1), N = count * PANEL;
+  TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
+  const at::Tensor rows = x.reshape({-1, K}).contiguous();
+  const int64_t M = rows.size(0);
+  at::Tensor out = at::empty({M, N}, x.options());
+  const float* xp = rows.data_ptr<float>();
+  const float* wp = panels.data_ptr<float>();
+  float* yp = out.data_ptr<float>();
+  at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      for (int64_t m = 0; m < M; m += ROWS_PER_PASS) {
+        rows_times_panel_any(std::min(ROWS_PER_PASS, M - m), xp + m * K, K, wp + p * K * PANEL,
+                             yp + m * N + p * PANEL, N);
+      }
+    }
+  });
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = N;
+  return out.view(shape);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(dynasd, m) { m.def("panel_linear(Tensor x, Tensor panels) -> Tensor"); }
+TORCH_LIBRARY_IMPL(dynasd, CPU, m) { m.impl("panel_linear", panel_linear); }
