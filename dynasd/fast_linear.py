@@ -8,6 +8,10 @@ kernel in panel_linear.cpp, which streams the weight once whatever the row count
 threads, weights from memory (docs/benchmarks.md, session 9): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
 48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27).
 
+The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count from
+1, reading half the bytes (draft forward ~9 -> ~7 ms); its weights are stored in fp16 anyway, and the draft only
+proposes, so rounding its shared output layer to fp16 cannot change what the target accepts.
+
 The kernel is compiled on first use (torch.utils.cpp_extension, ~15 s once, cached under
 ~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, or with
 DYNASD_COMPILE=0, layers keep the two torch layouts (the engine of sessions 3-8). The price is memory: up to two
@@ -78,10 +82,10 @@ def to_panels(weight: torch.Tensor) -> torch.Tensor:
 
 class PretransposedLinear(torch.nn.Module):
     """An nn.Linear that also holds `weight_t`, the contiguous (in, out) transpose of its weight, and, where the
-    compiled kernel is available, `panels`: 2-24 rows go to the kernel, other inputs of at most SMALL_ROWS rows to
-    F.linear on the original weight, larger ones to `x @ weight_t`."""
+    compiled kernel is available, `panels`: 2-24 rows (1-24 with `half_panels`) go to the kernel, other inputs of
+    at most SMALL_ROWS rows to F.linear on the original weight, larger ones to `x @ weight_t`."""
 
-    def __init__(self, linear: torch.nn.Linear, kernel=None) -> None:
+    def __init__(self, linear: torch.nn.Linear, kernel=None, half_panels: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight  # shared, not copied (it may be the tied input embedding)
@@ -89,11 +93,14 @@ class PretransposedLinear(torch.nn.Module):
         self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous(), requires_grad=False)
         usable = kernel is not None and linear.weight.dtype == torch.float32 and self.out_features % PANEL == 0
         self.kernel = kernel if usable else None
-        self.panels = torch.nn.Parameter(to_panels(linear.weight), requires_grad=False) if usable else None
+        panels = to_panels(linear.weight).to(torch.float16 if half_panels else torch.float32) if usable else None
+        self.panels = torch.nn.Parameter(panels, requires_grad=False) if usable else None
+        # Half-precision panels read half the bytes, so they beat F.linear for a single row too.
+        self.kernel_rows = range(1 if half_panels else PANEL_ROWS.start, PANEL_ROWS.stop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if self.kernel is not None and rows in PANEL_ROWS and x.dtype == torch.float32:
+        if self.kernel is not None and rows in self.kernel_rows and x.dtype == torch.float32:
             y = self.kernel(x, self.panels)
         elif rows <= SMALL_ROWS:
             return torch.nn.functional.linear(x, self.weight, self.bias)
@@ -102,13 +109,14 @@ class PretransposedLinear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def pretranspose_linears(model: torch.nn.Module, compiled: bool = True) -> torch.nn.Module:
+def pretranspose_linears(model: torch.nn.Module, compiled: bool = True, half_panels: bool = False
+                         ) -> torch.nn.Module:
     """Swap every nn.Linear of an inference model for a PretransposedLinear, in place (CPU inference only:
     training code and exported weights expect plain nn.Linear modules). `compiled=False` leaves the compiled
-    kernel out (the benchmark's `kernels=torch`)."""
+    kernel out (the benchmark's `kernels=torch`); `half_panels` gives it float16 panels (drafts)."""
     kernel = panel_kernel() if compiled else None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(module, name, PretransposedLinear(child, kernel))
+                setattr(module, name, PretransposedLinear(child, kernel, half_panels))
     return model

@@ -355,8 +355,8 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
 
     Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
     (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py) and, on CPU, linear layers with
-    weight layouts for few-row products (dynasd/fast_linear.py; `compiled_kernel=False` leaves out its compiled
-    kernel). Training code, which needs plain nn.Linear modules, and the benchmark's `kernels=plain` ask for
+    weight layouts for few-row products (dynasd/fast_linear.py; the draft's in half precision;
+    `compiled_kernel=False` leaves out the compiled kernel and so both). Training code, which needs plain nn.Linear modules, and the benchmark's `kernels=plain` ask for
     stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
     if fast_kernels:
@@ -364,7 +364,9 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
         for model in (loaded.target, loaded.draft):
             use_packed_gqa(model)
             if loaded.device.type == "cpu":
-                pretranspose_linears(model, compiled=compiled_kernel)
+                # The draft reads half-precision panels (its weights are stored in fp16): only its proposals'
+                # cost and, within rounding, its logits change; the target, which decides, stays exact.
+                pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is loaded.draft)
     return loaded
 
 

@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -22,17 +25,27 @@ constexpr int64_t ROWS_PER_PASS = 8;  // input rows per pass over a panel: 16 ac
 constexpr int64_t PREFETCH_AHEAD = 64;  // k steps (8 KB of panel) ahead; measured best among 0, 8..96
 
 typedef float vec16 __attribute__((vector_size(64)));
+typedef _Float16 half16 __attribute__((vector_size(32)));
 
 inline vec16 load(const float* p) { vec16 v; std::memcpy(&v, p, sizeof v); return v; }
+inline vec16 load(const _Float16* p) {  // half-precision panels: widened exactly to float32
+#if defined(__AVX512F__)
+  return (vec16)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#else  // GCC's generic conversion goes lane by lane: slow, but right
+  half16 h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_convertvector(h, vec16);
+#endif
+}
 inline void store(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
 
 // MR rows of x (row stride K) times one panel, written to MR rows of y (row stride N).
-template <int MR>
-void rows_times_panel(const float* x, int64_t K, const float* panel, float* y, int64_t N) {
+template <int MR, typename W>
+void rows_times_panel(const float* x, int64_t K, const W* panel, float* y, int64_t N) {
   vec16 acc[MR][2];
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = vec16{};
   for (int64_t k = 0; k < K; ++k) {
-    const float* w = panel + k * PANEL;
+    const W* w = panel + k * PANEL;
     __builtin_prefetch(w + PREFETCH_AHEAD * PANEL, 0, 3);
     __builtin_prefetch(w + PREFETCH_AHEAD * PANEL + 16, 0, 3);
     const vec16 w0 = load(w), w1 = load(w + 16);
@@ -48,7 +61,8 @@ void rows_times_panel(const float* x, int64_t K, const float* panel, float* y, i
   }
 }
 
-void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const float* panel, float* y, int64_t N) {
+template <typename W>
+void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const W* panel, float* y, int64_t N) {
   switch (rows) {
     case 8: return rows_times_panel<8>(x, K, panel, y, N);
     case 7: return rows_times_panel<7>(x, K, panel, y, N);
@@ -61,19 +75,8 @@ void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const float* 
   }
 }
 
-// x: (..., K) float32; panels: (N / PANEL, K, PANEL) float32, panels[p, k, c] = W[p * PANEL + c, k].
-at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
-  TORCH_CHECK(x.device().is_cpu() && panels.device().is_cpu(), "panel_linear runs on CPU tensors");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && panels.scalar_type() == at::kFloat, "panel_linear needs float32");
-  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == PANEL && panels.is_contiguous(), "panels must be (P, K, 32)");
-  const int64_t count = panels.size(0), K = panels.size(1), N = count * PANEL;
-  TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
-  const at::Tensor rows = x.reshape({-1, K}).contiguous();
-  const int64_t M = rows.size(0);
-  at::Tensor out = at::empty({M, N}, x.options());
-  const float* xp = rows.data_ptr<float>();
-  const float* wp = panels.data_ptr<float>();
-  float* yp = out.data_ptr<float>();
+template <typename W>
+void all_panels(const float* xp, const W* wp, float* yp, int64_t M, int64_t K, int64_t N, int64_t count) {
   at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
       for (int64_t m = 0; m < M; m += ROWS_PER_PASS) {
@@ -82,6 +85,28 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
       }
     }
   });
+}
+
+// x: (..., K) float32; panels: (N / PANEL, K, PANEL) float32 or float16, panels[p, k, c] = W[p * PANEL + c, k].
+// Half-precision panels halve the bytes read (the draft's weights are stored in fp16 anyway); sums are float32.
+at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
+  TORCH_CHECK(x.device().is_cpu() && panels.device().is_cpu(), "panel_linear runs on CPU tensors");
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "panel_linear needs float32 inputs");
+  TORCH_CHECK(panels.scalar_type() == at::kFloat || panels.scalar_type() == at::kHalf,
+              "panel_linear needs float32 or float16 panels");
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == PANEL && panels.is_contiguous(), "panels must be (P, K, 32)");
+  const int64_t count = panels.size(0), K = panels.size(1), N = count * PANEL;
+  TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
+  const at::Tensor rows = x.reshape({-1, K}).contiguous();
+  const int64_t M = rows.size(0);
+  at::Tensor out = at::empty({M, N}, x.options());
+  const float* xp = rows.data_ptr<float>();
+  float* yp = out.data_ptr<float>();
+  if (panels.scalar_type() == at::kFloat) {
+    all_panels(xp, panels.data_ptr<float>(), yp, M, K, N, count);
+  } else {
+    all_panels(xp, reinterpret_cast<const _Float16*>(panels.data_ptr<at::Half>()), yp, M, K, N, count);
+  }
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = N;
   return out.view(shape);

@@ -1,12 +1,12 @@
-"""Cost of one target forward over q tree nodes: stock modules, pre-transposed linears, and both fast kernels (CPU).
+"""Cost of one target forward over q tree nodes: stock modules, torch-only fast kernels, and the engine's (CPU).
 
 Why: whether speculation pays on a CPU depends on how fast a verify pass grows with the tree (docs/benchmarks.md).
 All variants are loaded in one process and timed interleaved, so machine noise falls on all alike:
   plain            stock transformers modules and cache
-  linears          pre-transposed linear layers only (dynasd/fast_linear.py)
+  torch            the engine of sessions 3-8: pre-transposed linears (dynasd/fast_linear.py without its compiled
+                   kernel) + packed grouped-query attention (gqa_attention.py) + a KV cache that grows in place
   concat           fast modules below, but transformers' cache, which concatenates (copies) on every forward
-  fast             what the engine uses: pre-transposed linears + packed grouped-query attention (gqa_attention.py)
-                   + a KV cache that grows in place (cache.py)
+  fast             what the engine uses: torch's + the compiled few-row kernel (panel_linear.cpp) for 2-24 rows
 
     .venv/bin/python scripts/verify_cost.py --threads 2 --reps 9 --contexts 160,800
 """
@@ -23,10 +23,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dynasd.cache import CachedModel  # noqa: E402
-from dynasd.fast_linear import pretranspose_linears  # noqa: E402
 from dynasd.models import load_pair  # noqa: E402
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32)
 
 
 def main() -> int:
@@ -39,14 +38,14 @@ def main() -> int:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    linears = load_pair(args.pair, device="cpu", fast_kernels=False)
-    pretranspose_linears(linears.target)
-    pairs = {"plain": load_pair(args.pair, device="cpu", fast_kernels=False), "linears": linears,
+    pairs = {"plain": load_pair(args.pair, device="cpu", fast_kernels=False),
+             "torch": load_pair(args.pair, device="cpu", compiled_kernel=False),
              "fast": load_pair(args.pair, device="cpu")}
     sentence = pairs["plain"].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
     for context in (int(c) for c in args.contexts.split(",")):
         prompt = (sentence * (context // len(sentence) + 1))[:context]
+        nodes = sentence * (max(SIZES) // len(sentence) + 1)
         models = {name: CachedModel(pair.target, in_place=pair.in_place_cache) for name, pair in pairs.items()}
         models["concat"] = CachedModel(pairs["fast"].target, in_place=False)
         for model in models.values():
@@ -57,17 +56,18 @@ def main() -> int:
                 chain = torch.ones(q, q, dtype=torch.bool).tril()
                 for name, model in models.items():
                     started = time.perf_counter()
-                    model.forward([], prompt[:q], chain, list(range(context, context + q)), keep_logits=q)
+                    model.forward([], nodes[:q], chain, list(range(context, context + q)), keep_logits=q)
                     seconds[name, q].append(time.perf_counter() - started)
                     model.keep_path([], context)  # drop the nodes again: every forward sees the same cache
         print(f"\n{args.pair} target, {torch.get_num_threads()} threads, {context} cached tokens, "
               f"median of {args.reps} (ms)")
-        print("| nodes | plain | linears | concat | fast | plain / fast | concat / fast | fast / fast at 1 node |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| nodes | plain | torch | concat | fast | plain / fast | torch / fast | concat / fast "
+              "| fast / fast at 1 node |")
+        print("|---|---|---|---|---|---|---|---|---|")
         ms = {key: statistics.median(values) * 1000 for key, values in seconds.items()}
         for q in SIZES:
-            print(f"| {q} | {ms['plain', q]:.1f} | {ms['linears', q]:.1f} | {ms['concat', q]:.1f} | "
-                  f"{ms['fast', q]:.1f} | {ms['plain', q] / ms['fast', q]:.2f} | "
+            print(f"| {q} | {ms['plain', q]:.1f} | {ms['torch', q]:.1f} | {ms['concat', q]:.1f} | "
+                  f"{ms['fast', q]:.1f} | {ms['plain', q] / ms['fast', q]:.2f} | {ms['torch', q] / ms['fast', q]:.2f} | "
                   f"{ms['concat', q] / ms['fast', q]:.2f} | {ms['fast', q] / ms['fast', 1]:.2f} |")
     return 0
 

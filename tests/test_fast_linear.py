@@ -55,6 +55,19 @@ def test_kernel_rows_do_not_depend_on_their_neighbours():
                 assert torch.equal(fast(x[:rows]), full[:rows]), rows
 
 
+def test_half_precision_panels_give_the_product_of_the_rounded_weight_from_one_row():
+    torch.manual_seed(1)
+    plain = torch.nn.Linear(576, 2 * PANEL, bias=False)
+    fast = PretransposedLinear(plain, panel_kernel(), half_panels=True)
+    assert fast.panels.dtype == torch.float16 and fast.kernel_rows.start == 1
+    rounded = plain.weight.detach().half().float()
+    for rows in (1, 2, 7, 24, 30):
+        x = torch.randn(rows, 576)
+        with torch.inference_mode():
+            expected = torch.nn.functional.linear(x, rounded if rows in fast.kernel_rows else plain.weight)
+            assert torch.allclose(fast(x), expected, atol=1e-4, rtol=1e-5), rows
+
+
 def test_layers_the_kernel_cannot_take_keep_the_torch_layouts():
     kernel = panel_kernel()
     odd_width = PretransposedLinear(torch.nn.Linear(16, PANEL + 8), kernel)
@@ -107,6 +120,8 @@ def test_load_pair_swaps_on_cpu_unless_told_not_to():
     assert fast.target.model.layers[0].mlp.down_proj.panels is not None
     assert isinstance(fast.draft.lm_head, PretransposedLinear)
     assert torch_only.target.model.layers[0].mlp.down_proj.panels is None
+    assert fast.target.model.layers[0].mlp.down_proj.panels.dtype == torch.float32  # the target stays exact
+    assert fast.draft.model.layers[0].mlp.down_proj.panels.dtype == torch.float16
     assert type(plain.target.model.layers[0].mlp.down_proj) is torch.nn.Linear
 
 

@@ -29,4 +29,4 @@ def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
                           "--contexts", "20", "--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [1, 2, 3, 4, 6, 8, 12, 16]
+    assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32]
