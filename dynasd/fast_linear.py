@@ -10,13 +10,13 @@ threads, weights from memory (docs/benchmarks.md, session 9): 4 rows 37 -> 27 ms
 
 The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count from
 1, reading half the bytes (draft forward ~9 -> ~7 ms); its weights are stored in fp16 anyway, and the draft only
-proposes, so rounding its shared output layer to fp16 cannot change what the target accepts.
+proposes, so rounding its shared output layer to fp16 can change its proposals, never the output.
 
 The kernel is compiled on first use (torch.utils.cpp_extension, ~15 s once, cached under
 ~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, or with
 DYNASD_COMPILE=0, layers keep the two torch layouts (the engine of sessions 3-8). The price is memory: up to two
 more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
-same products up to float rounding.
+same products up to float rounding (the draft's fp16 panels aside).
 MKL's packed weights (`torch.ops.mkl._mkl_linear`) were tried too: faster only when the row count equals the
 packed size (docs/benchmarks.md, session 8).
 """
