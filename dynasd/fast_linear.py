@@ -91,10 +91,11 @@ class PretransposedLinear(torch.nn.Module):
         self.weight = linear.weight  # shared, not copied (it may be the tied input embedding)
         self.bias = linear.bias
         self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous(), requires_grad=False)
-        usable = kernel is not None and linear.weight.dtype == torch.float32 and self.out_features % PANEL == 0
-        self.kernel = kernel if usable else None
-        panels = to_panels(linear.weight).to(torch.float16 if half_panels else torch.float32) if usable else None
-        self.panels = torch.nn.Parameter(panels, requires_grad=False) if usable else None
+        self.kernel, self.panels = None, None
+        if kernel is not None and linear.weight.dtype == torch.float32 and self.out_features % PANEL == 0:
+            self.kernel = kernel
+            panels = to_panels(linear.weight).to(torch.float16 if half_panels else torch.float32)
+            self.panels = torch.nn.Parameter(panels, requires_grad=False)
         # Half-precision panels read half the bytes, so they beat F.linear for a single row too.
         self.kernel_rows = range(1 if half_panels else PANEL_ROWS.start, PANEL_ROWS.stop)
 

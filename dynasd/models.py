@@ -356,8 +356,8 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
     Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
     (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py) and, on CPU, linear layers with
     weight layouts for few-row products (dynasd/fast_linear.py; the draft's in half precision;
-    `compiled_kernel=False` leaves out the compiled kernel and so both). Training code, which needs plain nn.Linear modules, and the benchmark's `kernels=plain` ask for
-    stock modules."""
+    `compiled_kernel=False` leaves out the compiled kernel and so both). Training code, which needs plain
+    nn.Linear modules, and the benchmark's `kernels=plain` ask for stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
     if fast_kernels:
         loaded.in_place_cache = True
