@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sysconfig
 import threading
 import warnings
 from pathlib import Path
@@ -53,6 +54,11 @@ def _build_panel_kernel():
     try:
         from torch.utils.cpp_extension import load
 
+        # torch looks for ninja on PATH; the pip-installed one (requirements.txt) sits beside this interpreter,
+        # which is not on PATH when the environment is not activated (`.venv/bin/python -m ...`).
+        scripts = sysconfig.get_path("scripts")
+        if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = os.pathsep.join(filter(None, [scripts, os.environ.get("PATH")]))
         native = os.uname().machine == "x86_64"
         flags = ["-O3", "-fopenmp"] + (["-march=native"] if native else [])
         # Built for this CPU's instruction set: the name carries it, so a cache shared with another CPU rebuilds.
