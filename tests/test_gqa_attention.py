@@ -85,3 +85,24 @@ def test_batched_padded_generate_matches_stock_modules():
     outs = [pair.target.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=8,
                                  pad_token_id=2, eos_token_id=None) for pair in (stock, fast)]
     assert torch.equal(outs[0], outs[1])
+
+
+def test_the_tiled_mask_is_reused_only_for_the_same_unchanged_mask():
+    """One tile per forward serves every layer; a different mask, key length or an in-place edit re-tiles."""
+    module = tiny_random_pair().target.model.layers[0].self_attn
+    gen = torch.Generator().manual_seed(1)
+    query = torch.randn(1, 4, 3, 8, generator=gen)
+    key, value = torch.randn(1, 2, 7, 8, generator=gen), torch.randn(1, 2, 7, 8, generator=gen)
+    mask = torch.zeros(1, 1, 3, 7)
+    mask[0, 0, 0, 5:] = float("-inf")
+
+    def fresh(m):  # stock attention on a copy, so no tile can be reused
+        return gqa.sdpa_attention_forward(module, query, key, value, m.clone(), scaling=0.3)[0]
+
+    first = gqa.packed_gqa_sdpa(module, query, key, value, mask, scaling=0.3)[0]
+    assert gqa.tiled_mask(mask, 7, 2) is gqa.tiled_mask(mask, 7, 2)
+    torch.testing.assert_close(first, fresh(mask), rtol=0, atol=1e-6)
+    mask[0, 0, 1, 2] = float("-inf")  # edited in place: the old tile must not be used
+    torch.testing.assert_close(gqa.packed_gqa_sdpa(module, query, key, value, mask, scaling=0.3)[0], fresh(mask),
+                               rtol=0, atol=1e-6)
+    assert gqa.tiled_mask(mask, 6, 2).shape == (1, 1, 6, 6)
