@@ -23,9 +23,13 @@ import torch
 from .distill import generate_answers, load_sequences, save_sequences, teacher_forced
 
 
-def training_prompts(data_dir: Path, exclude_prefix: str) -> list[list[int]]:
-    """The distinct prompts of the training shards (not of earlier on-policy shards), in a fixed order."""
-    files = [f for f in sorted(data_dir.glob("train-*.jsonl")) if not f.name.startswith(exclude_prefix)]
+ONPOLICY_TAG = "-onpolicy-"  # in the name of every shard this stage writes: f"{shard_prefix}-onpolicy-0000"
+
+
+def training_prompts(data_dir: Path) -> list[list[int]]:
+    """The distinct prompts of the training shards, in a fixed order. On-policy shards of any round are left out:
+    their prompts are training prompts again, or passage tasks that were never meant to be answered twice."""
+    files = [f for f in sorted(data_dir.glob("train-*.jsonl")) if ONPOLICY_TAG not in f.name]
     if not files:
         raise FileNotFoundError(f"no training shards in {data_dir} to take prompts from (run the generate stage first)")
     return [list(p) for p in sorted({tuple(s.ids[:s.answer_start]) for s in load_sequences(files)})]
@@ -47,7 +51,7 @@ def onpolicy_stage(args, log) -> None:
 
         prompts = passage_task_prompts(pair, data_dir, args.onpolicy_prompts or 10 ** 9, args.seed)
     else:
-        prompts = training_prompts(data_dir, prefix)
+        prompts = training_prompts(data_dir)
         random.Random(args.seed).shuffle(prompts)
         prompts = prompts[:args.onpolicy_prompts or None]
     draft = load_distilled_draft(pair.target, Path(args.onpolicy_draft)) if args.onpolicy_draft else pair.draft

@@ -307,3 +307,18 @@ def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pa
     measured = agreement(pair.draft, labels, seqs, pad)
     print(f"shipped draft agreement on the fixed prompts: {measured:.3f}")
     assert measured >= AGREEMENT_BAR, measured
+
+
+def test_onpolicy_prompts_come_from_training_shards_only(tmp_path):
+    """Every round's on-policy shards are left out, not only the current prefix's (their prompts are training
+    prompts again, or passage tasks)."""
+    from dynasd.distill import Sequence, save_sequences
+    from dynasd.onpolicy import training_prompts
+
+    data = tmp_path / "data"
+    save_sequences(data / "train-0000.jsonl", [Sequence([1, 2, 9, 9], 2), Sequence([3, 4, 9], 2)])
+    save_sequences(data / "train-selfinst-0000.jsonl", [Sequence([5, 9], 1), Sequence([1, 2, 8], 2)])
+    save_sequences(data / "train-onpolicy-0000.jsonl", [Sequence([6, 6, 9], 2)])
+    save_sequences(data / "train-tasks-onpolicy-0000.jsonl", [Sequence([7, 7, 9], 2)])
+    save_sequences(data / "train-r2-onpolicy-0000.jsonl", [Sequence([8, 8, 9], 2)])
+    assert training_prompts(data) == [[1, 2], [3, 4], [5]]
