@@ -24,6 +24,7 @@ import pandas as pd
 
 import viz
 from dynasd.decoders import METHODS
+from dynasd.recipes import RECIPES, recipe_values
 from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, PairCache, Session,
                             SessionFailed, SessionRegistry, Settings, UserError, compare_methods, known_pairs,
                             load_trace, settings_of_trace, start_heap_trimmer)
@@ -407,6 +408,20 @@ def on_load(session_id, path):
         return _failed(session, exc) + _control_updates()
 
 
+def on_recipe(name: str | None):
+    """Set the method controls to a recipe; the pair, prompt and sampling controls stay as they are."""
+    if not name:
+        return tuple(gr.update() for _ in CONTROL_NAMES) + (gr.update(),)
+    try:
+        values = recipe_values(name)
+    except ValueError as exc:
+        return tuple(gr.update() for _ in CONTROL_NAMES) + (_status(str(exc), "warn"),)
+    shown = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in values.items())
+    return (tuple(gr.update(value=values[control]) if control in values else gr.update()
+                  for control in CONTROL_NAMES)
+            + (_status(f"Recipe set ({shown}). Press **Step** or **Run**.", "ok"),))
+
+
 def on_method_change(method: str):
     return (METHOD_HELP.get(method, ""), gr.Slider(visible=method == "sd"), gr.Textbox(visible=method == "mcsd"),
             gr.Slider(visible=method == "ti-mcsd"), gr.Slider(visible=method == "ti-mcsd"),
@@ -451,6 +466,9 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                         visible=default_pair == CUSTOM)
                     draft = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
                                        visible=default_pair == CUSTOM)
+                    recipe = gr.Dropdown(list(RECIPES), value=None, label="Recipe", elem_id="recipe",
+                                         info="set the method controls to a paper's configuration or the fastest "
+                                              "one measured on a CPU")
                     method = gr.Radio(list(METHODS), value="mcsd", label="Method")
                     method_help = gr.Markdown(METHOD_HELP["mcsd"], elem_classes="explain")
                     gamma = gr.Slider(1, 12, value=4, step=1, label="γ: draft chain length", visible=False)
@@ -534,6 +552,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                           [compare_table, compare_plot, compare_status, session_id], api_name="compare")
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
         load_file.upload(on_load, [session_id, load_file], views + [prompt, *controls], api_name="load_trace")
+        recipe.input(on_recipe, [recipe], [*controls, status], api_visibility="private", queue=False)
         method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth, lookup],
                       api_visibility="private")
         pair.change(on_pair_change, [pair], [target, draft], api_visibility="private")

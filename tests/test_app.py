@@ -118,6 +118,30 @@ def test_bad_settings_are_user_errors_with_a_reason():
             session.start(pairs, settings, prompt)
 
 
+def test_every_recipe_runs_and_sets_only_method_controls():
+    """Each recipe is a valid configuration that steps on a pair, and the app's handler changes the method
+    controls it names and nothing else (pair, prompt and sampling stay)."""
+    from dataclasses import replace
+
+    import app
+    from dynasd.recipes import METHOD_FIELDS, RECIPES
+
+    pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
+    user = Settings(pair="tiny-random", temperature=0.7, top_p=0.9, max_new_tokens=6, seed=3)
+    for name, values in RECIPES.items():
+        assert set(values) <= set(METHOD_FIELDS), name
+        session = registry.get(None)
+        session.start(pairs, replace(user, **values), "hello")
+        assert session.step(pairs).committed, name  # a step commits at least one token
+        assert session.decoder.lossless == (values["method"] != "ti-mcsd"), name
+        *updates, status = app.on_recipe(name)
+        changed = {control: update["value"] for control, update in zip(app.CONTROL_NAMES, updates)
+                   if "value" in update}
+        assert changed == values and status.startswith("✓"), name
+    *updates, status = app.on_recipe("no such recipe")
+    assert all("value" not in update for update in updates) and "unknown recipe" in status
+
+
 def test_compare_runs_every_method_and_lossless_ones_match_ar():
     pairs = PairCache(loader=CountingLoader())
     runs = dict(compare_methods(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello"))

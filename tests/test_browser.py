@@ -79,3 +79,31 @@ def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url, tmp_path)
     browser.set_window_size(1600, min(max(height, 1200), 4000))
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(screenshots / "explorer.png"))
+
+
+def test_a_recipe_sets_the_method_controls(browser, explorer_url):
+    """Choosing a recipe in the real page switches the method (and the controls it shows), then Step runs it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(explorer_url)
+    status = lambda: browser.find_element(By.ID, "status").text  # noqa: E731
+    menu = wait.until(ready.element_to_be_clickable((By.CSS_SELECTOR, "#recipe input")))
+    menu.click()
+    option = wait.until(lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "#recipe li, ul.options li")
+                                   if o.text.startswith("Speculative sampling")])
+    option[0].click()
+    wait.until(lambda _: "Recipe set" in status())
+    checked = browser.find_element(By.CSS_SELECTOR, "input[type=radio][value=sd]")
+    assert checked.is_selected(), "the method radio follows the recipe"
+    wait.until(lambda d: any("draft chain length" in e.text for e in d.find_elements(By.TAG_NAME, "label")))
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda _: "Step 0" in status())
+    # speculative sampling gamma 4 drafts a chain: 4 candidates (tiny-random has no prompt-lookup match here)
+    def drawn_tree_title(driver):
+        text = driver.find_element(By.ID, "tree-plot").text
+        return text if "Step 0" in text else False
+
+    assert "Step 0: 4 candidates" in wait.until(drawn_tree_title)

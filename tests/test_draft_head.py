@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
-from dynasd.models import ModelLoadError, ModelPair, SubsetHead, read_head_tokens, tiny_random_pair
+from dynasd.models import ModelLoadError, SubsetHead, read_head_tokens, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 
 

@@ -4,8 +4,6 @@ Unit level (Session, PairCache, load_trace) for every kind of bad input, then th
 app (in-process, so a test can also break one session's model on purpose and watch the others carry on).
 """
 import json
-import os
-import threading
 import time
 from dataclasses import replace
 

@@ -1,0 +1,36 @@
+"""Named method configurations: the papers' settings and the fastest one measured on a CPU, one click away.
+
+Why: the explorer has a dozen method controls, and the configurations worth seeing first (MCSD's static tree, the
+DynaSD paper's target-initialized fork with and without a decision model, plain speculative sampling, prompt lookup,
+and the fastest lossless setting in docs/benchmarks.md) are combinations a newcomer would not find alone. A recipe
+sets only the controls that shape the method; the model pair, prompt and sampling settings stay as they are.
+"""
+from __future__ import annotations
+
+# Controls a recipe may set: the method-shaping fields of session.Settings. A recipe leaves the others alone.
+METHOD_FIELDS = ("method", "gamma", "k_config", "width", "depth", "dynamic_depth", "stop", "threshold", "lookup")
+
+_STATIC = dict(dynamic_depth=False, stop="none", lookup=0)
+
+RECIPES: dict[str, dict] = {
+    "Fastest lossless on a CPU: two draft chains, prompt lookup, decision-model stop":
+        dict(method="mcsd", k_config="2,1,1,1", dynamic_depth=True, stop="decision", threshold=0.4, lookup=8),
+    "MCSD (Yang et al. 2024): a static 4,2,2,1 tree from the draft":
+        dict(method="mcsd", k_config="4,2,2,1", **_STATIC),
+    "DynaSD (Lu et al. 2024): target-initialized fork, 4 chains of 4 (lossy)":
+        dict(method="ti-mcsd", width=4, depth=4, **_STATIC),
+    "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)":
+        dict(method="ti-mcsd", width=4, depth=4, dynamic_depth=True, stop="decision", threshold=0.4, lookup=0),
+    "Speculative sampling: one draft chain of 4":
+        dict(method="sd", gamma=4, **_STATIC),
+    "Prompt lookup decoding: no draft model":
+        dict(method="pld", dynamic_depth=False, stop="none", lookup=8),
+}
+
+
+def recipe_values(name: str) -> dict:
+    """The control values a recipe sets; raises ValueError with the known names for an unknown one."""
+    try:
+        return dict(RECIPES[name])
+    except KeyError:
+        raise ValueError(f"unknown recipe '{name}' (known: {'; '.join(RECIPES)})") from None
