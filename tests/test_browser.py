@@ -101,7 +101,7 @@ def test_a_recipe_sets_the_method_controls(browser, explorer_url):
     wait.until(lambda d: any("draft chain length" in e.text for e in d.find_elements(By.TAG_NAME, "label")))
     browser.find_element(By.ID, "step-btn").click()
     wait.until(lambda _: "Step 0" in status())
-    # speculative sampling gamma 4 drafts a chain: 4 candidates (tiny-random has no prompt-lookup match here)
+    # speculative sampling with gamma 4 drafts one chain: 4 candidates (mcsd 4,2,2,1, the default, would show 44)
     def drawn_tree_title(driver):
         text = driver.find_element(By.ID, "tree-plot").text
         return text if "Step 0" in text else False
