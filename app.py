@@ -410,12 +410,13 @@ def on_load(session_id, path):
 
 def on_recipe(name: str | None):
     """Set the method controls to a recipe; the pair, prompt and sampling controls stay as they are."""
+    unchanged = _control_updates()[1:]  # [0] is the prompt box, which a recipe leaves alone
     if not name:
-        return tuple(gr.update() for _ in CONTROL_NAMES) + (gr.update(),)
+        return unchanged + (gr.update(),)
     try:
         values = recipe_values(name)
     except ValueError as exc:
-        return tuple(gr.update() for _ in CONTROL_NAMES) + (_status(str(exc), "warn"),)
+        return unchanged + (_status(str(exc), "warn"),)
     shown = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in values.items())
     return (tuple(gr.update(value=values[control]) if control in values else gr.update()
                   for control in CONTROL_NAMES)
