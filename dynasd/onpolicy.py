@@ -26,10 +26,16 @@ from .distill import generate_answers, load_sequences, save_sequences, teacher_f
 ONPOLICY_TAG = "-onpolicy-"  # in the name of every shard this stage writes: f"{shard_prefix}-onpolicy-0000"
 
 
+def training_shards(data_dir: Path) -> list[Path]:
+    """The shards the target answered (generate stage, self-instruct), sorted; on-policy shards of any round,
+    whose answers are the draft's, are left out."""
+    return [f for f in sorted(data_dir.glob("train-*.jsonl")) if ONPOLICY_TAG not in f.name]
+
+
 def training_prompts(data_dir: Path) -> list[list[int]]:
     """The distinct prompts of the training shards, in a fixed order. On-policy shards of any round are left out:
     their prompts are training prompts again, or passage tasks that were never meant to be answered twice."""
-    files = [f for f in sorted(data_dir.glob("train-*.jsonl")) if ONPOLICY_TAG not in f.name]
+    files = training_shards(data_dir)
     if not files:
         raise FileNotFoundError(f"no training shards in {data_dir} to take prompts from (run the generate stage first)")
     return [list(p) for p in sorted({tuple(s.ids[:s.answer_start]) for s in load_sequences(files)})]

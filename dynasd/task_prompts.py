@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from .distill import load_sequences
-from .onpolicy import ONPOLICY_TAG
+from .onpolicy import training_shards
 from .self_instruct import PLACEHOLDER
 
 # {passage}: one of the target's answers; {question}: the prompt that answer replied to.
@@ -61,8 +61,8 @@ def passage_task_prompts(pair, data_dir: Path, count: int, seed: int, min_passag
     """Up to `count` distinct chat-templated prompts, each a task template over one answer the target wrote in the
     training shards of `data_dir` (on-policy shards, '-onpolicy-' in the name, are skipped: those answers are the
     draft's). Seeded: the same seed and shards give the same prompts."""
-    files = [f for f in sorted(data_dir.glob("train-*.jsonl")) if ONPOLICY_TAG not in f.name]
-    sources = [s for s in load_sequences(files) if len(s.ids) - s.answer_start >= min_passage_tokens]
+    sources = [s for s in load_sequences(training_shards(data_dir))
+               if len(s.ids) - s.answer_start >= min_passage_tokens]
     if not sources:
         raise FileNotFoundError(f"no answers of {min_passage_tokens}+ tokens in the training shards of {data_dir} "
                                 "to build passage tasks from (run the generate stage first)")
