@@ -10,21 +10,22 @@ from __future__ import annotations
 # Controls a recipe may set: the method-shaping fields of session.Settings. A recipe leaves the others alone.
 METHOD_FIELDS = ("method", "gamma", "k_config", "width", "depth", "dynamic_depth", "stop", "threshold", "lookup")
 
+# The base of every recipe but the fastest: full depth, no stop policy, no prompt lookup; each overrides what it needs.
 _STATIC = dict(dynamic_depth=False, stop="none", lookup=0)
 
 RECIPES: dict[str, dict] = {
     "Fastest lossless on a CPU: two draft chains, prompt lookup, decision-model stop":
         dict(method="mcsd", k_config="2,1,1,1", dynamic_depth=True, stop="decision", threshold=0.4, lookup=8),
     "MCSD (Yang et al. 2024): a static 4,2,2,1 tree from the draft":
-        dict(method="mcsd", k_config="4,2,2,1", **_STATIC),
+        dict(_STATIC, method="mcsd", k_config="4,2,2,1"),
     "DynaSD (Lu et al. 2024): target-initialized fork, 4 chains of 4 (lossy)":
-        dict(method="ti-mcsd", width=4, depth=4, **_STATIC),
+        dict(_STATIC, method="ti-mcsd", width=4, depth=4),
     "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)":
-        dict(method="ti-mcsd", width=4, depth=4, dynamic_depth=True, stop="decision", threshold=0.4, lookup=0),
+        dict(_STATIC, method="ti-mcsd", width=4, depth=4, dynamic_depth=True, stop="decision", threshold=0.4),
     "Speculative sampling: one draft chain of 4":
-        dict(method="sd", gamma=4, **_STATIC),
+        dict(_STATIC, method="sd", gamma=4),
     "Prompt lookup decoding: no draft model":
-        dict(method="pld", dynamic_depth=False, stop="none", lookup=8),
+        dict(_STATIC, method="pld", lookup=8),
 }
 
 
