@@ -6,7 +6,9 @@ row (and up to 3), but jumps 2-3x from 4 rows on (a different kernel); `x @ W.T`
 grows slowly with the rows and is the fastest layout for 32 rows and more (prefill). For 2-24 rows the compiled
 kernel in panel_linear.cpp, which streams the weight once whatever the row count, beats both: whole target, two
 threads, weights from memory (docs/benchmarks.md, session 9): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
-48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27).
+48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27). With AVX-512 one pass over the weights
+takes up to 14 rows (session 11: a verify of 9-14 rows, tree nodes + the root token, 10-13% faster than
+in passes of 8 + the rest).
 
 The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count from
 1, reading half the bytes (draft forward ~9 -> ~7 ms); its weights are stored in fp16 anyway, and the draft only

@@ -21,7 +21,16 @@
 namespace {
 
 constexpr int64_t PANEL = 32;         // output columns per panel: two 16-float vectors
-constexpr int64_t ROWS_PER_PASS = 8;  // input rows per pass over a panel: 16 accumulators stay in registers
+// Input rows per pass over a panel: 2 accumulators per row must stay in registers. AVX-512's 32 vector registers
+// hold 14 rows' (28) plus the two weight vectors and a broadcast; elsewhere a vec16 takes two of 16 registers.
+// More rows go in equal passes (16: 8 + 8, not 14 + 2): a pass of one or two rows runs at the FMA latency, not at
+// its throughput. With passes of at most 8 (8 + 1), a 9-row verify cost 12% more than an 8-row one
+// (docs/benchmarks.md, session 11).
+#if defined(__AVX512F__)
+constexpr int64_t ROWS_PER_PASS = 14;
+#else
+constexpr int64_t ROWS_PER_PASS = 8;
+#endif
 constexpr int64_t PREFETCH_AHEAD = 64;  // k steps (8 KB of panel) ahead; measured best among 0, 8..96
 
 typedef float vec16 __attribute__((vector_size(64)));
@@ -64,6 +73,14 @@ void rows_times_panel(const float* x, int64_t K, const W* panel, float* y, int64
 template <typename W>
 void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const W* panel, float* y, int64_t N) {
   switch (rows) {
+#if defined(__AVX512F__)
+    case 14: return rows_times_panel<14>(x, K, panel, y, N);
+    case 13: return rows_times_panel<13>(x, K, panel, y, N);
+    case 12: return rows_times_panel<12>(x, K, panel, y, N);
+    case 11: return rows_times_panel<11>(x, K, panel, y, N);
+    case 10: return rows_times_panel<10>(x, K, panel, y, N);
+    case 9: return rows_times_panel<9>(x, K, panel, y, N);
+#endif
     case 8: return rows_times_panel<8>(x, K, panel, y, N);
     case 7: return rows_times_panel<7>(x, K, panel, y, N);
     case 6: return rows_times_panel<6>(x, K, panel, y, N);
@@ -79,8 +96,10 @@ template <typename W>
 void all_panels(const float* xp, const W* wp, float* yp, int64_t M, int64_t K, int64_t N, int64_t count) {
   at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
-      for (int64_t m = 0; m < M; m += ROWS_PER_PASS) {
-        rows_times_panel_any(std::min(ROWS_PER_PASS, M - m), xp + m * K, K, wp + p * K * PANEL,
+      const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+      const int64_t per_pass = (M + passes - 1) / passes;
+      for (int64_t m = 0; m < M; m += per_pass) {
+        rows_times_panel_any(std::min(per_pass, M - m), xp + m * K, K, wp + p * K * PANEL,
                              yp + m * N + p * PANEL, N);
       }
     }
