@@ -234,6 +234,12 @@ class SubsetHead(torch.nn.Module):
         return logits.index_copy_(-1, self.token_ids, subset)
 
 
+def head_token_ids(model: torch.nn.Module) -> torch.Tensor | None:
+    """The token ids a model's reduced output layer covers (a SubsetHead), or None for a full-vocabulary head."""
+    head = getattr(model, "lm_head", None)
+    return head.token_ids if isinstance(head, SubsetHead) else None
+
+
 def read_head_tokens(folder: Path) -> list[int] | None:
     """Token ids of a draft's reduced output layer (`head_tokens.json`), or None for a full-vocabulary head."""
     path = folder / "head_tokens.json"

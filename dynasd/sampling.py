@@ -32,6 +32,17 @@ class SamplingConfig:
         return self.temperature == 0.0
 
 
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """The argmax of every row of (n, V) logits, the first index on ties, as `torch.argmax`.
+
+    Why numpy on CPU: torch's CPU argmax over a 49,152-wide row takes ~140 us (it returns indices without
+    vectorizing), numpy's ~5 us; every step takes one per verified row and greedy drafting one per drafted node.
+    """
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return logits.detach().numpy().argmax(axis=-1).tolist()
+    return logits.argmax(dim=-1).tolist()
+
+
 def logits_to_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Temperature, then top-k, then top-p (nucleus) on the last axis; float32 probabilities."""
     logits = logits.float() / cfg.temperature

@@ -10,13 +10,15 @@ from dynasd.sampling import SamplingConfig
 
 
 def test_subset_head_keeps_the_rows_it_covers_and_blocks_the_rest():
+    torch.manual_seed(0)
     full = torch.nn.Linear(8, 10, bias=False)
     head = SubsetHead(full.weight, [7, 1, 3, 3])
     hidden = torch.randn(2, 5, 8)
     logits = head(hidden)
     assert logits.shape == (2, 5, 10)
     covered = torch.tensor([1, 3, 7])
-    assert torch.allclose(logits[..., covered], full(hidden)[..., covered])
+    # a 3-row product and a 10-row one may round differently: float tolerance, not bitwise
+    assert torch.allclose(logits[..., covered], full(hidden)[..., covered], atol=1e-6)
     outside = torch.ones(10, dtype=torch.bool)
     outside[covered] = False
     assert torch.isneginf(logits[..., outside]).all()
@@ -59,3 +61,31 @@ def test_sampling_with_a_subset_draft_only_proposes_covered_tokens(subset_pair):
     run = make_decoder("mcsd", subset_pair, cfg, k_config=(3, 2), seed=3).generate(subset_pair.encode_prompt("hi"), 30)
     drafted = [n for s in run.steps for n in s.nodes if n.status != "padding"]
     assert drafted and all(n.token_id % 2 == 0 and n.q > 0 for n in drafted)
+
+
+@pytest.mark.parametrize("policy", ["confidence", "decision"])
+def test_stop_scores_over_the_subset_equal_the_full_vocabulary_ones(subset_pair, policy):
+    """With a reduced head the stop policy reads the softmax over the head's tokens only (the others are 0): the
+    scores, the stops and the output must be those of the full-vocabulary softmax."""
+    from dynasd.decision import HARD_TOPK, DecisionModel
+    from dynasd.stopping import StopPolicy
+
+    torch.manual_seed(0)
+    model = DecisionModel("hard", 1 + HARD_TOPK).eval() if policy == "decision" else None
+    ids = subset_pair.encode_prompt("What is speculative decoding?")
+    runs = []
+    for subset in (True, False):
+        decoder = make_decoder("mcsd", subset_pair, SamplingConfig(), k_config=(2, 2, 1, 1),
+                               stop=StopPolicy(policy, 0.5, model))
+        assert decoder.draft_head_ids is not None
+        if not subset:
+            decoder.draft_head_ids = None  # the full 0-padded softmax, as before
+        runs.append(decoder.generate(ids, 40))
+    with_subset, full = runs
+    assert with_subset.new_token_ids == full.new_token_ids
+    levels = [(s.live_depth, [(lv.level, lv.continued) for lv in s.stop_scores]) for s in with_subset.steps]
+    assert levels == [(s.live_depth, [(lv.level, lv.continued) for lv in s.stop_scores]) for s in full.steps]
+    a = [x for s in with_subset.steps for lv in s.stop_scores for x in lv.scores]
+    b = [x for s in full.steps for lv in s.stop_scores for x in lv.scores]
+    assert len(a) > 10 and a == pytest.approx(b, abs=1e-5)
+    assert any(not went_on for _, lv in levels for _, went_on in lv)  # trees stopped early: the scores decide

@@ -110,3 +110,22 @@ def test_embedded_greedy_identity(embedded_pair, method, options):
         ref = target_greedy(embedded_pair, ids, 24)
         run = make_decoder(method, embedded_pair, SamplingConfig(), **options).generate(ids, 24)
         assert run.new_token_ids == ref, (prompt, embedded_pair.decode(run.new_token_ids), embedded_pair.decode(ref))
+
+
+def test_argmax_rows_is_torch_argmax_with_ties_infinities_and_nan():
+    """The engine takes greedy tokens through numpy on CPU (dynasd/sampling.py): the same index as torch.argmax,
+    the first one, on ties, on rows that are -inf outside a draft's reduced head, and on NaN."""
+    from dynasd.sampling import argmax_rows
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 1000).round(decimals=1)  # many ties near the top
+    logits[1, 100:] = float("-inf")
+    logits[2, [5, 700]] = 9.0  # an exact tie at the maximum
+    logits[3] = float("-inf")
+    logits[4, [3, 9]] = float("nan")
+    logits[5] = 0.0
+    assert argmax_rows(logits) == logits.argmax(dim=-1).tolist()
+    assert argmax_rows(logits)[2] == 5 and argmax_rows(logits)[5] == 0
+    with torch.inference_mode():  # the decoders' logits are inference tensors
+        assert argmax_rows(logits.clone()[2:3]) == [5]
+    assert argmax_rows(logits.double()) == logits.argmax(dim=-1).tolist()  # torch's own path

@@ -6,7 +6,7 @@ import time
 import torch
 
 from ..cache import CachedModel
-from ..sampling import logits_to_probs, sample_one
+from ..sampling import argmax_rows, logits_to_probs, sample_one
 from ..trace import StepTrace
 from .base import Decoder
 
@@ -27,7 +27,7 @@ class ARDecoder(Decoder):
         logits = self.target.prefill(self.committed[self.target.cached_len:])[-1]
         verified = time.perf_counter()
         probs = torch.softmax(logits, -1) if self.sampling.greedy else logits_to_probs(logits, self.sampling)
-        token = int(logits.argmax()) if self.sampling.greedy else sample_one(probs, self.generator)
+        token = argmax_rows(logits[None])[0] if self.sampling.greedy else sample_one(probs, self.generator)
         self.committed.append(token)
         return StepTrace(index=len(self.run.steps), context_len=context_len, nodes=[], max_nodes=0, max_depth=0,
                          live_depth=0, root_rows=1, verify_mask=[], position_ids=[context_len - 1],

@@ -29,9 +29,9 @@ import torch
 
 from ..cache import CachedModel
 from ..lookup import NgramIndex
-from ..models import ModelPair
-from ..sampling import (SamplingConfig, WalkResult, draw_candidates, greedy_walk, logits_to_probs, mcss_walk,
-                        sample_one)
+from ..models import ModelPair, head_token_ids
+from ..sampling import (SamplingConfig, WalkResult, argmax_rows, draw_candidates, greedy_walk, logits_to_probs,
+                        mcss_walk, sample_one)
 from ..stopping import StopPolicy
 from ..trace import LevelScores, NodeTrace, StepTrace
 from ..tree import ROOT, TreeShape, ancestor_mask
@@ -93,6 +93,7 @@ class TreeDecoder(Decoder):
         self.lookup_min_ngram = lookup_min_ngram
         # Built once for the largest tree; every step slices it (level-major order makes slices valid trees).
         self.max_mask, self.max_mask_rows = self._mask_of(shape)
+        self.draft_head_ids = head_token_ids(pair.draft)
         self.lookup_shape = TreeShape((1,) * lookup) if lookup else None
         if self.lookup_shape:
             self.lookup_mask, self.lookup_mask_rows = self._mask_of(self.lookup_shape)
@@ -138,8 +139,16 @@ class TreeDecoder(Decoder):
                     replacement: bool) -> list[int]:
         """k candidates per row, parent-major: greedy takes the top-k, sampling draws from the warped q."""
         if self.sampling.greedy:
-            return torch.topk(logits, k, dim=-1).indices.flatten().tolist()
+            return argmax_rows(logits) if k == 1 else torch.topk(logits, k, dim=-1).indices.flatten().tolist()
         return draw_candidates(probs, k, replacement, self.generator).flatten().tolist()
+
+    def _stop_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The draft's plain softmax for the stop policy. With a reduced head, over its tokens only: the others
+        have probability 0, and the policies read the largest probabilities and the entropy, so the scores are
+        the same (to float rounding) at a third of the cost (~0.3-0.6 ms per draft call for 49,152 -> 16,384)."""
+        if self.draft_head_ids is not None:
+            logits = logits.index_select(-1, self.draft_head_ids)
+        return torch.softmax(logits, dim=-1)
 
     def _lookup_tree(self, proposal: list[int]) -> DraftedTree:
         """A chain of looked-up tokens; q is one-hot on each (the proposal is deterministic)."""
@@ -186,7 +195,7 @@ class TreeDecoder(Decoder):
             if level == shape.depth:
                 break
             if self.dynamic_depth and parent_logits is not None:
-                parent_scores = self.stop.scores(torch.softmax(parent_logits, dim=-1), parent_hidden)
+                parent_scores = self.stop.scores(self._stop_probs(parent_logits), parent_hidden)
                 tip_scores = [s for s in parent_scores for _ in range(k)]
                 keep = self.stop.keep_drafting(tip_scores)
                 tree.stop_scores.append(LevelScores(level, tip_scores, keep))
@@ -237,7 +246,7 @@ class TreeDecoder(Decoder):
         root_rows = len(chain)
         target_logits, _ = self.target.forward(chain, tree.tokens, tree.mask[:live, :live], positions,
                                                keep_logits=root_rows + live)
-        argmax = target_logits.argmax(dim=-1).tolist()  # the step's one host sync on the verify output
+        argmax = argmax_rows(target_logits)  # the step's one host sync on the verify output
         t2 = time.perf_counter()
 
         def target_row(context: int) -> int | None:
