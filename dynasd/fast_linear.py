@@ -15,8 +15,9 @@ The kernel also takes float16 panels (summing in float32): the draft's layers us
 proposes, so rounding its shared output layer to fp16 can change its proposals, never the output.
 
 The kernel is compiled on first use (torch.utils.cpp_extension, ~15 s once, cached under
-~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, or with
-DYNASD_COMPILE=0, layers keep the two torch layouts (the engine of sessions 3-8). The price is memory: up to two
+~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
+without AVX-512 (where it is far slower, `kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch
+layouts (the engine of sessions 3-8). The price is memory: up to two
 more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
 same products up to float rounding (the draft's fp16 panels aside).
 MKL's packed weights (`torch.ops.mkl._mkl_linear`) were tried too: faster only when the row count equals the
@@ -73,13 +74,25 @@ def _build_panel_kernel():
         return None
 
 
-def _cpu_tag() -> str:
+def _cpu_flags() -> str:
     try:
         with open("/proc/cpuinfo") as info:
-            flags = next((line for line in info if line.startswith(("flags", "Features"))), "")
+            return next((line for line in info if line.startswith(("flags", "Features"))), "")
     except OSError:
-        flags = ""
-    return hashlib.sha1(f"{os.uname().machine} {flags}".encode()).hexdigest()[:10]
+        return ""
+
+
+def _cpu_tag() -> str:
+    return hashlib.sha1(f"{os.uname().machine} {_cpu_flags()}".encode()).hexdigest()[:10]
+
+
+def kernel_pays_here() -> bool:
+    """Whether this CPU runs the compiled kernel fast: x86 with AVX-512.
+
+    Why: the kernel keeps a 16-float vector per accumulator in one AVX-512 register. Built for AVX2 (16 registers
+    of 8 floats) the same code spills its accumulators to memory: measured here (an x86-64-v3 build, session 11), an
+    8-row verify took ~730 ms instead of ~45. Elsewhere the layers keep the two torch layouts."""
+    return os.uname().machine == "x86_64" and "avx512f" in _cpu_flags().split()
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:
@@ -122,8 +135,9 @@ def pretranspose_linears(model: torch.nn.Module, compiled: bool = True, half_pan
                          ) -> torch.nn.Module:
     """Swap every nn.Linear of an inference model for a PretransposedLinear, in place (CPU inference only:
     training code and exported weights expect plain nn.Linear modules). `compiled=False` leaves the compiled
-    kernel out (the benchmark's `kernels=torch`); `half_panels` gives it float16 panels (drafts)."""
-    kernel = panel_kernel() if compiled else None
+    kernel out (the benchmark's `kernels=torch`), as does a CPU without AVX-512 (`kernel_pays_here`);
+    `half_panels` gives it float16 panels (drafts)."""
+    kernel = panel_kernel() if compiled and kernel_pays_here() else None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear:

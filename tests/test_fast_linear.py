@@ -1,5 +1,7 @@
 """Few-row linear layouts and the compiled kernel change speed, never results (within float rounding), and leave
 training alone."""
+import os
+
 import pytest
 import torch
 
@@ -116,12 +118,26 @@ def test_load_pair_swaps_on_cpu_unless_told_not_to():
     plain = load_pair("tiny-random", device="cpu", fast_kernels=False)
     torch_only = load_pair("tiny-random", device="cpu", compiled_kernel=False)
     assert isinstance(fast.target.model.layers[0].mlp.down_proj, PretransposedLinear)
-    assert fast.target.model.layers[0].mlp.down_proj.panels is not None
     assert isinstance(fast.draft.lm_head, PretransposedLinear)
     assert torch_only.target.model.layers[0].mlp.down_proj.panels is None
-    assert fast.target.model.layers[0].mlp.down_proj.panels.dtype == torch.float32  # the target stays exact
-    assert fast.draft.model.layers[0].mlp.down_proj.panels.dtype == torch.float16
     assert type(plain.target.model.layers[0].mlp.down_proj) is torch.nn.Linear
+    if fast_linear.kernel_pays_here():
+        assert fast.target.model.layers[0].mlp.down_proj.panels.dtype == torch.float32  # the target stays exact
+        assert fast.draft.model.layers[0].mlp.down_proj.panels.dtype == torch.float16
+    else:
+        assert fast.target.model.layers[0].mlp.down_proj.panels is None
+
+
+def test_no_kernel_in_the_layers_where_it_does_not_pay(monkeypatch):
+    """Without AVX-512 the kernel's accumulators spill (15x slower): models keep the torch layouts there, even
+    where the kernel builds."""
+    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: "flags\t: fpu sse2 avx avx2 fma")
+    assert not fast_linear.kernel_pays_here()
+    pair = load_pair("tiny-random", device="cpu")
+    layer = pair.target.model.layers[0].mlp.down_proj
+    assert isinstance(layer, PretransposedLinear) and layer.panels is None and layer.kernel is None
+    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: "flags\t: fpu sse2 avx2 avx512f avx512bw")
+    assert fast_linear.kernel_pays_here() == (os.uname().machine == "x86_64")
 
 
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=5)), ("mcsd", dict(k_config=(4, 2, 2, 1))),
