@@ -1,4 +1,4 @@
-"""Ceiling on tokens per target forward at temperature 0 for any draft tree, from the draft's ranks of the target's tokens.
+"""Ceiling on tokens per target forward at T = 0 for any draft tree, from the draft's ranks of the target's tokens.
 
 Why: at T = 0 a node is accepted only when its token is the target's greedy token, so along the accepted path the
 draft sees exactly the target's own answer. Scoring the draft teacher-forced on the target's greedy answers thus
