@@ -8,7 +8,8 @@ kernel in panel_linear.cpp, which streams the weight once whatever the row count
 threads, weights from memory (docs/benchmarks.md, session 9): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
 48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27). With AVX-512 one pass over the weights
 takes up to 14 rows (session 11: a verify of 9-14 rows, tree nodes + the root token, 10-13% faster than
-in passes of 8 + the rest).
+in passes of 8 + the rest). Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs MKL is
+far slower and the kernel takes every row count (`mkl_is_tuned_here`).
 
 The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count from
 1, reading half the bytes (draft forward ~9 -> ~7 ms); its weights are stored in fp16 anyway, and the draft only
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import sysconfig
 import threading
 import warnings
@@ -36,7 +38,8 @@ import torch
 
 SMALL_ROWS = 3  # up to this many rows F.linear is as fast as it gets (measured, see above)
 PANEL = 32  # output columns per panel, fixed by panel_linear.cpp
-PANEL_ROWS = range(2, 25)  # row counts the compiled kernel takes (measured, see above)
+PANEL_ROWS = range(2, 25)  # row counts the compiled kernel takes where MKL is tuned (measured, see above)
+ALL_ROWS = range(1, sys.maxsize)  # ... and where it is not
 KERNEL_SOURCE = Path(__file__).with_name("panel_linear.cpp")
 
 _kernel_lock = threading.Lock()
@@ -82,6 +85,26 @@ def _cpu_flags() -> str:
         return ""
 
 
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            line = next((line for line in info if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
+    return line.partition(":")[2].strip()
+
+
+def mkl_is_tuned_here() -> bool:
+    """Whether torch's MKL products run at full speed here: on Intel CPUs only.
+
+    Why: MKL takes slower code paths on other vendors' CPUs. Measured on an AMD EPYC with AVX-512 (session 12, two
+    threads, 30 weights of 1536 x 576 from memory), F.linear / x @ W.T / the kernel: 1 row 10.3 / 6.1 / 3.3 ms;
+    24 rows 17.4 / 19.0 / 7.7; 44 rows (mcsd 4,2,2,1) 20.0 / 21.5 / 12.2; 256 rows (a prefill) 95.9 / 95.5 / 67.4.
+    On the Intel Xeon of sessions 9-11 MKL was the faster for 1 row (whole target 25 vs 27 ms) and from 32 rows
+    on, hence PANEL_ROWS there."""
+    return _cpu_vendor() == "GenuineIntel"
+
+
 def _cpu_tag() -> str:
     return hashlib.sha1(f"{os.uname().machine} {_cpu_flags()}".encode()).hexdigest()[:10]
 
@@ -103,8 +126,9 @@ def to_panels(weight: torch.Tensor) -> torch.Tensor:
 
 class PretransposedLinear(torch.nn.Module):
     """An nn.Linear that also holds `weight_t`, the contiguous (in, out) transpose of its weight, and, where the
-    compiled kernel is available, `panels`: 2-24 rows (1-24 with `half_panels`) go to the kernel, other inputs of
-    at most SMALL_ROWS rows to F.linear on the original weight, larger ones to `x @ weight_t`."""
+    compiled kernel is available, `panels`: 2-24 rows (1-24 with `half_panels`; any count where MKL is not tuned)
+    go to the kernel, other inputs of at most SMALL_ROWS rows to F.linear on the original weight, larger ones to
+    `x @ weight_t`."""
 
     def __init__(self, linear: torch.nn.Linear, kernel=None, half_panels: bool = False) -> None:
         super().__init__()
@@ -118,7 +142,8 @@ class PretransposedLinear(torch.nn.Module):
             panels = to_panels(linear.weight).to(torch.float16 if half_panels else torch.float32)
             self.panels = torch.nn.Parameter(panels, requires_grad=False)
         # Half-precision panels read half the bytes, so they beat F.linear for a single row too.
-        self.kernel_rows = range(1 if half_panels else PANEL_ROWS.start, PANEL_ROWS.stop)
+        self.kernel_rows = (range(1 if half_panels else PANEL_ROWS.start, PANEL_ROWS.stop) if mkl_is_tuned_here()
+                            else ALL_ROWS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features

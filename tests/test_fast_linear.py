@@ -7,7 +7,8 @@ import torch
 
 from dynasd import fast_linear
 from dynasd.decoders import make_decoder
-from dynasd.fast_linear import PANEL, PANEL_ROWS, SMALL_ROWS, PretransposedLinear, panel_kernel, pretranspose_linears
+from dynasd.fast_linear import (PANEL, PANEL_ROWS, SMALL_ROWS, PretransposedLinear, panel_kernel,
+                                pretranspose_linears)
 from dynasd.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 
@@ -54,6 +55,24 @@ def test_kernel_rows_do_not_depend_on_their_neighbours():
         full = fast(x)  # 24 rows: passes of 12 (AVX-512) or 8
         for rows in PANEL_ROWS:  # one pass (up to 14 rows with AVX-512), or two or three equal ones
             assert torch.equal(fast(x[:rows]), full[:rows]), rows
+
+
+@pytest.mark.parametrize("vendor,single_row_in_kernel", [("GenuineIntel", False), ("AuthenticAMD", True)])
+def test_the_kernel_takes_every_row_count_where_mkl_is_not_tuned(monkeypatch, vendor, single_row_in_kernel):
+    """On Intel CPUs MKL wins for 1 row and from 32 rows (sessions 9-11); elsewhere it is slower at every count
+    (session 12, AMD EPYC), and then ar's single rows and a prefill's hundreds take the kernel too."""
+    monkeypatch.setattr(fast_linear, "_cpu_vendor", lambda: vendor)
+    torch.manual_seed(2)
+    plain = torch.nn.Linear(64, 2 * PANEL, bias=True)
+    fast = PretransposedLinear(plain, panel_kernel())
+    assert (1 in fast.kernel_rows) == single_row_in_kernel and (300 in fast.kernel_rows) == single_row_in_kernel
+    assert 2 in fast.kernel_rows and PANEL_ROWS.stop - 1 in fast.kernel_rows
+    x = torch.randn(300, 64)
+    with torch.inference_mode():
+        assert torch.allclose(fast(x), plain(x), atol=1e-5, rtol=1e-5)
+        if single_row_in_kernel:  # one kernel for every count: a row's logits never depend on its neighbours
+            for rows in (1, 2, 15, 299):
+                assert torch.equal(fast(x[:rows]), fast(x)[:rows]), rows
 
 
 def test_half_precision_panels_give_the_product_of_the_rounded_weight_from_one_row():
@@ -143,8 +162,9 @@ def test_no_kernel_in_the_layers_where_it_does_not_pay(monkeypatch):
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=5)), ("mcsd", dict(k_config=(4, 2, 2, 1))),
                                             ("pld", dict(lookup=8, lookup_min_ngram=1))])
 def test_swapped_pair_stays_greedy_identical_to_its_target(method, options):
-    """ar's single rows take F.linear, verifies of 2-24 rows the compiled kernel (mcsd 4,2,2,1's 44-node trees the
-    transposed weight), layers of 16 outputs the torch layouts: outputs still agree."""
+    """On Intel, ar's single rows take F.linear, verifies of 2-24 rows the compiled kernel (mcsd 4,2,2,1's 44-node
+    trees the transposed weight); elsewhere the kernel takes all; layers of 16 outputs keep the torch layouts:
+    outputs still agree."""
     pair = load_pair("tiny-random", device="cpu")
     assert pair.target.model.layers[0].self_attn.q_proj.panels is not None
     assert pair.target.model.layers[0].self_attn.k_proj.panels is None  # 16 outputs: not a whole panel
