@@ -215,10 +215,13 @@ def select_prompts(path: str | Path, categories: list[str] | None, limit: int | 
 # measuring one run
 
 class ForwardClock:
-    """Counts and times every forward call of the target and the draft (hooks on the two top-level modules).
+    """Counts and times every forward call of the target and the draft: from the input embedding's start to the
+    output layer's end (hooks on those two modules; on the whole model where it has no such pair).
 
-    Hooks see transformers' assisted generation exactly as they see our decoders, so the draft/verify split is
-    measured the same way for every method. On CUDA each forward is synchronized so its time is real.
+    Why not the whole model: our decoders run its layers through dynasd/lean_forward.py, which skips the model's
+    own forward, while every path calls the embedding first and the output layer last. The hooks see transformers'
+    assisted generation exactly as they see our decoders, so the draft/verify split is measured the same way for
+    every method. On CUDA each forward is synchronized so its time is real.
     """
 
     def __init__(self, pair) -> None:
@@ -228,8 +231,11 @@ class ForwardClock:
         self._handles = []
         self._started: dict[str, float] = {}
         for role, model in (("target", pair.target), ("draft", pair.draft)):
-            self._handles.append(model.register_forward_pre_hook(self._pre(role)))
-            self._handles.append(model.register_forward_hook(self._post(role)))
+            first, last = model.get_input_embeddings(), model.get_output_embeddings()
+            if first is None or last is None:
+                first = last = model
+            self._handles.append(first.register_forward_pre_hook(self._pre(role)))
+            self._handles.append(last.register_forward_hook(self._post(role)))
 
     def _sync(self) -> None:
         if self.cuda:

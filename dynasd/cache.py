@@ -10,6 +10,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .lean_forward import lean_forward, supports
 from .tree import additive
 
 
@@ -56,9 +57,11 @@ class InPlaceLayer(DynamicLayer):
 
 
 class CachedModel:
-    def __init__(self, model: torch.nn.Module, need_hidden: bool = False, in_place: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, need_hidden: bool = False, in_place: bool = True,
+                 lean: bool = False) -> None:
         self.model = model
         self.in_place = in_place
+        self.lean = lean and supports(model)  # dynasd/lean_forward.py: the same logits, fewer host operations
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.need_hidden = need_hidden
@@ -97,14 +100,20 @@ class CachedModel:
             mask[n_chain:, kv_len - tree_cols:] = additive(tree_mask.to(self.device), self.dtype)
         positions = list(range(self.cached_len, self.cached_len + n_chain)) + list(node_positions)
         ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, attention_mask=mask[None, None],
-                         position_ids=torch.tensor([positions], device=self.device), cache=self.cache,
-                         use_cache=True, logits_to_keep=keep_logits, output_hidden_states=self.need_hidden)
+        position_ids = torch.tensor([positions], device=self.device)
+        if self.lean:
+            logits, hidden = lean_forward(self.model, ids, mask[None, None], position_ids, self.cache, keep_logits,
+                                          self.need_hidden)
+        else:
+            out = self.model(input_ids=ids, attention_mask=mask[None, None], position_ids=position_ids,
+                             cache=self.cache, use_cache=True, logits_to_keep=keep_logits,
+                             output_hidden_states=self.need_hidden)
+            logits, hidden = out.logits, out.hidden_states[-1] if self.need_hidden else None
         self.forwards += 1
         self.cached_len += n_chain
         self.tree_len += n_nodes
-        hidden = out.hidden_states[-1][0, -keep_logits:] if self.need_hidden else None
-        return out.logits[0, -keep_logits:].float(), hidden
+        hidden = hidden[0, -keep_logits:] if hidden is not None else None
+        return logits[0, -keep_logits:].float(), hidden
 
     def prefill(self, tokens: list[int], keep_logits: int = 1) -> torch.Tensor:
         """Cache `tokens` (committed) and return the logits of the last `keep_logits` of them."""

@@ -54,6 +54,7 @@ class ModelPair:
     dtype: torch.dtype
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     in_place_cache: bool = False  # KV caches grow in place (dynasd/cache.py); set with the fast kernels
+    lean_forward: bool = False  # decoders run the models' layers without transformers' wrappers (lean_forward.py)
 
     @property
     def vocab_size(self) -> int:
@@ -360,13 +361,14 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
     Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
-    (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py) and, on CPU, linear layers with
+    (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py), decoders that run Llama layers
+    without transformers' wrappers (dynasd/lean_forward.py) and, on CPU, linear layers with
     weight layouts for few-row products (dynasd/fast_linear.py; the draft's in half precision;
     `compiled_kernel=False` leaves out the compiled kernel and so both). Training code, which needs plain
     nn.Linear modules, and the benchmark's `kernels=plain` ask for stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
     if fast_kernels:
-        loaded.in_place_cache = True
+        loaded.in_place_cache = loaded.lean_forward = True
         for model in (loaded.target, loaded.draft):
             use_packed_gqa(model)
             if loaded.device.type == "cpu":

@@ -5,8 +5,10 @@ All variants are loaded in one process and timed interleaved, so machine noise f
   plain            stock transformers modules and cache
   torch            the engine of sessions 3-8: pre-transposed linears (dynasd/fast_linear.py without its compiled
                    kernel) + packed grouped-query attention (gqa_attention.py) + a KV cache that grows in place
+                   (and, since session 12, the lean forward, lean_forward.py)
   concat           fast modules below, but transformers' cache, which concatenates (copies) on every forward
   fast             what the engine uses: torch's + the compiled few-row kernel (panel_linear.cpp) for 2-24 rows
+                   (every row count on CPUs other than Intel's: fast_linear.mkl_is_tuned_here)
 
     .venv/bin/python scripts/verify_cost.py --threads 2 --reps 9 --contexts 160,800
 """
@@ -46,8 +48,9 @@ def main() -> int:
     for context in (int(c) for c in args.contexts.split(",")):
         prompt = (sentence * (context // len(sentence) + 1))[:context]
         nodes = sentence * (max(SIZES) // len(sentence) + 1)
-        models = {name: CachedModel(pair.target, in_place=pair.in_place_cache) for name, pair in pairs.items()}
-        models["concat"] = CachedModel(pairs["fast"].target, in_place=False)
+        models = {name: CachedModel(pair.target, in_place=pair.in_place_cache, lean=pair.lean_forward)
+                  for name, pair in pairs.items()}
+        models["concat"] = CachedModel(pairs["fast"].target, in_place=False, lean=True)
         for model in models.values():
             model.prefill(prompt)
         seconds = {(name, q): [] for name in models for q in SIZES}

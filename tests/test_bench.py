@@ -52,6 +52,10 @@ def test_every_prompt_method_and_temperature_has_one_run_record(bench_run):
     for run in bench_run["runs"]:
         assert 0 < run["new_tokens"] <= 16 and run["new_tokens"] == len(run["token_ids"])
         assert run["seconds"] > 0 and run["target_forward_seconds"] > 0
+        if run["base_method"] != "hf-assisted":  # the clock sees every forward, on the lean path too: steps + prefill
+            assert run["target_forward_calls"] - run["target_forwards"] in (0, 1), run["method"]
+        if run["base_method"] in ("sd", "mcsd") and "lookup" not in run["options"]:
+            assert run["draft_forward_calls"] >= run["target_forwards"] and run["draft_forward_seconds"] > 0
 
 
 def test_summary_has_one_well_formed_row_per_method_temperature_and_category(bench_run):

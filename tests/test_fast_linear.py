@@ -7,8 +7,8 @@ import torch
 
 from dynasd import fast_linear
 from dynasd.decoders import make_decoder
-from dynasd.fast_linear import (PANEL, PANEL_ROWS, SMALL_ROWS, PretransposedLinear, panel_kernel,
-                                pretranspose_linears)
+from dynasd.fast_linear import (PANEL, PANEL_ROWS, SMALL_ROWS, FusedProjections, PretransposedLinear,
+                                panel_kernel, pretranspose_linears)
 from dynasd.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 
@@ -73,6 +73,28 @@ def test_the_kernel_takes_every_row_count_where_mkl_is_not_tuned(monkeypatch, ve
         if single_row_in_kernel:  # one kernel for every count: a row's logits never depend on its neighbours
             for rows in (1, 2, 15, 299):
                 assert torch.equal(fast(x[:rows]), fast(x)[:rows]), rows
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_fused_projections_give_each_layers_output_bit_for_bit(half):
+    torch.manual_seed(3)
+    layers = [PretransposedLinear(torch.nn.Linear(48, n * PANEL, bias=False), panel_kernel(), half_panels=half)
+              for n in (3, 1, 2)]
+    fused = FusedProjections.of(layers)
+    assert fused is not None and fused.panels.shape[0] == 6
+    assert all(layer.panels.untyped_storage().data_ptr() == fused.panels.untyped_storage().data_ptr()
+               for layer in layers)  # views: no second copy of the weights
+    for rows in (1, 2, 5, 14, 15, 40):
+        x = torch.randn(1, rows, 48)
+        with torch.inference_mode():
+            for part, layer in zip(fused(x), layers):
+                assert torch.equal(part, layer(x)), rows
+
+
+def test_layers_with_a_bias_or_without_the_kernel_are_not_fused():
+    with_bias = [PretransposedLinear(torch.nn.Linear(16, PANEL), panel_kernel()) for _ in range(2)]
+    no_kernel = [PretransposedLinear(torch.nn.Linear(16, PANEL, bias=False)) for _ in range(2)]
+    assert FusedProjections.of(with_bias) is None and FusedProjections.of(no_kernel) is None
 
 
 def test_half_precision_panels_give_the_product_of_the_rounded_weight_from_one_row():

@@ -33,7 +33,9 @@ def test_tree_verify_logits_match_stock_sdpa_and_eager():
     assert gqa.use_packed_gqa(eager.target).config._attn_implementation == "eager"  # only sdpa models switch
     assert packed.target.config._attn_implementation == gqa.NAME
     reference = tree_verify_logits(stock)
-    torch.testing.assert_close(tree_verify_logits(packed), reference, rtol=0, atol=1e-6)
+    # Float rounding only: stacking the heads as rows changes sdpa's blocking (up to 2.4e-6 on an AMD EPYC,
+    # session 12; under 1e-6 on the Intel CPUs before).
+    torch.testing.assert_close(tree_verify_logits(packed), reference, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tree_verify_logits(eager), reference, rtol=1e-5, atol=1e-5)
 
 

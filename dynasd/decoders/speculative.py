@@ -117,9 +117,10 @@ class TreeDecoder(Decoder):
 
     # -- prefill -----------------------------------------------------------------------------------------------
     def _prefill(self) -> None:
-        self.target = CachedModel(self.pair.target, in_place=self.pair.in_place_cache)
+        self.target = CachedModel(self.pair.target, in_place=self.pair.in_place_cache,
+                                  lean=self.pair.lean_forward)
         self.draft = CachedModel(self.pair.draft, need_hidden=self.stop.needs_hidden,
-                                 in_place=self.pair.in_place_cache)
+                                 in_place=self.pair.in_place_cache, lean=self.pair.lean_forward)
         self.ngrams = NgramIndex(min_ngram=self.lookup_min_ngram, max_ngram=max(self.lookup_min_ngram, 3))
         if len(self.committed) > 1 and self.method != "pld":  # pld never runs the draft model
             self.draft.prefill(self.committed[:-1])

@@ -1,0 +1,75 @@
+"""The lean forward computes what transformers' forward computes, bit for bit, in every call the engine makes."""
+import pytest
+import torch
+
+from dynasd import fast_linear
+from dynasd.cache import CachedModel
+from dynasd.decoders import make_decoder
+from dynasd.gqa_attention import use_packed_gqa
+from dynasd.lean_forward import _fused_projections, supports
+from dynasd.models import load_pair, tiny_llama, tiny_random_pair
+from dynasd.sampling import SamplingConfig
+from dynasd.tree import ROOT, TreeShape, ancestor_mask
+
+
+def _calls(model: torch.nn.Module, lean: bool, need_hidden: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A prefill, a one-token step, a chain + tree verify, a path kept, another verify: the engine's calls."""
+    cached = CachedModel(model, need_hidden=need_hidden, lean=lean)
+    tree = TreeShape((2, 2, 1))
+    mask = ancestor_mask(tree.parents)
+    outputs = [cached.forward(list(range(3, 40)), [], None, [], keep_logits=4)]
+    outputs.append(cached.forward([41], [], None, [], keep_logits=1))
+    positions = [41 + level for level in tree.levels]
+    nodes = list(range(5, 5 + tree.num_nodes))
+    outputs.append(cached.forward([42, 43], nodes, mask, positions, keep_logits=2 + tree.num_nodes))
+    first = tree.children[ROOT][1]  # an accepted path of two nodes, not the first ones: keys/values move down
+    path = [first, tree.children[first][0]]
+    cached.keep_path(path, 44 + len(path))
+    outputs.append(cached.forward([60], [61, 62], mask[:2, :2], [47, 47], keep_logits=3))
+    return outputs
+
+
+@pytest.mark.parametrize("fast_kernels", [True, False])
+def test_lean_forward_is_bitwise_transformers_forward(fast_kernels):
+    pair = load_pair("tiny-random", device="cpu", fast_kernels=fast_kernels)
+    for model in (pair.target, pair.draft):
+        assert supports(model)
+        for need_hidden in (False, True):
+            lean, stock = _calls(model, True, need_hidden), _calls(model, False, need_hidden)
+            for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
+                assert torch.equal(lean_logits, logits)
+                if need_hidden:
+                    assert torch.equal(lean_hidden, hidden)
+
+
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_lean_forward_with_fused_projections_is_bitwise_transformers_forward(monkeypatch, vendor):
+    """Layers wide enough for whole panels (k/v of 64 outputs): q/k/v and gate/up run as one kernel call each
+    (on Intel only from 2 rows: the one-token step takes the separate layers)."""
+    monkeypatch.setattr(fast_linear, "_cpu_vendor", lambda: vendor)
+    model = fast_linear.pretranspose_linears(use_packed_gqa(tiny_llama(300, seed=5, layers=2, hidden=128)))
+    if fast_linear.panel_kernel() is None or not fast_linear.kernel_pays_here():
+        pytest.skip("no compiled kernel on this CPU: nothing to fuse")
+    assert all(qkv is not None and gate_up is not None for qkv, gate_up in _fused_projections(model))
+    for need_hidden in (False, True):
+        lean, stock = _calls(model, True, need_hidden), _calls(model, False, need_hidden)
+        for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
+            assert torch.equal(lean_logits, logits)
+            if need_hidden:
+                assert torch.equal(lean_hidden, hidden)
+
+
+def test_models_of_other_structures_keep_transformers_forward():
+    pair = tiny_random_pair()
+    pair.target.train()  # a model in training mode, for one
+    assert not supports(pair.target)
+    assert not supports(torch.nn.Linear(2, 2))
+
+
+def test_decoders_on_the_lean_forward_stay_greedy_identical():
+    pair = load_pair("tiny-random", device="cpu")
+    assert pair.lean_forward
+    ids = pair.encode_prompt("What is speculative decoding?")
+    reference = make_decoder("ar", pair, SamplingConfig()).generate(ids, 30).new_token_ids
+    for method, options in (("sd", dict(gamma=4)), ("mcsd", dict(k_config=(3, 2, 1)))):
+        assert make_decoder(method, pair, SamplingConfig(), **options).generate(ids, 30).new_token_ids == reference
