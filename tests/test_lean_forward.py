@@ -59,6 +59,15 @@ def test_lean_forward_with_fused_projections_is_bitwise_transformers_forward(mon
                 assert torch.equal(lean_hidden, hidden)
 
 
+def test_lean_forward_with_eager_attention_is_bitwise_transformers_forward():
+    """Eager attention adds the float mask to the scores itself: the lean path hands it the same mask."""
+    pair = tiny_random_pair()
+    pair.target.set_attn_implementation("eager")
+    assert supports(pair.target)
+    for (lean_logits, _), (logits, _) in zip(_calls(pair.target, True, False), _calls(pair.target, False, False)):
+        assert torch.equal(lean_logits, logits)
+
+
 def test_models_of_other_structures_keep_transformers_forward():
     pair = tiny_random_pair()
     pair.target.train()  # a model in training mode, for one
