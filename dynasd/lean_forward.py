@@ -15,7 +15,8 @@ import torch
 
 from .fast_linear import FusedProjections
 
-# The one attribute path a supported model has; anything else falls back to model(...).
+# Models whose layers this file knows (Llama's: self_attn q/k/v/o, mlp gate/up/down, two RMSNorms); others use
+# model(...).
 _SUPPORTED = ("LlamaForCausalLM",)
 _SUPPORTED_ATTENTION = ("sdpa", "dynasd_sdpa", "eager")
 
