@@ -29,17 +29,22 @@ def _calls(model: torch.nn.Module, lean: bool, need_hidden: bool) -> list[tuple[
     return outputs
 
 
+def assert_lean_is_bitwise_stock(model: torch.nn.Module) -> None:
+    """Logits, and hidden states where asked for, equal in every call of `_calls`."""
+    for need_hidden in (False, True):
+        lean, stock = _calls(model, True, need_hidden), _calls(model, False, need_hidden)
+        for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
+            assert torch.equal(lean_logits, logits)
+            if need_hidden:
+                assert torch.equal(lean_hidden, hidden)
+
+
 @pytest.mark.parametrize("fast_kernels", [True, False])
 def test_lean_forward_is_bitwise_transformers_forward(fast_kernels):
     pair = load_pair("tiny-random", device="cpu", fast_kernels=fast_kernels)
     for model in (pair.target, pair.draft):
         assert supports(model)
-        for need_hidden in (False, True):
-            lean, stock = _calls(model, True, need_hidden), _calls(model, False, need_hidden)
-            for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
-                assert torch.equal(lean_logits, logits)
-                if need_hidden:
-                    assert torch.equal(lean_hidden, hidden)
+        assert_lean_is_bitwise_stock(model)
 
 
 @pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
@@ -51,12 +56,7 @@ def test_lean_forward_with_fused_projections_is_bitwise_transformers_forward(mon
     if fast_linear.panel_kernel() is None or not fast_linear.kernel_pays_here():
         pytest.skip("no compiled kernel on this CPU: nothing to fuse")
     assert all(qkv is not None and gate_up is not None for qkv, gate_up in _fused_projections(model))
-    for need_hidden in (False, True):
-        lean, stock = _calls(model, True, need_hidden), _calls(model, False, need_hidden)
-        for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
-            assert torch.equal(lean_logits, logits)
-            if need_hidden:
-                assert torch.equal(lean_hidden, hidden)
+    assert_lean_is_bitwise_stock(model)
 
 
 def test_lean_forward_with_eager_attention_is_bitwise_transformers_forward():
@@ -64,8 +64,7 @@ def test_lean_forward_with_eager_attention_is_bitwise_transformers_forward():
     pair = tiny_random_pair()
     pair.target.set_attn_implementation("eager")
     assert supports(pair.target)
-    for (lean_logits, _), (logits, _) in zip(_calls(pair.target, True, False), _calls(pair.target, False, False)):
-        assert torch.equal(lean_logits, logits)
+    assert_lean_is_bitwise_stock(pair.target)
 
 
 def test_models_of_other_structures_keep_transformers_forward():
