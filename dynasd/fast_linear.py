@@ -26,6 +26,7 @@ packed size (docs/benchmarks.md, session 8).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
@@ -85,6 +86,7 @@ def _cpu_flags() -> str:
         return ""
 
 
+@functools.cache  # asked once per linear layer at load: read /proc/cpuinfo once
 def _cpu_vendor() -> str:
     try:
         with open("/proc/cpuinfo") as info:
