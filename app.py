@@ -24,6 +24,7 @@ import pandas as pd
 
 import viz
 from dynasd.decoders import METHODS
+from dynasd.models import has_feature_draft
 from dynasd.recipes import RECIPES, recipe_values
 from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, PairCache, Session,
                             SessionFailed, SessionRegistry, Settings, UserError, compare_methods, known_pairs,
@@ -155,7 +156,7 @@ PAIRS = pairs_from_env()
 SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
 CONTROL_NAMES = ("pair", "target", "draft", "method", "gamma", "k_config", "width", "depth", "dynamic_depth",
                  "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed", "top_k",
-                 "lookup")
+                 "lookup", "feature_draft")
 
 
 def settings_from(*values) -> Settings:
@@ -253,13 +254,14 @@ def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
 
 @gpu
 def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-            stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0):
+            stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0, feature_draft=False):
     session = SESSIONS.get(session_id)
     try:
         _busy_guard(session)
         with session.lock:
             settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup)
+                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup,
+                                     feature_draft)
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
         ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
@@ -273,13 +275,14 @@ def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, wi
 
 @gpu
 def on_run(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-           stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0):
+           stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0, feature_draft=False):
     session = SESSIONS.get(session_id)
     try:
         with session.lock:
             _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup)
+                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup,
+                                     feature_draft)
             _ensure_run(session, settings, prompt)
             run = session.run
             session.running, session.stop_requested = True, False
@@ -335,12 +338,13 @@ def on_show_step(session_id, index):
 
 @gpu
 def on_compare(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-               stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0):
+               stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0, feature_draft=False):
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
         settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                 threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup)
+                                 threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup,
+                                     feature_draft)
         for method, run in compare_methods(PAIRS, settings, prompt):
             runs[method] = run
             rows = viz.compare_rows(runs)
@@ -431,7 +435,8 @@ def on_method_change(method: str):
 
 def on_pair_change(pair: str):
     custom = pair == CUSTOM
-    return gr.Textbox(visible=custom), gr.Textbox(visible=custom)
+    return (gr.Textbox(visible=custom), gr.Textbox(visible=custom),
+            gr.Checkbox(visible=has_feature_draft(pair), value=False))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -481,6 +486,10 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     lookup = gr.Slider(0, MAX_LOOKUP, value=0, step=1, label="Prompt lookup (sd, mcsd, pld; 0 = off)",
                                        info="when the last tokens occurred earlier in the text, propose what followed "
                                             "them (up to this many) instead of running the draft model")
+                    feature_draft = gr.Checkbox(value=False, label="Feature draft (sd, mcsd, ti-mcsd)",
+                                                elem_id="feature-draft", visible=has_feature_draft(default_pair),
+                                                info="a one-layer draft that also reads the target's hidden state "
+                                                     "of the previous token (EAGLE-style); still lossless")
                 with gr.Accordion("Dynamic depth", open=False):
                     dynamic_depth = gr.Checkbox(value=False, label="Dynamic depth (let a stop policy end drafting)")
                     stop = gr.Dropdown(list(STOP_POLICIES), value="none", label="Stop policy",
@@ -540,7 +549,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             gr.Markdown(TRACE_HELP, elem_classes="explain")
 
         controls = [pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop, threshold,
-                    temperature, top_p, max_new_tokens, seed, top_k, lookup]
+                    temperature, top_p, max_new_tokens, seed, top_k, lookup, feature_draft]
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt, *controls], views, api_name="step")
@@ -556,7 +565,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         recipe.input(on_recipe, [recipe], [*controls, status], api_visibility="private", queue=False)
         method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth, lookup],
                       api_visibility="private")
-        pair.change(on_pair_change, [pair], [target, draft], api_visibility="private")
+        pair.change(on_pair_change, [pair], [target, draft, feature_draft], api_visibility="private")
     return demo
 
 

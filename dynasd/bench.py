@@ -48,6 +48,8 @@ OPTION_HELP = {
     "lookup": "sd/mcsd/pld: prompt lookup, up to this many looked-up tokens per step (0 = off; pld: 8); "
               "hf-assisted: prompt_lookup_num_tokens (transformers' own prompt lookup, no draft model)",
     "ngram": "sd/mcsd/pld: prompt lookup's shortest matching n-gram",
+    "draft": "sd/mcsd/ti-mcsd: tokens (the pair's draft, default) or features (its feature draft, which also reads "
+             "the target's hidden states; dynasd/feature_draft.py)",
     "n": "hf-assisted: num_assistant_tokens",
     "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
     "kernels": "any method: fast (default: packed grouped-query attention, dynasd/gqa_attention.py, KV caches "
@@ -55,7 +57,7 @@ OPTION_HELP = {
                "compiled kernel, dynasd/fast_linear.py), torch (the same without the compiled kernel) or plain "
                "(stock transformers modules and cache), to measure those changes side by side",
 }
-TREE_KEYS = {"stop", "th", "decision"}
+TREE_KEYS = {"stop", "th", "decision", "draft"}
 METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"kernels"} for name, keys in {
     "ar": set(),
     "sd": {"gamma", "lookup", "ngram"} | TREE_KEYS,
@@ -117,6 +119,8 @@ def parse_method(text: str) -> MethodSpec:
 
     if options.get("kernels", "fast") not in KERNELS:
         raise ValueError(f"kernels must be fast, torch or plain, got '{options['kernels']}' in '{label}'")
+    if options.get("draft", "tokens") not in ("tokens", "features"):
+        raise ValueError(f"draft must be tokens or features, got '{options['draft']}' in '{label}'")
     if "stop" in options and options["stop"] not in STOP_POLICIES:
         raise ValueError(f"stop must be one of {', '.join(STOP_POLICIES)}, got '{options['stop']}' in '{label}'")
     return MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
@@ -152,7 +156,7 @@ def method_args(args: argparse.Namespace, spec: MethodSpec) -> argparse.Namespac
     for key, attr, convert in (("gamma", "gamma", int), ("w", "width", int), ("d", "depth", int),
                                ("th", "threshold", float), ("stop", "stop", str), ("lookup", "lookup", int),
                                ("ngram", "lookup_ngram", int),
-                               ("decision", "decision_model", str)):
+                               ("decision", "decision_model", str), ("draft", "draft_kind", str)):
         if key in options:
             try:
                 setattr(ns, attr, convert(options[key]))
@@ -230,7 +234,8 @@ class ForwardClock:
         self.calls = {"target": 0, "draft": 0}
         self._handles = []
         self._started: dict[str, float] = {}
-        for role, model in (("target", pair.target), ("draft", pair.draft)):
+        drafts = [d for d in (pair.draft, getattr(pair, "feature_draft", None)) if d is not None]
+        for role, model in [("target", pair.target)] + [("draft", d) for d in drafts]:
             first, last = model.get_input_embeddings(), model.get_output_embeddings()
             if first is None or last is None:
                 first = last = model

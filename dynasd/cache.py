@@ -10,6 +10,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .feature_draft import draft_inputs, is_feature_draft
 from .lean_forward import lean_forward, supports
 from .tree import additive
 
@@ -65,6 +66,7 @@ class CachedModel:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.need_hidden = need_hidden
+        self.reads_features = is_feature_draft(model)
         self.reset()
 
     def reset(self) -> None:
@@ -78,12 +80,17 @@ class CachedModel:
 
     @torch.inference_mode()
     def forward(self, chain: list[int], nodes: list[int], tree_mask: torch.Tensor | None,
-                node_positions: list[int], keep_logits: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+                node_positions: list[int], keep_logits: int, features: torch.Tensor | None = None,
+                keep_hidden: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed `chain` (committed tokens not yet cached, causal) then `nodes` (tree nodes whose attention is
         `tree_mask`: rows = the new nodes, columns = all tree nodes cached this step plus the new ones).
+        A feature draft (feature_draft.py) also takes one feature row per input in `features`.
 
-        Returns the logits of the last `keep_logits` inputs (float32) and, if asked for, their final hidden states.
+        Returns the logits of the last `keep_logits` inputs (float32) and, if asked for, the final hidden states
+        of the last max(`keep_hidden`, `keep_logits`) inputs.
         """
+        if self.reads_features != (features is not None):
+            raise ValueError("a feature draft needs one feature row per input, and only a feature draft takes them")
         past = self.cached_len + self.tree_len
         n_chain, n_nodes = len(chain), len(nodes)
         q_len = n_chain + n_nodes
@@ -101,18 +108,19 @@ class CachedModel:
         positions = list(range(self.cached_len, self.cached_len + n_chain)) + list(node_positions)
         ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
         position_ids = torch.tensor([positions], device=self.device)
+        embeds = draft_inputs(self.model, ids, features[None]) if features is not None else None
         if self.lean:
             logits, hidden = lean_forward(self.model, ids, mask[None, None], position_ids, self.cache, keep_logits,
-                                          self.need_hidden)
+                                          self.need_hidden, inputs_embeds=embeds, hidden_to_keep=keep_hidden)
         else:
-            out = self.model(input_ids=ids, attention_mask=mask[None, None], position_ids=position_ids,
-                             cache=self.cache, use_cache=True, logits_to_keep=keep_logits,
-                             output_hidden_states=self.need_hidden)
+            out = self.model(input_ids=None if embeds is not None else ids, inputs_embeds=embeds,
+                             attention_mask=mask[None, None], position_ids=position_ids, cache=self.cache,
+                             use_cache=True, logits_to_keep=keep_logits, output_hidden_states=self.need_hidden)
             logits, hidden = out.logits, out.hidden_states[-1] if self.need_hidden else None
         self.forwards += 1
         self.cached_len += n_chain
         self.tree_len += n_nodes
-        hidden = hidden[0, -keep_logits:] if hidden is not None else None
+        hidden = hidden[0, -max(keep_hidden, keep_logits):] if hidden is not None else None
         return logits[0, -keep_logits:].float(), hidden
 
     def prefill(self, tokens: list[int], keep_logits: int = 1) -> torch.Tensor:

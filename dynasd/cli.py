@@ -1,4 +1,4 @@
-"""`python -m dynasd COMMAND`: generate, bench, train-draft, train-decision.
+"""`python -m dynasd COMMAND`: generate, bench, train-draft, train-feature-draft, train-decision.
 
 Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`. Every error a user
 can cause ends as one line on stderr and a non-zero exit, never a traceback.
@@ -16,6 +16,8 @@ COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
     "bench": ("dynasd.bench", "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
     "train-draft": ("dynasd.distill", "Distil a small draft from the target (generate data, train, export)."),
+    "train-feature-draft": ("dynasd.feature_distill",
+                            "Train a draft that also reads the target's hidden states (features, train, export)."),
     "train-decision": ("dynasd.decision_training", "Train the hard and soft early-stop decision models."),
 }
 
@@ -56,6 +58,9 @@ def add_method_arguments(p: argparse.ArgumentParser) -> None:
                    help="none, confidence, decision or cumulative (implies --dynamic-depth)")
     p.add_argument("--threshold", type=float, default=0.4, help="stop-policy threshold")
     p.add_argument("--decision-model", default=None, help="folder of a trained decision model")
+    p.add_argument("--draft-kind", default="tokens", choices=["tokens", "features"],
+                   help="sd/mcsd/ti-mcsd: the pair's draft (tokens) or its feature draft, which also reads the "
+                        "target's hidden states (features; dynasd/feature_draft.py)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -77,7 +82,8 @@ def decoder_from(args: argparse.Namespace, method: str, pair, sampling, seed: in
     return make_decoder(method, pair, sampling, seed=seed, gamma=args.gamma, k_config=parse_branching(args.k_config),
                         width=args.width, depth=args.depth, ti_k_config=ti_shape,
                         without_replacement=not args.with_replacement, dynamic_depth=args.dynamic_depth, stop=stop,
-                        lookup=args.lookup, lookup_min_ngram=args.lookup_ngram)
+                        lookup=args.lookup, lookup_min_ngram=args.lookup_ngram,
+                        feature_draft=args.draft_kind == "features")
 
 
 def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True, compiled_kernel: bool = True):

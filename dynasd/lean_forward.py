@@ -65,13 +65,16 @@ def _attention_function(model: torch.nn.Module):
 
 @torch.inference_mode()
 def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor, cache, logits_to_keep: int, need_hidden: bool = False
+                 position_ids: torch.Tensor, cache, logits_to_keep: int, need_hidden: bool = False,
+                 inputs_embeds: torch.Tensor | None = None, hidden_to_keep: int = 0
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logits of the last `logits_to_keep` inputs, the final normed hidden states or None), as model(...) gives
-    them with a 4D additive `attention_mask` (1, 1, q, past + q), explicit `position_ids` and `cache`."""
+    """(logits of the last `logits_to_keep` inputs, the final normed hidden states of the last
+    max(`hidden_to_keep`, `logits_to_keep`) inputs or None), as model(...) gives them with a 4D additive
+    `attention_mask` (1, 1, q, past + q), explicit `position_ids` and `cache` (and `inputs_embeds` instead of
+    embedding `input_ids`, for feature drafts)."""
     inner = model.model
     attention = _attention_function(model)
-    hidden = inner.embed_tokens(input_ids)
+    hidden = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
     cos, sin = inner.rotary_emb(hidden, position_ids=position_ids)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     batch, q_len = input_ids.shape
@@ -96,4 +99,4 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
         hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
     hidden = _rms_norm(inner.norm, hidden)
     kept = hidden[:, -logits_to_keep:, :]
-    return model.lm_head(kept), (kept if need_hidden else None)
+    return model.lm_head(kept), (hidden[:, -max(hidden_to_keep, logits_to_keep):] if need_hidden else None)

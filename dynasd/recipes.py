@@ -8,14 +8,16 @@ sets only the controls that shape the method; the model pair, prompt and samplin
 from __future__ import annotations
 
 # Controls a recipe may set: the method-shaping fields of session.Settings. A recipe leaves the others alone.
-METHOD_FIELDS = ("method", "gamma", "k_config", "width", "depth", "dynamic_depth", "stop", "threshold", "lookup")
+METHOD_FIELDS = ("method", "gamma", "k_config", "width", "depth", "dynamic_depth", "stop", "threshold", "lookup",
+                 "feature_draft")
 
 # The base of every recipe but the fastest: full depth, no stop policy, no prompt lookup; each overrides what it needs.
-_STATIC = dict(dynamic_depth=False, stop="none", lookup=0)
+_STATIC = dict(dynamic_depth=False, stop="none", lookup=0, feature_draft=False)
 
 RECIPES: dict[str, dict] = {
     "Fastest lossless on a CPU: two draft chains, prompt lookup, decision-model stop":
-        dict(method="mcsd", k_config="2,1,1,1", dynamic_depth=True, stop="decision", threshold=0.4, lookup=8),
+        dict(method="mcsd", k_config="2,1,1,1", dynamic_depth=True, stop="decision", threshold=0.4, lookup=8,
+             feature_draft=False),
     "MCSD (Yang et al. 2024): a static 4,2,2,1 tree from the draft":
         dict(_STATIC, method="mcsd", k_config="4,2,2,1"),
     "DynaSD (Lu et al. 2024): target-initialized fork, 4 chains of 4 (lossy)":

@@ -72,6 +72,7 @@ class Settings:
     seed: int = 0
     top_k: int = 0
     lookup: int = 0      # prompt lookup: most looked-up tokens per step (sd, mcsd; pld: 0 means 8); 0 = off
+    feature_draft: bool = False  # sd/mcsd/ti-mcsd draw from the pair's feature draft (dynasd/feature_draft.py)
 
     @property
     def pair_key(self) -> str:
@@ -96,6 +97,7 @@ class Settings:
                         seed=_as_int("seed", self.seed), threshold=_as_float("threshold", self.threshold),
                         temperature=_as_float("temperature", self.temperature),
                         top_p=_as_float("top-p", self.top_p), dynamic_depth=bool(self.dynamic_depth),
+                        feature_draft=bool(self.feature_draft),
                         target=(self.target or "").strip(), draft=(self.draft or "").strip(),
                         k_config=(self.k_config or "").strip())
         except (TypeError, ValueError, OverflowError) as exc:
@@ -272,7 +274,8 @@ def decoder_options(settings: Settings, method: str | None = None) -> dict:
         raise UserError(str(exc)) from exc
     return dict(method=method, sampling=sampling, seed=settings.seed, gamma=settings.gamma, k_config=k_config,
                 width=settings.width, depth=settings.depth, dynamic_depth=settings.dynamic_depth, stop=stop,
-                lookup=settings.lookup if method in ("sd", "mcsd", "pld") else 0)
+                lookup=settings.lookup if method in ("sd", "mcsd", "pld") else 0,
+                feature_draft=settings.feature_draft and method in ("sd", "mcsd", "ti-mcsd"))
 
 
 def build_decoder(pair: ModelPair, settings: Settings, method: str | None = None):
@@ -512,7 +515,8 @@ def settings_of_trace(run: RunTrace) -> Settings | None:
     elif " + " in run.pair:  # a custom pair is named "<target> + <draft>"
         target, _, draft = run.pair.partition(" + ")
         values.update(pair=CUSTOM, target=target, draft=draft)
-    for name in ("temperature", "top_p", "top_k", "seed", "dynamic_depth", "stop", "threshold", "lookup"):
+    for name in ("temperature", "top_p", "top_k", "seed", "dynamic_depth", "stop", "threshold", "lookup",
+                 "feature_draft"):
         if config.get(name) is not None:
             values[name] = config[name]
     branching = config.get("branching")

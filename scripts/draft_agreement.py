@@ -4,6 +4,8 @@ Why: held-out agreement from training (assets/draft-smollm2/MODEL_CARD.md) is me
 prompts; what a user gets from `sd` depends on agreement on *their* prompts. This reads Spec-Bench-style prompts,
 lets the target answer greedily once, and scores every given draft folder teacher-forced on those answers (the draft
 sees the prompt and the target's answer so far, and must predict the target's next token), per category and overall.
+A feature draft (dynasd/feature_draft.py) gets two rows: depth 1 (it reads the target's states, as a tree's first
+level does) and depth 2 (its own state from the position before, as every deeper level does).
 
     .venv/bin/python scripts/draft_agreement.py --prompts ../shared/bench/spec_bench_questions.jsonl --limit 1 \
         --drafts assets/draft-smollm2 --threads 2
@@ -21,6 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dynasd.bench import select_prompts  # noqa: E402
 from dynasd.distill import Sequence, agreement  # noqa: E402
+from dynasd.feature_distill import agreement as feature_agreement  # noqa: E402
+from dynasd.feature_distill import target_features  # noqa: E402
+from dynasd.feature_draft import is_feature_draft  # noqa: E402
 from dynasd.models import load_distilled_draft, load_pair  # noqa: E402
 
 
@@ -46,6 +51,8 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     pair = load_pair(args.pair, device="cpu", fast_kernels=False)
     drafts = {"pair draft": pair.draft}
+    if pair.feature_draft is not None:
+        drafts["pair feature draft"] = pair.feature_draft
     for folder in filter(None, args.drafts.split(",")):
         drafts[folder] = load_distilled_draft(pair.target, Path(folder)).eval()
     prompts = select_prompts(args.prompts, [c for c in args.categories.split(",") if c] or None, args.limit)
@@ -61,6 +68,16 @@ def main() -> int:
     print("|---" * (len(answered) + 2) + "|")
     tokens = sum(len(s.ids) - s.answer_start for s in every)
     for name, draft in drafts.items():
+        if is_feature_draft(draft):
+            head = getattr(draft.lm_head, "rows", draft.lm_head).weight
+            vocab = getattr(draft.lm_head, "token_ids", torch.arange(head.shape[0]))
+            states = {category: target_features(pair.target, seqs, pad, topk=1) for category, seqs in answered.items()}
+            every_states = [s for seqs in states.values() for s in seqs]
+            for depth in (0, 1):
+                cells = [f"{feature_agreement(draft, seqs, head, vocab, pad)[depth]:.3f}" for seqs in states.values()]
+                total = feature_agreement(draft, every_states, head, vocab, pad)[depth]
+                print(f"| {name} (depth {depth + 1}) | " + " | ".join(cells) + f" | **{total:.3f}** ({tokens}) |")
+            continue
         cells = [f"{agreement(draft, seqs, seqs, pad):.3f}" for seqs in answered.values()]
         print(f"| {name} | " + " | ".join(cells) + f" | **{agreement(draft, every, every, pad):.3f}** ({tokens}) |")
     return 0

@@ -192,6 +192,16 @@ def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
     assert "Step 1" in second[OUT["story"]]
 
 
+def test_the_feature_draft_checkbox_switches_the_draft_and_stays_lossless(connect):
+    client = connect()
+    plain = client.predict(prompt="hello", **TINY, api_name="/run")
+    client = connect()
+    features = client.predict(prompt="hello", **TINY, feature_draft=True, api_name="/run")
+    assert "feature draft" in features[OUT["summary"]] and "feature draft" not in plain[OUT["summary"]]
+    words = lambda outputs: [s["token"] for s in spans(outputs)]  # noqa: E731
+    assert words(features) == words(plain)
+
+
 def test_run_streams_until_done_and_the_scrubber_goes_back(connect):
     client = connect()
     job = client.submit(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=48, api_name="/run")

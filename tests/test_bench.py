@@ -13,9 +13,9 @@ PROMPTS = [
     {"question_id": 5, "category": "qa", "turns": ["What is the capital of France?"]},
 ]
 METHODS = ("ar,sd,mcsd,ti-mcsd,hf-assisted,mcsd:k=2,2,1:stop=confidence:th=0.3,pld:ngram=1,sd:lookup=4,"
-           "hf-assisted:lookup=4,sd:kernels=plain")
+           "hf-assisted:lookup=4,sd:kernels=plain,mcsd:draft=features")
 LABELS = ["ar", "sd", "mcsd", "ti-mcsd", "hf-assisted", "mcsd:k=2,2,1:stop=confidence:th=0.3", "pld:ngram=1",
-          "sd:lookup=4", "hf-assisted:lookup=4", "sd:kernels=plain"]
+          "sd:lookup=4", "hf-assisted:lookup=4", "sd:kernels=plain", "mcsd:draft=features"]
 SUMMARY_KEYS = {"method", "temperature", "category", "n_prompts", "tokens_per_s", "speedup_vs_ar",
                 "tokens_per_target_forward", "acceptance_rate", "acceptance_denominator", "identical_to_ar",
                 "differing_token_share", "draft_seconds", "verify_seconds", "other_seconds"}
@@ -195,7 +195,9 @@ def test_method_list_syntax():
                                            ("ar,ar", "listed twice"), ("mcsd:stop=later", "stop must be"),
                                            ("sd:gamma", "key=value"), ("pld:gamma=2", "takes no option"),
                                            ("ti-mcsd:lookup=4", "takes no option"),
-                                           ("ar:kernels=slow", "kernels must be fast, torch or plain")])
+                                           ("ar:kernels=slow", "kernels must be fast, torch or plain"),
+                                           ("sd:draft=big", "draft must be tokens or features"),
+                                           ("pld:draft=features", "takes no option")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
         bench.parse_methods(text)

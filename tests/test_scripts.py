@@ -18,8 +18,13 @@ def test_draft_agreement_prints_one_row_per_draft_with_every_category(tmp_path):
                           str(prompts), "--max-new-tokens", "12", "--threads", "1"],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    header, _, row = out.stdout.strip().splitlines()
+    header, _, row, *feature_rows = out.stdout.strip().splitlines()
     assert header.split(" | ")[1:3] == ["alpha", "beta"]
+    # tiny-random has a feature draft too: one row per depth, the same cells
+    assert [r.split(" | ")[0] for r in feature_rows] == ["| pair feature draft (depth 1)",
+                                                         "| pair feature draft (depth 2)"]
+    for feature_row in feature_rows:
+        assert len(re.findall(r"\d\.\d{3}", feature_row)) == 3 and feature_row.endswith("(24) |")
     shares = [float(x) for x in re.findall(r"\d\.\d{3}", row)]
     assert row.startswith("| pair draft") and len(shares) == 3 and all(0 < s <= 1 for s in shares), row
     assert min(shares[:2]) <= shares[2] <= max(shares[:2])  # overall lies between the categories

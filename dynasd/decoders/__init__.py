@@ -31,7 +31,8 @@ def make_decoder(method: str, pair: ModelPair, sampling: SamplingConfig, seed: i
                  k_config: tuple[int, ...] = (4, 2, 2, 1), width: int = 4, depth: int = 4,
                  ti_k_config: tuple[int, ...] | None = None, without_replacement: bool = True,
                  dynamic_depth: bool = False, stop: StopPolicy | None = None,
-                 max_nodes: int = MAX_TREE_NODES, lookup: int = 0, lookup_min_ngram: int = 2) -> Decoder:
+                 max_nodes: int = MAX_TREE_NODES, lookup: int = 0, lookup_min_ngram: int = 2,
+                 feature_draft: bool = False) -> Decoder:
     if method == "ar":
         return ARDecoder(pair, sampling, seed)
     if lookup < 0 or lookup_min_ngram < 1:
@@ -50,7 +51,7 @@ def make_decoder(method: str, pair: ModelPair, sampling: SamplingConfig, seed: i
     stop = stop or StopPolicy()
     return TreeDecoder(pair, sampling, shape, method, seed=seed, without_replacement=without_replacement,
                        dynamic_depth=dynamic_depth or stop.name != "none", stop=stop, lookup=lookup,
-                       lookup_min_ngram=lookup_min_ngram)
+                       lookup_min_ngram=lookup_min_ngram, feature_draft=feature_draft)
 
 
 __all__ = ["ARDecoder", "Decoder", "METHODS", "RequestError", "TreeDecoder", "make_decoder", "tree_shape_for"]

@@ -31,6 +31,10 @@ class Decoder(ABC):
     def lossless(self) -> bool:
         return True
 
+    @property
+    def draft_label(self) -> str:
+        return self.pair.draft_label
+
     def config(self) -> dict:
         return {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
                 "top_p": self.sampling.top_p, "seed": self.seed}
@@ -61,7 +65,7 @@ class Decoder(ABC):
         self.committed = list(prompt_ids)
         self.max_new_tokens = max_new_tokens
         self.run = RunTrace(method=self.method, config=self.config(), pair=self.pair.name,
-                            draft_label=self.pair.draft_label, lossless=self.lossless, prompt=prompt_text,
+                            draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
                             prompt_ids=list(prompt_ids))
         started = time.perf_counter()
         self._prefill()

@@ -9,6 +9,9 @@ One class covers every speculative method; they differ only in where the tree co
            target step (an empty tree).
 With prompt lookup on (sd / mcsd), a step whose last tokens occurred earlier in the context proposes what followed
 them, as a chain with one-hot q, and skips the draft model for that step (dynasd/lookup.py).
+With a feature draft (`feature_draft=True`, dynasd/feature_draft.py) the draft also reads the target's hidden state
+of the previous position: the verify returns the target's hidden states, those of committed tokens are kept until
+the draft has read them, and tree nodes get their parent's draft hidden state instead.
 
 Per step:
   1. draft    level by level, one draft forward per level; with dynamic depth a stop policy may end the tree
@@ -28,6 +31,7 @@ import time
 import torch
 
 from ..cache import CachedModel
+from ..feature_draft import TargetFeatures, is_feature_draft
 from ..lookup import NgramIndex
 from ..models import ModelPair, head_token_ids
 from ..sampling import (SamplingConfig, WalkResult, argmax_rows, draw_candidates, greedy_walk, logits_to_probs,
@@ -74,8 +78,11 @@ class DraftedTree:
 class TreeDecoder(Decoder):
     def __init__(self, pair: ModelPair, sampling: SamplingConfig, shape: TreeShape, method: str, seed: int = 0,
                  without_replacement: bool = True, dynamic_depth: bool = False,
-                 stop: StopPolicy | None = None, lookup: int = 0, lookup_min_ngram: int = 2) -> None:
+                 stop: StopPolicy | None = None, lookup: int = 0, lookup_min_ngram: int = 2,
+                 feature_draft: bool = False) -> None:
         super().__init__(pair, sampling, seed)
+        if feature_draft and pair.feature_draft is None:
+            raise ValueError(f"the pair '{pair.name}' has no feature draft")
         if shape.target_roots and shape.depth < 2:
             raise ValueError("a target-initialized tree needs at least one draft level after its roots")
         if lookup < 0:
@@ -91,9 +98,12 @@ class TreeDecoder(Decoder):
         self.stop = stop or StopPolicy()
         self.lookup = lookup
         self.lookup_min_ngram = lookup_min_ngram
+        self.draft_model = pair.feature_draft if feature_draft else pair.draft
+        # pld never runs the draft model, so it never needs the target's features either
+        self.reads_features = is_feature_draft(self.draft_model) and method != "pld"
         # Built once for the largest tree; every step slices it (level-major order makes slices valid trees).
         self.max_mask, self.max_mask_rows = self._mask_of(shape)
-        self.draft_head_ids = head_token_ids(pair.draft)
+        self.draft_head_ids = head_token_ids(self.draft_model)
         self.lookup_shape = TreeShape((1,) * lookup) if lookup else None
         if self.lookup_shape:
             self.lookup_mask, self.lookup_mask_rows = self._mask_of(self.lookup_shape)
@@ -106,29 +116,49 @@ class TreeDecoder(Decoder):
     def lossless(self) -> bool:
         return not self.shape.target_roots or self.shape.branching[0] == 1
 
+    @property
+    def draft_label(self) -> str:
+        if self.draft_model is self.pair.draft:
+            return self.pair.draft_label
+        return self.pair.feature_draft_label or "feature draft (reads the target's hidden states)"
+
     def config(self) -> dict:
         return {**super().config(), "branching": list(self.shape.branching),
                 "target_roots": self.shape.target_roots, "without_replacement": self.without_replacement,
                 "dynamic_depth": self.dynamic_depth, "stop": self.stop.name, "threshold": self.stop.threshold,
-                "lookup": self.lookup, "lookup_min_ngram": self.lookup_min_ngram}
+                "lookup": self.lookup, "lookup_min_ngram": self.lookup_min_ngram,
+                "feature_draft": self.draft_model is not self.pair.draft}
 
     def max_step_tokens(self) -> int:
         return max(self.shape.depth, self.lookup) + 1
 
     # -- prefill -----------------------------------------------------------------------------------------------
     def _prefill(self) -> None:
-        self.target = CachedModel(self.pair.target, in_place=self.pair.in_place_cache,
+        reads = self.reads_features
+        self.target = CachedModel(self.pair.target, need_hidden=reads, in_place=self.pair.in_place_cache,
                                   lean=self.pair.lean_forward)
-        self.draft = CachedModel(self.pair.draft, need_hidden=self.stop.needs_hidden,
+        self.draft = CachedModel(self.draft_model, need_hidden=self.stop.needs_hidden or reads,
                                  in_place=self.pair.in_place_cache, lean=self.pair.lean_forward)
+        self.features = (TargetFeatures(self.pair.target.config.hidden_size, self.pair.dtype, self.pair.device)
+                         if reads else None)
         self.ngrams = NgramIndex(min_ngram=self.lookup_min_ngram, max_ngram=max(self.lookup_min_ngram, 3))
+        # Target-rooted trees need the target's next-token distribution before the first step, so the target
+        # reads the whole prompt; otherwise the last prompt token is the first step's root.
+        target_reads = self.committed if self.shape.target_roots else self.committed[:-1]
+        if target_reads:
+            logits, hidden = self.target.forward(target_reads, [], None, [], keep_logits=1,
+                                                 keep_hidden=len(target_reads) if reads else 0)
+            if reads:  # before the draft's prefill, which reads them
+                self.features.append(0, hidden)
+            if self.shape.target_roots:
+                self._set_root_distribution(logits[-1], None)
         if len(self.committed) > 1 and self.method != "pld":  # pld never runs the draft model
-            self.draft.prefill(self.committed[:-1])
-        if self.shape.target_roots:
-            # Target-rooted trees need the target's next-token distribution before the first step.
-            self._set_root_distribution(self.target.prefill(self.committed)[-1], None)
-        elif len(self.committed) > 1:
-            self.target.prefill(self.committed[:-1])
+            self.draft.forward(self.committed[:-1], [], None, [], keep_logits=1,
+                               features=self._features_of_chain(0, len(self.committed) - 1))
+
+    def _features_of_chain(self, first: int, count: int) -> torch.Tensor | None:
+        """A feature draft's feature rows for committed tokens first .. first + count - 1 (None for other drafts)."""
+        return self.features.inputs_for(first, count) if self.features is not None else None
 
     def _set_root_distribution(self, logits: torch.Tensor, residual: torch.Tensor | None) -> None:
         self.root_logits = logits
@@ -181,7 +211,9 @@ class TreeDecoder(Decoder):
         replacement = not self.without_replacement
         parent_logits = parent_hidden = None
         if not shape.target_roots:
-            parent_logits, parent_hidden = self.draft.forward(pending, [], None, [], keep_logits=1)
+            parent_logits, parent_hidden = self.draft.forward(
+                pending, [], None, [], keep_logits=1,
+                features=self._features_of_chain(self.draft.cached_len, len(pending)))
             tree.add_block([ROOT], parent_logits, warp(parent_logits))
             pending = []
         for level in range(1, shape.depth + 1):
@@ -203,9 +235,16 @@ class TreeDecoder(Decoder):
                 if not keep:
                     break
             nodes = shape.nodes_at(level)
+            features = None
+            if self.features is not None:
+                # A node reads its parent's state: the draft's own for draft nodes (the target has not read them),
+                # the target's for the root of a target-rooted tree. Children are parent-major, k per parent.
+                parents = self.features.inputs_for(base_pos, 1) if level == 1 and shape.target_roots else parent_hidden
+                features = torch.cat([self.features.inputs_for(self.draft.cached_len, len(pending)),
+                                      parents.repeat_interleave(k, dim=0)])
             parent_logits, parent_hidden = self.draft.forward(
                 pending, tree.tokens[nodes.start:nodes.stop], self.max_mask[nodes.start:nodes.stop, :nodes.stop],
-                [base_pos + level - 1] * len(nodes), keep_logits=len(nodes))
+                [base_pos + level - 1] * len(nodes), keep_logits=len(nodes), features=features)
             pending = []
             tree.fed_nodes = nodes.stop
             tree.add_block(list(nodes), parent_logits, warp(parent_logits))
@@ -245,8 +284,8 @@ class TreeDecoder(Decoder):
         chain = self.committed[self.target.cached_len:]
         positions = [context_len + level - 1 for level in shape.levels[:live]]
         root_rows = len(chain)
-        target_logits, _ = self.target.forward(chain, tree.tokens, tree.mask[:live, :live], positions,
-                                               keep_logits=root_rows + live)
+        target_logits, target_hidden = self.target.forward(chain, tree.tokens, tree.mask[:live, :live], positions,
+                                                           keep_logits=root_rows + live)
         argmax = argmax_rows(target_logits)  # the step's one host sync on the verify output
         t2 = time.perf_counter()
 
@@ -283,7 +322,16 @@ class TreeDecoder(Decoder):
             final_parent = walk.final_context
         self.committed += committed
         self.target.keep_path(path, len(self.committed))
-        self.draft.keep_path([i for i in path if i < tree.fed_nodes], len(self.committed))
+        if self.features is None:
+            self.draft.keep_path([i for i in path if i < tree.fed_nodes], len(self.committed))
+        else:
+            # The draft read the accepted nodes with its own states as features; the target's are better, so it
+            # reads them again (with the next step's first forward) and keeps none of this step's nodes.
+            kept_rows = torch.tensor(list(range(root_rows)) + [root_rows + i for i in path], dtype=torch.long,
+                                     device=target_hidden.device)
+            self.features.append(context_len - root_rows, target_hidden.index_select(0, kept_rows))
+            self.draft.keep_path([], len(self.committed))
+            self.features.drop_before(self.draft.cached_len - 1)
 
         nodes = self._node_traces(tree, live, walks, path, target_row, target_logits, target_probs)
         return StepTrace(

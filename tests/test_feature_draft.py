@@ -1,0 +1,200 @@
+"""The feature draft (dynasd/feature_draft.py): it reads the target's states of the committed text, the decoder stays
+lossless with it, and its training command learns and exports a draft the engine loads."""
+import json
+
+import pytest
+import torch
+
+from dynasd.cache import CachedModel
+from dynasd.decoders import make_decoder
+from dynasd.feature_draft import TargetFeatures, is_feature_draft
+from dynasd.models import ModelPair, load_distilled_draft, tiny_feature_draft
+from dynasd.sampling import SamplingConfig
+from dynasd.stopping import StopPolicy
+from test_greedy_identity import PROMPTS, target_greedy
+from test_losslessness import VOCAB, assert_matches, exact_first_two, sampled_first_two
+
+CONFIGS = [
+    ("sd", dict(gamma=4)),
+    ("mcsd", dict(k_config=(4, 2, 2, 1))),
+    ("mcsd", dict(k_config=(2, 1, 1, 1), stop=StopPolicy("confidence", 0.5))),
+    ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_min_ngram=1)),
+    ("ti-mcsd", dict(width=1, depth=3)),
+    ("ti-mcsd", dict(ti_k_config=(1, 3, 2))),
+]
+
+
+def test_target_features_pair_each_token_with_the_state_one_position_earlier():
+    features = TargetFeatures(2, torch.float32, torch.device("cpu"))
+    features.append(0, torch.tensor([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5]]))
+    first_two = features.inputs_for(0, 2)
+    assert first_two.tolist() == [[0.0, 0.0], [0.0, 0.5]]  # position 0 has no predecessor
+    assert features.inputs_for(2, 2).tolist() == [[1.0, 1.5], [2.0, 2.5]]
+    with pytest.raises(ValueError):
+        features.inputs_for(3, 2)  # the state of position 3 is not known yet
+    with pytest.raises(ValueError):
+        features.append(4, torch.zeros(1, 2))  # a gap
+    features.drop_before(2)
+    assert features.inputs_for(3, 1).tolist() == [[2.0, 2.5]]
+    with pytest.raises(ValueError):
+        features.inputs_for(2, 1)  # dropped
+
+
+@pytest.mark.parametrize("method,options", CONFIGS, ids=[f"{m}-{o}" for m, o in CONFIGS])
+def test_greedy_identity_with_the_feature_draft(tiny_pair, method, options):
+    for prompt in PROMPTS[:4]:
+        ids = tiny_pair.encode_prompt(prompt)
+        run = make_decoder(method, tiny_pair, SamplingConfig(), feature_draft=True, **options).generate(ids, 40)
+        assert run.new_token_ids == target_greedy(tiny_pair, ids, 40)[:len(run.new_token_ids)], prompt
+        assert len(run.new_token_ids) == 40 or run.finished == "eos"
+        assert run.config["feature_draft"] is True
+
+
+def test_the_draft_cache_holds_the_committed_text_read_with_the_targets_states(tiny_pair):
+    """After every step, the feature draft's keys/values equal those of reading the committed tokens in one go,
+    each with the target's state at the position before (a full forward's states): tree nodes the draft read
+    with its own states are never kept."""
+    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(2, 2, 1), feature_draft=True)
+    decoder.start(tiny_pair.encode_prompt("Explain trees to me"), 40)
+    accepted = 0
+    while not decoder.done:
+        accepted += len(decoder.step().accepted_path)
+        cached = decoder.draft.cached_len
+        ids = torch.tensor([decoder.committed[:cached]])
+        with torch.inference_mode():
+            states = tiny_pair.target.model(input_ids=ids).last_hidden_state[0]
+        fresh = CachedModel(tiny_pair.feature_draft, need_hidden=True)
+        inputs = torch.cat([torch.zeros(1, states.shape[1]), states[:-1]])
+        fresh.forward(decoder.committed[:cached], [], None, [], keep_logits=1, features=inputs)
+        for layer, reference in zip(decoder.draft.cache.layers, fresh.cache.layers):
+            assert torch.allclose(layer.keys[:, :, :cached], reference.keys, atol=1e-5)
+            assert torch.allclose(layer.values[:, :, :cached], reference.values, atol=1e-5)
+    assert accepted > 0  # steps that accepted draft nodes were checked too
+
+
+def test_the_lean_forward_reads_features_as_transformers_forward_does(tiny_pair):
+    draft = tiny_pair.feature_draft
+    tokens = tiny_pair.encode_prompt("zz top")
+    features = torch.randn(len(tokens), draft.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    results = []
+    for lean in (True, False):
+        model = CachedModel(draft, need_hidden=True, lean=lean)
+        assert model.lean == lean
+        results.append(model.forward(tokens, [], None, [], keep_logits=2, features=features, keep_hidden=3))
+    (lean_logits, lean_hidden), (stock_logits, stock_hidden) = results
+    assert lean_hidden.shape[0] == 3 and torch.equal(lean_logits, stock_logits)
+    assert torch.equal(lean_hidden, stock_hidden)
+    with pytest.raises(ValueError, match="feature row"):
+        CachedModel(draft).forward(tokens, [], None, [], keep_logits=1)  # a feature draft without features
+
+
+def test_a_step_uses_the_feature_draft_not_the_token_draft(tiny_pair):
+    """The feature path is really taken: the token draft is never called, the feature draft is."""
+    calls = {"token": 0, "feature": 0}
+    hooks = [tiny_pair.draft.model.embed_tokens.register_forward_hook(lambda *a: calls.__setitem__(
+                 "token", calls["token"] + 1)),
+             tiny_pair.feature_draft.model.feature_fc.register_forward_hook(lambda *a: calls.__setitem__(
+                 "feature", calls["feature"] + 1))]
+    try:
+        make_decoder("sd", tiny_pair, SamplingConfig(), feature_draft=True).generate(tiny_pair.encode_prompt("a"), 8)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls["token"] == 0 and calls["feature"] > 0
+
+
+def test_a_pair_without_a_feature_draft_is_refused_clearly(tiny_pair):
+    pair = ModelPair(**{**vars(tiny_pair), "feature_draft": None})
+    with pytest.raises(ValueError, match="no feature draft"):
+        make_decoder("sd", pair, SamplingConfig(), feature_draft=True)
+
+
+@pytest.fixture(scope="module")
+def small_feature_pair():
+    from dynasd.models import tiny_llama, tiny_tokenizer
+
+    target = tiny_llama(VOCAB, seed=44, layers=1)
+    return ModelPair(name="tiny-v4-features", target=target, draft=tiny_llama(VOCAB, seed=45, layers=1),
+                     tokenizer=tiny_tokenizer(), draft_label="unrelated tiny draft", device=torch.device("cpu"),
+                     dtype=torch.float32, eos_token_ids=frozenset(), feature_draft=tiny_feature_draft(target, 46))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,options", [("sd", dict(gamma=2)), ("mcsd", dict(k_config=(3, 2)))])
+def test_sampling_with_the_feature_draft_follows_the_target_distribution(small_feature_pair, method, options):
+    cfg = SamplingConfig(temperature=1.0)
+    counts = sampled_first_two(small_feature_pair, cfg, method, dict(options, feature_draft=True))
+    assert_matches(counts, exact_first_two(small_feature_pair, cfg))
+
+
+def test_train_feature_draft_learns_and_exports_a_loadable_draft(tmp_path):
+    from dynasd.cli import main
+    from dynasd.models import load_pair
+
+    data = tmp_path / "gen"
+    assert main(["train-draft", "--pair", "tiny-random", "--stage", "generate", "--out", str(data),
+                 "--heldout", "4", "--gen-prompts", "24", "--gen-max-new-tokens", "24", "--shard-prompts", "8",
+                 "--threads", "1"]) == 0
+    out, export = tmp_path / "feature", tmp_path / "export"
+    assert main(["train-feature-draft", "--pair", "tiny-random", "--data", str(data), "--out", str(out),
+                 "--layers", "1", "--steps", "60", "--eval-every", "20", "--log-every", "20", "--lr", "3e-3",
+                 "--export", str(export), "--threads", "1"]) == 0
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[-1] < 0.8 * losses[0], losses
+    scores = [r for r in records if "heldout_agreement_depth1" in r]
+    assert max(r["heldout_agreement_depth1"] for r in scores) > scores[0]["heldout_agreement_depth1"]
+    assert sorted(p.name for p in (out / "features").iterdir()) == ["heldout.pt", "train-0000.pt",
+                                                                  "train-0001.pt", "train-0002.pt"]
+
+    target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
+    draft = load_distilled_draft(target, export)
+    assert is_feature_draft(draft)
+    pair = ModelPair(**{**vars(load_pair("tiny-random", device="cpu")), "feature_draft": draft})
+    ids = pair.encode_prompt("hello there")
+    run = make_decoder("mcsd", pair, SamplingConfig(), feature_draft=True).generate(ids, 24)
+    assert run.new_token_ids == target_greedy(pair, ids, 24)[:len(run.new_token_ids)]
+
+
+def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
+    import app
+    from dynasd.models import has_feature_draft
+
+    assert has_feature_draft("tiny-random") and not has_feature_draft("smollm2-360m+135m")
+    *_, checkbox = app.on_pair_change("tiny-random")
+    assert checkbox.visible is True
+    *_, checkbox = app.on_pair_change("smollm2-360m+135m")
+    assert checkbox.visible is False
+
+
+@pytest.mark.slow
+def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_message(embedded_pair):
+    """No feature draft is shipped for the embedded pair (it did not beat the token draft, docs/benchmarks.md)."""
+    from dynasd.models import has_feature_draft
+    from dynasd.session import Settings, UserError, build_decoder
+
+    assert embedded_pair.feature_draft is None and not has_feature_draft("embedded")
+    with pytest.raises(UserError, match="has no feature draft"):
+        build_decoder(embedded_pair, Settings(method="sd", feature_draft=True))
+
+
+def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(tmp_path):
+    """--init-from: the mixer's state half starts at zero, so whatever states it reads, the new draft's logits are
+    the token draft's (training starts from its agreement, not below it)."""
+    from dynasd.distill import draft_from_target, export_draft
+    from dynasd.feature_distill import build_feature_draft
+    from dynasd.models import load_pair
+
+    target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
+    token_draft = draft_from_target(target, [1]).eval()
+    export_draft(token_draft, tmp_path, dtype=torch.float32)
+    draft = build_feature_draft(target, [], init_from=str(tmp_path)).eval()
+    assert is_feature_draft(draft) and draft.config.dynasd_source_layers == [1]
+    ids = torch.tensor([[5, 9, 3, 7, 11]])
+    states = 10 * torch.randn(1, 5, target.config.hidden_size)
+    from dynasd.feature_draft import draft_inputs
+
+    with torch.no_grad():
+        expected = token_draft(input_ids=ids).logits
+        got = draft(inputs_embeds=draft_inputs(draft, ids, states)).logits
+    assert torch.allclose(got, expected, atol=1e-5)
