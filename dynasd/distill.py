@@ -467,6 +467,28 @@ def lr_at(step: int, args, seconds: float = 0.0) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def batch_for_step(step: int, batches: int, seed: int) -> int:
+    """The batch a training step uses: every epoch visits each batch once, in an order seeded by (seed, epoch), so a
+    resumed run continues the same sequence."""
+    epoch, index = divmod(step, batches)
+    order = list(range(batches))
+    random.Random(seed * 1000 + epoch).shuffle(order)
+    return order[index]
+
+
+def export_best(out: Path, export: str | Path) -> None:
+    """Copy the best checkpoint's files (`out/best`) to `export`, e.g. an assets folder."""
+    import shutil
+
+    if not (out / "best" / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no trained draft in {out / 'best'} (run the train stage first)")
+    Path(export).mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "model.safetensors", "metrics.json", "head_tokens.json"):
+        if (out / "best" / name).is_file():
+            shutil.copy(out / "best" / name, Path(export) / name)
+    print(f"exported {out / 'best'} to {export}")
+
+
 def train_stage(args, log) -> dict:
     from tqdm import tqdm
 
@@ -591,17 +613,15 @@ def train_stage(args, log) -> dict:
         if args.minutes and seconds_before + time.time() - start > 60 * args.minutes:
             log({"stage": "train", "stopped": "time budget", "step": step})
             break
-        epoch, index = divmod(step, len(batches))
-        order = list(range(len(batches)))
-        random.Random(args.seed * 1000 + epoch).shuffle(order)
-        ids, rows, cols, labels = collate([train[i] for i in batches[order[index]]], pad, label_map)
+        batch = [train[i] for i in batches[batch_for_step(step, len(batches), args.seed)]]
+        ids, rows, cols, labels = collate(batch, pad, label_map)
         keep = labels >= 0
         hidden = draft.model(input_ids=ids).last_hidden_state[rows[keep], cols[keep]]
         logits = hidden @ head.T
         loss = torch.nn.functional.cross_entropy(logits, labels[keep])
         if args.soft_weight and soft_seqs:
             # + cross-entropy to the target's top-k distribution (renormalised over the kept tokens)
-            soft_ids, soft_p = collate_soft([train[i] for i in batches[order[index]]], label_map, args.soft_k)
+            soft_ids, soft_p = collate_soft(batch, label_map, args.soft_k)
             soft_ids, soft_p = soft_ids[keep], soft_p[keep]
             has = soft_p.sum(-1) > 0
             if bool(has.any()):
@@ -741,14 +761,6 @@ def run(args: argparse.Namespace) -> int:
         summary = train_stage(args, log)
         print(json.dumps(summary))
     if args.export:
-        if not (out / "best" / "model.safetensors").is_file():
-            raise FileNotFoundError(f"no trained draft in {out / 'best'}")
-        import shutil
-
-        Path(args.export).mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "model.safetensors", "metrics.json", "head_tokens.json"):
-            if (out / "best" / name).is_file():
-                shutil.copy(out / "best" / name, Path(args.export) / name)
-        print(f"exported {out / 'best'} to {args.export}")
+        export_best(out, args.export)
     log.close()
     return 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .distill import export_draft, load_sequences, lr_at, make_batches, open_log, parse_layers, trainable_state
+from .distill import (batch_for_step, export_best, export_draft, load_sequences, lr_at, make_batches, open_log,
+                      parse_layers, trainable_state)
 from .feature_draft import add_feature_input, draft_inputs
 
 
@@ -149,22 +149,16 @@ def agreement(draft, seqs: list[FeatureSequence], head: torch.Tensor, vocab: tor
     """Top-1 agreement with the target's argmax at answer positions: (depth 1: every input state the target's;
     depth 2: the input state at each position the draft's own from the position before, as deeper tree levels
     see it)."""
-    hits1 = hits2 = total = 0
+    hits, total = [0, 0], 0
     for batch in make_batches(seqs, batch_tokens):
         ids, inputs, rows, cols, labels, *_ = batch_of([seqs[i] for i in batch], pad_id)
         first = draft_states(draft, ids, inputs)
         own = torch.zeros_like(inputs)
         own[:, 1:] = first[:, :-1]
-        second = draft_states(draft, ids, own)
-        for states, counter in ((first, 1), (second, 2)):
-            top = vocab[(states[rows, cols] @ head.T).argmax(-1)]
-            hits = int((top == labels).sum())
-            if counter == 1:
-                hits1 += hits
-            else:
-                hits2 += hits
+        for depth, states in enumerate((first, draft_states(draft, ids, own))):
+            hits[depth] += int((vocab[(states[rows, cols] @ head.T).argmax(-1)] == labels).sum())
         total += len(labels)
-    return hits1 / max(total, 1), hits2 / max(total, 1)
+    return hits[0] / max(total, 1), hits[1] / max(total, 1)
 
 
 def read_vocab(args, train: list[FeatureSequence], eos: set[int], vocab_size: int) -> list[int]:
@@ -255,16 +249,12 @@ def train_stage(args, log) -> dict:
     draft.train()
     bar = tqdm(total=args.steps, initial=step, desc="train-feature-draft", unit="step")
     window = {"loss": 0.0, "tokens": 0, "start": time.time()}
-    losses = []
     while step < args.steps:
         if args.minutes and seconds_before + time.time() - start > 60 * args.minutes:
             log({"stage": "train", "stopped": "time budget", "step": step})
             break
-        epoch, index = divmod(step, len(batches))
-        order = list(range(len(batches)))
-        random.Random(args.seed * 1000 + epoch).shuffle(order)
         ids, inputs, rows, cols, labels, topk_ids, topk_logp, goal = batch_of(
-            [train[i] for i in batches[order[index]]], pad)
+            [train[i] for i in batches[batch_for_step(step, len(batches), args.seed)]], pad)
         if args.state_noise:  # the draft's own states, fed to tree nodes, are a little off the target's
             scale = inputs.pow(2).mean().sqrt()
             inputs = inputs + (torch.rand_like(inputs) * 2 - 1) * args.state_noise * scale
@@ -289,8 +279,7 @@ def train_stage(args, log) -> dict:
         opt.step()
         step += 1
         bar.update(1)
-        losses.append(float(loss.detach()))
-        window["loss"] += losses[-1] * len(labels)
+        window["loss"] += float(loss.detach()) * len(labels)
         window["tokens"] += len(labels)
         if step % args.log_every == 0 or step == args.steps:
             log({"step": step, "loss": round(window["loss"] / max(window["tokens"], 1), 4),
@@ -304,7 +293,7 @@ def train_stage(args, log) -> dict:
     bar.close()
     if step % args.eval_every and step != args.steps:
         best = evaluate_and_save(step, best)
-    return {"layers": layers, "step": step, "best_agreement": best, "losses": losses}
+    return {"layers": layers, "step": step, "best_agreement": best}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -357,15 +346,8 @@ def run(args: argparse.Namespace) -> int:
         features_stage(args, log)
     if args.stage in ("all", "train"):
         result = train_stage(args, log)
-        print(json.dumps({k: v for k, v in result.items() if k != "losses"}))
+        print(json.dumps(result))
     if args.stage in ("all", "export") and args.export:
-        best = out / "best"
-        if not (best / "model.safetensors").is_file():
-            raise FileNotFoundError(f"no trained draft in {best} (run --stage train first)")
-        import shutil
-
-        Path(args.export).mkdir(parents=True, exist_ok=True)
-        for name in ("model.safetensors", "config.json", "head_tokens.json", "metrics.json"):
-            shutil.copy(best / name, Path(args.export) / name)
-        print(f"exported {best} -> {args.export}")
+        export_best(out, args.export)
+    log.close()
     return 0
