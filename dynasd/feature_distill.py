@@ -99,15 +99,16 @@ def load_features(paths) -> list[FeatureSequence]:
 # ---------------------------------------------------------------------------------------------------------------
 # 2. train
 
-def build_feature_draft(target, layers: list[int], init_from: str | None = None):
-    """The target's `layers` + final norm + the input mixer; embedding and output layer shared and frozen.
+def build_feature_draft(target, layers: list[int], init_from: str | None = None, state_scale: float = 1.0):
+    """The target's `layers` + final norm + the input mixer ([I | state_scale I] at first); embedding and output
+    layer shared and frozen.
 
     With `init_from` (an exported token draft, `train-draft --export`), its layers and weights instead, and a mixer
     that starts by ignoring the states: the draft starts exactly as good as the token draft."""
     from .distill import draft_from_target
 
     if init_from is None:
-        return add_feature_input(draft_from_target(target, layers))
+        return add_feature_input(draft_from_target(target, layers), state_scale=state_scale)
     from safetensors.torch import load_file
 
     config = json.loads((Path(init_from) / "config.json").read_text())
@@ -161,6 +162,16 @@ def agreement(draft, seqs: list[FeatureSequence], head: torch.Tensor, vocab: tor
     return hits[0] / max(total, 1), hits[1] / max(total, 1)
 
 
+def initial_state_scale(args, target, train: list[FeatureSequence]) -> float:
+    """--state-scale, or with 'auto' the ratio of token-embedding to state lengths: the mixer then starts with both
+    inputs the same size (SmolLM2-135M's states are ~15x longer, and at scale 1 they swamp the token)."""
+    if args.state_scale != "auto":
+        return float(args.state_scale)
+    states = torch.cat([s.states[:256].float() for s in train[:64]])
+    embeddings = target.model.embed_tokens.weight.detach().float()
+    return float(embeddings.norm(dim=-1).mean() / states.norm(dim=-1).mean())
+
+
 def read_vocab(args, train: list[FeatureSequence], eos: set[int], vocab_size: int) -> list[int]:
     """The training softmax's tokens: `--head-tokens` (a head_tokens.json), else the most frequent labels."""
     if args.head_tokens:
@@ -189,7 +200,8 @@ def train_stage(args, log) -> dict:
     for p in target.parameters():
         p.requires_grad_(False)
     layers = parse_layers(args.layers) if args.layers != "last" else [target.config.num_hidden_layers - 1]
-    draft = build_feature_draft(target, layers, args.init_from)
+    state_scale = initial_state_scale(args, target, train)
+    draft = build_feature_draft(target, layers, args.init_from, state_scale)
     layers = list(draft.config.dynasd_source_layers)
     if args.init_from:
         # The mixer's token half stays the identity (the trained layers read embeddings); only the state half,
@@ -224,7 +236,8 @@ def train_stage(args, log) -> dict:
     batches = make_batches(train, args.batch_tokens)
     log({"stage": "train", "layers": layers, "train_sequences": len(train), "batches_per_epoch": len(batches),
          "train_answer_tokens": sum(len(s.labels) for s in train), "train_vocab": len(vocab_list),
-         "heldout_answer_tokens": sum(len(s.labels) for s in heldout), "resumed_at": step})
+         "heldout_answer_tokens": sum(len(s.labels) for s in heldout), "resumed_at": step,
+         "initial_state_scale": None if args.init_from else round(state_scale, 5)})
     start = time.time()
 
     def evaluate_and_save(step: int, best: float) -> float:
@@ -313,6 +326,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk", type=int, default=8, help="features: top-k log-probabilities kept per position")
     t = p.add_argument_group("train")
     t.add_argument("--layers", default="last", help="target layers the draft starts from ('last' or e.g. 0,29)")
+    t.add_argument("--state-scale", default="auto",
+                   help="from scratch: the mixer's initial weight on the states ('auto': embedding length / state "
+                        "length, so neither input swamps the other)")
     t.add_argument("--init-from", default=None,
                    help="an exported token draft (e.g. assets/draft-smollm2) to start from instead of --layers")
     t.add_argument("--head-tokens", default=None,

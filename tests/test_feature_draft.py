@@ -198,3 +198,25 @@ def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(
         expected = token_draft(input_ids=ids).logits
         got = draft(inputs_embeds=draft_inputs(draft, ids, states)).logits
     assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_auto_state_scale_starts_the_mixer_with_inputs_of_equal_length():
+    """From scratch, 'auto' weighs the states by embedding length / state length, so that neither input swamps the
+    other at the start (the target's states can be many times longer than its token embeddings)."""
+    from argparse import Namespace
+
+    from dynasd.feature_distill import FeatureSequence, build_feature_draft, initial_state_scale
+    from dynasd.models import load_pair
+
+    target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
+    width = target.config.hidden_size
+    states = 50 * torch.randn(6, width)
+    seq = FeatureSequence([1, 2, 3, 4, 5, 6], 3, states.half(), torch.zeros(3, dtype=torch.long),
+                          torch.zeros(3, 1, dtype=torch.int32), torch.zeros(3, 1))
+    scale = initial_state_scale(Namespace(state_scale="auto"), target, [seq])
+    embedding_length = target.model.embed_tokens.weight.detach().norm(dim=-1).mean()
+    assert scale == pytest.approx(float(embedding_length / states.half().float().norm(dim=-1).mean()), rel=1e-4)
+    assert initial_state_scale(Namespace(state_scale="0.5"), target, [seq]) == 0.5
+    mixer = build_feature_draft(target, [1], state_scale=scale).model.feature_fc.weight
+    assert torch.allclose(mixer[:, width:], scale * torch.eye(width))
+    assert torch.equal(mixer[:, :width], torch.eye(width))
