@@ -476,6 +476,29 @@ def batch_for_step(step: int, batches: int, seed: int) -> int:
     return order[index]
 
 
+class LossWindow:
+    """The training loss averaged over the tokens since the last log line, and the tokens/s it came at."""
+
+    def __init__(self) -> None:
+        self.loss, self.tokens, self.start = 0.0, 0, time.time()
+
+    def add(self, loss: float, tokens: int) -> None:
+        self.loss += loss * tokens
+        self.tokens += tokens
+
+    @property
+    def mean(self) -> float:
+        return self.loss / max(self.tokens, 1)
+
+    def record(self, step: int, lr: float, started: float) -> dict:
+        """The log record of this window; the next window starts now."""
+        record = {"step": step, "loss": round(self.mean, 4), "lr": round(lr, 6),
+                  "tokens_per_s": round(self.tokens / (time.time() - self.start), 1),
+                  "elapsed_s": round(time.time() - started, 1)}
+        self.loss, self.tokens, self.start = 0.0, 0, time.time()
+        return record
+
+
 def export_best(out: Path, export: str | Path) -> None:
     """Copy the best checkpoint's files (`out/best`) to `export`, e.g. an assets folder."""
     import shutil
@@ -608,7 +631,7 @@ def train_stage(args, log) -> dict:
         best = evaluate_and_save(0, best)
     draft.train()
     bar = tqdm(total=args.steps, initial=step, desc="train-draft", unit="step")
-    window_loss, window_tokens, window_start = 0.0, 0, time.time()
+    window = LossWindow()
     while step < args.steps:
         if args.minutes and seconds_before + time.time() - start > 60 * args.minutes:
             log({"stage": "train", "stopped": "time budget", "step": step})
@@ -635,15 +658,10 @@ def train_stage(args, log) -> dict:
         opt.step()
         step += 1
         bar.update(1)
-        window_loss += float(loss.detach()) * int(keep.sum())
-        window_tokens += int(keep.sum())
+        window.add(float(loss.detach()), int(keep.sum()))
         if step % args.log_every == 0 or step == args.steps:
-            log({"step": step, "loss": round(window_loss / max(window_tokens, 1), 4),
-                 "lr": round(opt.param_groups[0]["lr"], 6),
-                 "tokens_per_s": round(window_tokens / (time.time() - window_start), 1),
-                 "elapsed_s": round(time.time() - start, 1)})
-            bar.set_postfix(loss=f"{window_loss / max(window_tokens, 1):.3f}")
-            window_loss, window_tokens, window_start = 0.0, 0, time.time()
+            bar.set_postfix(loss=f"{window.mean:.3f}")
+            log(window.record(step, opt.param_groups[0]["lr"], start))
         if step % args.eval_every == 0 or step == args.steps:
             best = evaluate_and_save(step, best)
     bar.close()

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .distill import (batch_for_step, export_best, export_draft, load_sequences, lr_at, make_batches, open_log,
-                      parse_layers, trainable_state)
+from .distill import (LossWindow, batch_for_step, export_best, export_draft, load_sequences, lr_at, make_batches,
+                      open_log, parse_layers, trainable_state)
 from .feature_draft import add_feature_input, draft_inputs
 
 
@@ -261,7 +261,7 @@ def train_stage(args, log) -> dict:
         best = evaluate_and_save(0, best)
     draft.train()
     bar = tqdm(total=args.steps, initial=step, desc="train-feature-draft", unit="step")
-    window = {"loss": 0.0, "tokens": 0, "start": time.time()}
+    window = LossWindow()
     while step < args.steps:
         if args.minutes and seconds_before + time.time() - start > 60 * args.minutes:
             log({"stage": "train", "stopped": "time budget", "step": step})
@@ -292,15 +292,10 @@ def train_stage(args, log) -> dict:
         opt.step()
         step += 1
         bar.update(1)
-        window["loss"] += float(loss.detach()) * len(labels)
-        window["tokens"] += len(labels)
+        window.add(float(loss.detach()), len(labels))
         if step % args.log_every == 0 or step == args.steps:
-            log({"step": step, "loss": round(window["loss"] / max(window["tokens"], 1), 4),
-                 "lr": round(opt.param_groups[0]["lr"], 6),
-                 "tokens_per_s": round(window["tokens"] / (time.time() - window["start"]), 1),
-                 "elapsed_s": round(time.time() - start, 1)})
-            bar.set_postfix(loss=f"{window['loss'] / max(window['tokens'], 1):.3f}")
-            window = {"loss": 0.0, "tokens": 0, "start": time.time()}
+            bar.set_postfix(loss=f"{window.mean:.3f}")
+            log(window.record(step, opt.param_groups[0]["lr"], start))
         if step % args.eval_every == 0 or step == args.steps:
             best = evaluate_and_save(step, best)
     bar.close()
