@@ -25,8 +25,8 @@ import pandas as pd
 import viz
 from dynasd.decoders import METHODS
 from dynasd.models import has_feature_draft
-from dynasd.recipes import RECIPES, recipe_values
-from dynasd.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, PairCache, Session,
+from dynasd.explorer.recipes import RECIPES, recipe_values
+from dynasd.explorer.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, PairCache, Session,
                             SessionFailed, SessionRegistry, Settings, UserError, compare_methods, known_pairs,
                             load_trace, settings_of_trace, start_heap_trimmer)
 from dynasd.stopping import STOP_POLICIES

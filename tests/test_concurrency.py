@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from dynasd.session import (PairCache, SessionRegistry, Settings, UserError, build_decoder,
+from dynasd.explorer.session import (PairCache, SessionRegistry, Settings, UserError, build_decoder,
                             process_rss_mb)
 
 OUT = dict(text=0, status=7, scrubber=9)
@@ -206,7 +206,7 @@ def test_loading_tiny_random_while_other_sessions_build_decision_models_gives_th
     import torch
 
     from dynasd.models import load_pair, tiny_random_pair
-    from dynasd.session import decoder_options
+    from dynasd.explorer.session import decoder_options
 
     reference = tiny_random_pair()
     stop = threading.Event()

@@ -7,7 +7,7 @@ import torch
 
 from dynasd import fast_linear
 from dynasd.decoders import make_decoder
-from dynasd.fast_linear import (PANEL, PANEL_ROWS, SMALL_ROWS, FusedProjections, PretransposedLinear,
+from dynasd.kernels.fast_linear import (PANEL, PANEL_ROWS, SMALL_ROWS, FusedProjections, PretransposedLinear,
                                 panel_kernel, pretranspose_linears)
 from dynasd.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.sampling import SamplingConfig

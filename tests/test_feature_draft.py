@@ -171,7 +171,7 @@ def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
 def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_message(embedded_pair):
     """No feature draft is shipped for the embedded pair (it did not beat the token draft, docs/benchmarks.md)."""
     from dynasd.models import has_feature_draft
-    from dynasd.session import Settings, UserError, build_decoder
+    from dynasd.explorer.session import Settings, UserError, build_decoder
 
     assert embedded_pair.feature_draft is None and not has_feature_draft("embedded")
     with pytest.raises(UserError, match="has no feature draft"):
@@ -181,8 +181,8 @@ def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_messag
 def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(tmp_path):
     """--init-from: the mixer's state half starts at zero, so whatever states it reads, the new draft's logits are
     the token draft's (training starts from its agreement, not below it)."""
-    from dynasd.distill import draft_from_target, export_draft
-    from dynasd.feature_distill import build_feature_draft
+    from dynasd.training.distill import draft_from_target, export_draft
+    from dynasd.training.feature_distill import build_feature_draft
     from dynasd.models import load_pair
 
     target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
@@ -205,7 +205,7 @@ def test_auto_state_scale_starts_the_mixer_with_inputs_of_equal_length():
     other at the start (the target's states can be many times longer than its token embeddings)."""
     from argparse import Namespace
 
-    from dynasd.feature_distill import FeatureSequence, build_feature_draft, initial_state_scale
+    from dynasd.training.feature_distill import FeatureSequence, build_feature_draft, initial_state_scale
     from dynasd.models import load_pair
 
     target = load_pair("tiny-random", device="cpu", fast_kernels=False).target

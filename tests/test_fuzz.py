@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dynasd.decoders import make_decoder
 from dynasd.sampling import SamplingConfig, greedy_walk, mcss_walk
-from dynasd.session import UserError, check_trace, load_trace
+from dynasd.explorer.session import UserError, check_trace, load_trace
 from dynasd.stopping import StopPolicy
 from dynasd.trace import (LevelScores, NodeTrace, RunTrace, StepTrace, TraceError, run_from_dict, run_to_dict)
 from dynasd.tree import ROOT, TreeShape, ancestor_mask, parse_branching, path_to

@@ -3,7 +3,7 @@ replaces the case it is for: a masked forward of several query tokens."""
 import pytest
 import torch
 
-import dynasd.gqa_attention as gqa
+import dynasd.kernels.gqa_attention as gqa
 from dynasd.cache import CachedModel
 from dynasd.models import load_pair, tiny_random_pair
 from dynasd.tree import ancestor_mask

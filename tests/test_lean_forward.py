@@ -5,8 +5,8 @@ import torch
 from dynasd import fast_linear
 from dynasd.cache import CachedModel
 from dynasd.decoders import make_decoder
-from dynasd.gqa_attention import use_packed_gqa
-from dynasd.lean_forward import _fused_projections, supports
+from dynasd.kernels.gqa_attention import use_packed_gqa
+from dynasd.kernels.lean_forward import _fused_projections, supports
 from dynasd.models import load_pair, tiny_llama, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 from dynasd.tree import ROOT, TreeShape, ancestor_mask

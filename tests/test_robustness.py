@@ -13,7 +13,7 @@ import torch
 from dynasd.decoders import MAX_TREE_NODES, make_decoder
 from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
 from dynasd.sampling import SamplingConfig
-from dynasd.session import (CUSTOM, MAX_PROMPT_CHARS, PairCache, Session, SessionFailed, SessionRegistry, Settings,
+from dynasd.explorer.session import (CUSTOM, MAX_PROMPT_CHARS, PairCache, Session, SessionFailed, SessionRegistry, Settings,
                             UserError, load_trace, settings_of_trace)
 from dynasd.trace import run_to_dict, save_run
 
@@ -491,7 +491,7 @@ def test_stop_mid_run_leaves_a_session_that_continues_to_the_uninterrupted_text(
 def test_heap_trimmer_starts_once_per_process():
     import threading
 
-    from dynasd.session import start_heap_trimmer
+    from dynasd.explorer.session import start_heap_trimmer
 
     assert start_heap_trimmer(3600) and start_heap_trimmer(3600)  # glibc on every machine this runs on
     assert sum(t.name == "heap-trimmer" for t in threading.enumerate()) == 1

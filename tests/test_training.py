@@ -12,7 +12,7 @@ from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft,
 from dynasd.stopping import StopPolicy, make_stop_policy
 
 # The shipped draft (v7) agreed with the target on 0.480 of the answer positions of FIXED_PROMPTS when it was
-# exported (0.506 / 0.517 on the two held-out sets, see assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
+# exported (0.506 / 0.517 on the two held-out sets, see dynasd/assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
 # held-out; v5: 0.388, v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the bar keeps a
 # margin.
 AGREEMENT_BAR = 0.44
@@ -55,7 +55,7 @@ def test_train_draft_reduces_its_loss_resumes_and_exports(tmp_path, prompt_file)
 
 
 def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers(tmp_path):
-    from dynasd.distill import load_sequences
+    from dynasd.training.distill import load_sequences
 
     def generate(out: Path, seed: int) -> tuple[list, list]:
         args = ["train-draft", "--pair", "tiny-random", "--stage", "generate", "--prompt-source", "self",
@@ -84,7 +84,7 @@ def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers
 def test_inverse_cdf_sampling_draws_exactly_from_the_tempered_softmax():
     from scipy.stats import chisquare
 
-    from dynasd.distill import InverseCdfSampling
+    from dynasd.training.distill import InverseCdfSampling
 
     torch.manual_seed(0)
     scores = torch.tensor([2.0, float("-inf"), 0.5, 1.0, float("-inf"), -1.0, 0.0])
@@ -100,7 +100,7 @@ def test_inverse_cdf_sampling_draws_exactly_from_the_tempered_softmax():
 
 
 def test_onpolicy_stage_labels_the_drafts_own_answers_with_the_targets_choices(tmp_path, prompt_file):
-    from dynasd.distill import load_sequences
+    from dynasd.training.distill import load_sequences
 
     out = tmp_path / "distill"
     common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "4", "--gen-max-new-tokens",
@@ -148,8 +148,8 @@ def test_onpolicy_stage_labels_the_drafts_own_answers_with_the_targets_choices(t
 
 
 def test_passage_task_prompts_put_the_targets_answers_under_task_instructions(tmp_path, prompt_file):
-    from dynasd.distill import load_sequences
-    from dynasd.task_prompts import TASK_TEMPLATES, passage_of, passage_task_prompts, user_message
+    from dynasd.training.distill import load_sequences
+    from dynasd.training.task_prompts import TASK_TEMPLATES, passage_of, passage_task_prompts, user_message
 
     out = tmp_path / "distill"
     common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "4", "--gen-max-new-tokens",
@@ -212,7 +212,7 @@ def test_select_on_mean_keeps_the_checkpoint_best_on_both_heldout_sets(tmp_path,
 
 
 def test_task_openers_start_every_self_written_instruction():
-    from dynasd.self_instruct import sample_instructions
+    from dynasd.training.self_instruct import sample_instructions
 
     pair = tiny_random_pair()
     openers = ("Write", "Solve")
@@ -293,7 +293,7 @@ def test_embedded_pair_uses_the_shipped_draft_and_stays_greedy_identical(embedde
 
 @pytest.mark.slow
 def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pair):
-    from dynasd.distill import Sequence, agreement, target_argmax_labels
+    from dynasd.training.distill import Sequence, agreement, target_argmax_labels
 
     pair = embedded_pair
     seqs = []
@@ -312,8 +312,8 @@ def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pa
 def test_onpolicy_prompts_come_from_training_shards_only(tmp_path):
     """Every round's on-policy shards are left out, not only the current prefix's (their prompts are training
     prompts again, or passage tasks)."""
-    from dynasd.distill import Sequence, save_sequences
-    from dynasd.onpolicy import training_prompts
+    from dynasd.training.distill import Sequence, save_sequences
+    from dynasd.training.onpolicy import training_prompts
 
     data = tmp_path / "data"
     save_sequences(data / "train-0000.jsonl", [Sequence([1, 2, 9, 9], 2), Sequence([3, 4, 9], 2)])

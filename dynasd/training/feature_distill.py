@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from .distill import (LossWindow, batch_for_step, export_best, export_draft, load_sequences, lr_at, make_batches,
                       open_log, parse_layers, trainable_state)
-from .feature_draft import add_feature_input, draft_inputs
+from ..feature_draft import add_feature_input, draft_inputs
 
 
 @dataclass
@@ -70,7 +70,7 @@ def target_features(target, seqs, pad_id: int, topk: int, batch_tokens: int = 20
 def features_stage(args, log) -> None:
     from tqdm import tqdm
 
-    from .models import load_pair
+    from ..models import load_pair
 
     data_dir, feature_dir = Path(args.data) / "data", Path(args.out) / "features"
     feature_dir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +184,7 @@ def read_vocab(args, train: list[FeatureSequence], eos: set[int], vocab_size: in
 def train_stage(args, log) -> dict:
     from tqdm import tqdm
 
-    from .models import load_pair
+    from ..models import load_pair
 
     out = Path(args.out)
     if args.lr is None:
@@ -317,7 +317,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. "
-                                                  "assets/draft-smollm2-features)")
+                                                  "dynasd/assets/draft-smollm2-features)")
     p.add_argument("--topk", type=int, default=8, help="features: top-k log-probabilities kept per position")
     t = p.add_argument_group("train")
     t.add_argument("--layers", default="last", help="target layers the draft starts from ('last' or e.g. 0,29)")
@@ -325,7 +325,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="from scratch: the mixer's initial weight on the states ('auto': embedding length / state "
                         "length, so neither input swamps the other)")
     t.add_argument("--init-from", default=None,
-                   help="an exported token draft (e.g. assets/draft-smollm2) to start from instead of --layers")
+                   help="an exported token draft (e.g. dynasd/assets/draft-smollm2) to start from instead of --layers")
     t.add_argument("--head-tokens", default=None,
                    help="head_tokens.json of the training softmax (default: the --vocab-max most frequent labels)")
     t.add_argument("--vocab-max", type=int, default=16384)

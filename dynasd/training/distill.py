@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "shared" / "train_prompts"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[3] / "shared" / "train_prompts"
 DEFAULT_INIT_CANDIDATES = ("0,1,29", "0,28,29", "0,15,29", "0,1,2", "0,29", "0,1,28,29")
 
 
@@ -153,7 +153,7 @@ def generate_answers(model, prompts: list[list[int]], pad_id: int, eos_ids: set[
 def generate_stage(args, log) -> None:
     from tqdm import tqdm
 
-    from .models import load_pair
+    from ..models import load_pair
 
     data_dir = Path(args.out) / "data"
     # Inference only, so the fast kernels are welcome (the same answers to float rounding; on an AMD EPYC, where MKL
@@ -243,7 +243,7 @@ def label_stage(args, log) -> None:
     per token than generating), labelled with the target's argmax at every answer position."""
     from tqdm import tqdm
 
-    from .models import load_pair
+    from ..models import load_pair
 
     texts = read_train_prompts(args.prompts)
     random.Random(args.seed).shuffle(texts)
@@ -515,7 +515,7 @@ def export_best(out: Path, export: str | Path) -> None:
 def train_stage(args, log) -> dict:
     from tqdm import tqdm
 
-    from .models import load_pair
+    from ..models import load_pair
 
     out = Path(args.out)
     data_dir = out / "data"
@@ -744,7 +744,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
-    p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. assets/draft-smollm2)")
+    p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. dynasd/assets/draft-smollm2)")
 
 
 def open_log(out: Path):

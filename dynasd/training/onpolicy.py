@@ -44,7 +44,7 @@ def training_prompts(data_dir: Path) -> list[list[int]]:
 def onpolicy_stage(args, log) -> None:
     from tqdm import tqdm
 
-    from .models import load_distilled_draft, load_pair
+    from ..models import load_distilled_draft, load_pair
     from .self_instruct import shard_seed
 
     if args.onpolicy_temperature < 0:

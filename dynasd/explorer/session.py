@@ -24,12 +24,12 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .decoders import MAX_TREE_NODES, METHODS, RequestError, make_decoder, tree_shape_for
-from .models import BUILTIN_PAIRS, PRESETS, ModelLoadError, ModelPair, load_pair
-from .sampling import SamplingConfig
-from .stopping import make_stop_policy
-from .trace import NODE_ORIGINS, RunTrace, StepTrace, TraceError
-from .tree import parse_branching
+from ..decoders import MAX_TREE_NODES, METHODS, RequestError, make_decoder, tree_shape_for
+from ..models import BUILTIN_PAIRS, PRESETS, ModelLoadError, ModelPair, load_pair
+from ..sampling import SamplingConfig
+from ..stopping import make_stop_policy
+from ..trace import NODE_ORIGINS, RunTrace, StepTrace, TraceError
+from ..tree import parse_branching
 
 CUSTOM = "custom"
 MAX_NEW_TOKENS_LIMIT = 512
@@ -484,7 +484,7 @@ def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
 # value types and bounds the figures rely on, so a loaded trace either shows or is refused with a reason.
 
 def load_trace(path) -> RunTrace:
-    from .trace import load_run
+    from ..trace import load_run
 
     if not isinstance(path, (str, Path)):
         raise UserError("cannot load that trace: expected a file")

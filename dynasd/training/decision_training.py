@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .decision import DecisionModel, hard_features
+from ..decision import DecisionModel, hard_features
 
 
 def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -134,7 +134,7 @@ def train_model(kind: str, data: dict[str, torch.Tensor], epochs: int = 10, batc
 # command
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .cli import add_model_arguments
+    from ..cli import add_model_arguments
     from .distill import DEFAULT_PROMPTS
 
     add_model_arguments(p)
@@ -161,11 +161,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/decision", help="working folder: dataset.pt, log.jsonl, models")
     p.add_argument("--reuse-data", action="store_true", help="train on OUT/dataset.pt if it exists")
     p.add_argument("--export-prefix", default=None,
-                   help="write the models to PREFIX-hard and PREFIX-soft (e.g. assets/decision-smollm2)")
+                   help="write the models to PREFIX-hard and PREFIX-soft (e.g. dynasd/assets/decision-smollm2)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import load_pair_from
+    from ..cli import load_pair_from
     from .distill import generate_answers, load_sequences, open_log, read_train_prompts
 
     if args.threads:

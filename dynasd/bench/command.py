@@ -1,0 +1,229 @@
+"""`python -m dynasd bench`: Spec-Bench-style comparison of decoders on one pair, measured the same way for all.
+
+Fairness rules (method.md section 7, and the reference code's defects in section 9):
+- every method decodes the same prompts, in the same process, interleaved prompt by prompt (the method order
+  rotates from prompt to prompt), so load from other processes falls on all of them alike;
+- one timing window for every method: wall time around the whole `generate` call (prefill + decoding), taken by
+  this runner, never by the method itself; the same for `hf-assisted` (transformers' own assisted generation);
+- the same warm-up: one short untimed run per (method, temperature) before anything is timed;
+- tokens past max-new-tokens or after the first end-of-sequence token are never counted;
+- speedup is tokens/s over ar's tokens/s on the same prompts in the same run.
+
+Outputs in --out: runs.jsonl (one object per prompt, method and temperature), summary.json (one object per
+method, temperature and category, plus category "all"), meta.json (what was run, where), report.html (Plotly).
+
+Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, pld, hf-assisted, each optionally followed by
+`:key=value` options and/or a `+dyn` suffix; a comma followed by a digit continues the previous option, so
+`mcsd:k=4,2,2,1:stop=confidence:th=0.3,ar` is two methods. See METHOD_OPTIONS and docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+
+from .measure import ForwardClock, Measured, make_method_decoder, run_method
+from .specs import DEFAULT_METHODS, MethodSpec, OPTION_HELP, REFERENCE, _split_methods, check_spec, parse_methods, parse_temperatures
+from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tables, summarize
+
+# ---------------------------------------------------------------------------------------------------------------
+# prompts
+
+def select_prompts(path: str | Path, categories: list[str] | None, limit: int | None) -> list[dict]:
+    """Per category, the first `limit` prompts by question_id; categories in the order given (or of the file)."""
+    from ..cli import read_prompts
+
+    prompts = read_prompts(path, categories=categories)
+    order = categories or list(dict.fromkeys(p["category"] for p in prompts))
+    missing = [c for c in order if not any(p["category"] == c for p in prompts)]
+    if missing:
+        known = ", ".join(dict.fromkeys(p["category"] for p in read_prompts(path)))
+        raise ValueError(f"no prompts in category {', '.join(missing)} (categories in the file: {known})")
+    chosen = []
+    for category in order:
+        group = sorted((p for p in prompts if p["category"] == category), key=lambda p: (str(type(p["id"])), p["id"]))
+        chosen += group[:limit] if limit else group
+    if any(not p["text"].strip() for p in chosen):
+        raise ValueError("a selected prompt is empty")
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the command
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..cli import add_method_arguments, add_model_arguments
+
+    add_model_arguments(p)
+    add_method_arguments(p)  # defaults for every method; a method's own :key=value options override them
+    p.add_argument("--prompts", required=True, help="Spec-Bench JSON Lines (question_id, category, turns)")
+    p.add_argument("--categories", default=None, help="comma-separated categories (default: all in the file)")
+    p.add_argument("--limit", type=int, default=None, help="first N prompts per category, by question_id")
+    p.add_argument("--methods", default=DEFAULT_METHODS,
+                   help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, with variants such as "
+                        "mcsd:k=4,2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). Options: "
+                        + "; ".join(f"{key}: {meaning}" for key, meaning in OPTION_HELP.items()))
+    p.add_argument("--temperatures", default=None, help="comma-separated, e.g. 0,0.7 (default: --temperature)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0, help="prompt i is decoded with seed+i by every method")
+    p.add_argument("--out", default="runs/bench", help="output folder")
+    p.add_argument("--warmup-tokens", type=int, default=8, help="length of the untimed warm-up run per method")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--plotlyjs", default="inline", choices=["inline", "cdn"],
+                   help="report.html: embed plotly.js (works offline) or load it from the CDN")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _record(prompt: dict, spec: MethodSpec, temperature: float, seed: int, m: Measured, clock: ForwardClock,
+            max_new_tokens: int) -> dict:
+    return {
+        "prompt_id": prompt["id"], "category": prompt["category"], "method": spec.label,
+        "base_method": spec.method, "options": dict(spec.options), "temperature": temperature, "seed": seed,
+        "max_new_tokens": max_new_tokens, "new_tokens": len(m.token_ids), "seconds": m.seconds,
+        "tokens_per_s": len(m.token_ids) / m.seconds if m.seconds > 0 else None,
+        "target_forwards": m.target_forwards,
+        "tokens_per_target_forward": _ratio(len(m.token_ids), m.target_forwards) if m.target_forwards else None,
+        "accepted_draft_levels": m.accepted_draft_levels, "attempted_draft_levels": m.attempted_draft_levels,
+        "acceptance_rate": _ratio(m.accepted_draft_levels, m.attempted_draft_levels)
+        if m.attempted_draft_levels else None,
+        "target_forward_calls": clock.calls["target"], "draft_forward_calls": clock.calls["draft"],
+        "target_forward_seconds": clock.seconds["target"], "draft_forward_seconds": clock.seconds["draft"],
+        "phase_seconds": m.phase_seconds, "finished": m.finished, "lossless": m.lossless,
+        "token_ids": m.token_ids, "text": m.text,
+    }
+
+
+def _meta(args, pair, prompts, specs, temperatures) -> dict:
+    import torch
+    import transformers
+
+    return {
+        "command": "python -m dynasd " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "pair": pair.name, "draft": pair.draft_label, "device": str(pair.device), "dtype": str(pair.dtype),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
+                   f"{torch.get_num_threads()} torch threads" + (f", {torch.cuda.get_device_name(pair.device)}"
+                                                                 if pair.device.type == "cuda" else ""),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+        "prompts_file": str(args.prompts), "prompt_ids": [[p["category"], p["id"]] for p in prompts],
+        "methods": [s.label for s in specs], "temperatures": temperatures, "top_p": args.top_p, "top_k": args.top_k,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "warmup_tokens": args.warmup_tokens,
+        "chat_template": not args.no_chat,
+        "timing_window": "wall time around one whole generate call (prefill + decode), taken by the runner",
+        "acceptance_denominator": ACCEPTANCE_DENOMINATOR,
+        "hf_assisted_counts": "target_forwards = target forward calls (first = prefill + first verify); "
+                              "attempted = assistant forward calls; accepted = new tokens - target forwards",
+    }
+
+
+def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
+              temperatures: list[float], out: Path, progress: bool = True) -> list[dict]:
+    """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `kernels`
+    option ("fast", and "torch" or "plain" when a method asks for it)."""
+    from tqdm import tqdm
+
+    from ..sampling import SamplingConfig
+
+    pair = pairs["fast"]
+    pair_of = {spec.label: pairs[spec.option("kernels", "fast")] for spec in specs}
+    encoded = [pair.encode_prompt(p["text"], chat=not args.no_chat) for p in prompts]
+    samplings = {t: SamplingConfig(temperature=t, top_k=args.top_k, top_p=args.top_p) for t in temperatures}
+    # Build every decoder once up front so a bad option fails before any minute is spent.
+    for spec in specs:
+        if spec.method != "hf-assisted":
+            make_method_decoder(args, spec, pair_of[spec.label], samplings[temperatures[0]], args.seed)
+    clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
+    clock_of = {spec.label: clocks[spec.option("kernels", "fast")] for spec in specs}
+    records: list[dict] = []
+    total = len(specs) * len(temperatures) * (len(prompts) + 1)
+    bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="run", dynamic_ncols=True)
+    try:
+        with (out / "runs.jsonl").open("w", encoding="utf-8") as sink:
+            for temperature in temperatures:
+                sampling = samplings[temperature]
+                for spec in specs:  # the same untimed warm-up for every method
+                    bar.set_description(f"warm-up {spec.label} T={temperature:g}")
+                    run_method(args, spec, pair_of[spec.label], sampling, args.seed, encoded[0],
+                               args.warmup_tokens, prompts[0]["text"], clock_of[spec.label])
+                    bar.update()
+                for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
+                    seed = args.seed + index
+                    shift = index % len(specs)  # rotate the order so no method always runs first
+                    batch = []
+                    for spec in specs[shift:] + specs[:shift]:
+                        bar.set_description(f"{prompt['category']} #{prompt['id']} {spec.label} T={temperature:g}")
+                        clock = clock_of[spec.label]
+                        clock.reset()
+                        measured = run_method(args, spec, pair_of[spec.label], sampling, seed, ids,
+                                              args.max_new_tokens, prompt["text"], clock)
+                        batch.append(_record(prompt, spec, temperature, seed, measured, clock, args.max_new_tokens))
+                        bar.update()
+                    batch.sort(key=lambda r: [s.label for s in specs].index(r["method"]))
+                    add_fidelity(batch)
+                    for record in batch:
+                        sink.write(json.dumps(record) + "\n")
+                    sink.flush()
+                    records += batch
+    finally:
+        bar.close()
+        for clock in clocks.values():
+            clock.close()
+    return records
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import load_pair_from
+    from ..sampling import SamplingConfig
+
+    # Every mistake a user can make fails here, before a model is loaded.
+    specs = parse_methods(args.methods)
+    temperatures = parse_temperatures(args.temperatures) if args.temperatures else [args.temperature]
+    for temperature in temperatures:
+        SamplingConfig(temperature=temperature, top_k=args.top_k, top_p=args.top_p)
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    if args.max_new_tokens < 1 or args.warmup_tokens < 1:
+        raise ValueError("--max-new-tokens and --warmup-tokens must be at least 1")
+    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    prompts = select_prompts(args.prompts, categories, args.limit)
+    for spec in specs:
+        check_spec(args, spec)
+    if REFERENCE not in _split_methods(args.methods):
+        print("note: added ar, the reference for speedup and fidelity", file=sys.stderr)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    pairs = {"fast": load_pair_from(args)}
+    if any(spec.option("kernels") == "torch" for spec in specs):
+        pairs["torch"] = load_pair_from(args, compiled_kernel=False)
+    if any(spec.option("kernels") == "plain" for spec in specs):
+        pairs["plain"] = load_pair_from(args, fast_kernels=False)
+    meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
+    records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress)
+    summary = summarize(records)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    written = ["runs.jsonl", "summary.json", "meta.json"]
+    if not args.no_report:
+        from .report import write_report
+
+        write_report(out / "report.html", summary, meta, plotlyjs=args.plotlyjs)
+        written.append("report.html")
+    print(f"{meta['pair']}: {meta['draft']}; {meta['device']} {meta['dtype']}; {len(prompts)} prompts, "
+          f"max {args.max_new_tokens} new tokens; {meta['date_utc']} UTC\n")
+    print(markdown_tables(summary))
+    print(f"wrote {', '.join(str(out / name) for name in written)}", file=sys.stderr)
+    return 0

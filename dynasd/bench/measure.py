@@ -1,0 +1,198 @@
+"""Measuring one run of one method: the forward clock, our decoders and transformers' assisted generation."""
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from dataclasses import dataclass, field
+
+
+from .specs import MethodSpec, method_args
+
+# ---------------------------------------------------------------------------------------------------------------
+# measuring one run
+
+class ForwardClock:
+    """Counts and times every forward call of the target and the draft: from the input embedding's start to the
+    output layer's end (hooks on those two modules; on the whole model where it has no such pair).
+
+    Why not the whole model: our decoders run its layers through dynasd/lean_forward.py, which skips the model's
+    own forward, while every path calls the embedding first and the output layer last. The hooks see transformers'
+    assisted generation exactly as they see our decoders, so the draft/verify split is measured the same way for
+    every method. On CUDA each forward is synchronized so its time is real.
+    """
+
+    def __init__(self, pair) -> None:
+        self.cuda = pair.device.type == "cuda"
+        self.seconds = {"target": 0.0, "draft": 0.0}
+        self.calls = {"target": 0, "draft": 0}
+        self._handles = []
+        self._started: dict[str, float] = {}
+        drafts = [d for d in (pair.draft, getattr(pair, "feature_draft", None)) if d is not None]
+        for role, model in [("target", pair.target)] + [("draft", d) for d in drafts]:
+            first, last = model.get_input_embeddings(), model.get_output_embeddings()
+            if first is None or last is None:
+                first = last = model
+            self._handles.append(first.register_forward_pre_hook(self._pre(role)))
+            self._handles.append(last.register_forward_hook(self._post(role)))
+
+    def _sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def _pre(self, role: str):
+        def hook(module, inputs):
+            self._sync()
+            self._started[role] = time.perf_counter()
+        return hook
+
+    def _post(self, role: str):
+        def hook(module, inputs, output):
+            self._sync()
+            self.seconds[role] += time.perf_counter() - self._started.pop(role)
+            self.calls[role] += 1
+        return hook
+
+    def reset(self) -> None:
+        self.seconds = {"target": 0.0, "draft": 0.0}
+        self.calls = {"target": 0, "draft": 0}
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+@dataclass
+class Measured:
+    """What one timed run produced; counts that a method cannot report are None."""
+
+    token_ids: list[int]
+    text: str
+    seconds: float                        # the one timing window: wall time around the whole generate call
+    target_forwards: int | None           # verify rounds (tokens per target forward = new tokens / this)
+    accepted_draft_levels: int | None
+    attempted_draft_levels: int | None
+    finished: str
+    lossless: bool
+    phase_seconds: dict = field(default_factory=dict)  # the decoder's own split (our methods only)
+
+
+def truncate(ids: list[int], max_new_tokens: int, eos_ids) -> tuple[list[int], str]:
+    """Cut after the first end-of-sequence token or at max_new_tokens, whichever comes first."""
+    ids = list(ids[:max_new_tokens])
+    for i, token in enumerate(ids):
+        if token in eos_ids:
+            return ids[: i + 1], "eos"
+    return ids, "length" if len(ids) >= max_new_tokens else ""
+
+
+def draft_level_counts(trace) -> tuple[int, int]:
+    """(accepted, attempted) draft levels: a live level counts once per step, target-root levels not at all."""
+    from ..trace import PROPOSED_ORIGINS
+
+    accepted = attempted = 0
+    for step in trace.steps:
+        attempted += len({n.level for n in step.nodes if n.origin in PROPOSED_ORIGINS})
+        accepted += sum(step.nodes[i].origin in PROPOSED_ORIGINS for i in step.accepted_path)
+    return accepted, attempted
+
+
+def make_method_decoder(args: argparse.Namespace, spec: MethodSpec, pair, sampling, seed: int):
+    from ..cli import decoder_from
+
+    return decoder_from(method_args(args, spec), spec.method, pair, sampling, seed)
+
+
+def _synchronize(pair) -> None:
+    if pair.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def run_decoder(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text) -> Measured:
+    decoder = make_method_decoder(args, spec, pair, sampling, seed)
+    _synchronize(pair)
+    started = time.perf_counter()
+    trace = decoder.generate(ids, max_new_tokens, prompt_text=prompt_text)
+    _synchronize(pair)
+    seconds = time.perf_counter() - started
+    token_ids, finished = truncate(trace.new_token_ids, max_new_tokens, pair.eos_token_ids)
+    accepted, attempted = draft_level_counts(trace) if spec.method != "ar" else (None, None)
+    # The decoder's own phases; "rest" is prefill plus per-step bookkeeping (text, traces) outside them.
+    phases = {"draft": sum(s.draft_seconds for s in trace.steps),
+              "verify": sum(s.verify_seconds for s in trace.steps),
+              "accept": sum(s.accept_seconds for s in trace.steps)}
+    phases["rest"] = seconds - sum(phases.values())
+    return Measured(token_ids, pair.decode(token_ids), seconds, trace.target_forwards, accepted, attempted,
+                    trace.finished or finished, trace.lossless, phases)
+
+
+def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text,
+                    clock: ForwardClock | None = None) -> Measured:
+    """transformers' `generate(assistant_model=...)` with the same pair, sampling settings and token budget.
+
+    HF defaults apply unless the spec overrides them (num_assistant_tokens 20, constant schedule, assistant
+    confidence threshold 0.4). With `lookup=N` it runs transformers' prompt lookup decoding instead
+    (`prompt_lookup_num_tokens=N`, no assistant model): the peer of our `pld`.
+    The draft's generation config is restored afterwards: HF's heuristic schedule
+    writes its state into it, which would leak from one run into the next.
+    """
+    import torch
+    import transformers
+
+    eos = sorted(pair.eos_token_ids)
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy, eos_token_id=eos or None,
+                  pad_token_id=eos[0] if eos else None)
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=pair.device)
+    attention = torch.ones_like(input_ids)
+    draft_calls_before = clock.calls["draft"] if clock else 0
+    target_calls_before = clock.calls["target"] if clock else 0
+    saved_config = copy.deepcopy(pair.draft.generation_config)
+    verbosity = transformers.logging.get_verbosity()
+    try:
+        assistant = pair.draft.generation_config  # transformers reads the assistant's settings from here
+        if spec.option("n") is not None:
+            assistant.num_assistant_tokens = int(spec.option("n"))
+        if spec.option("schedule") is not None:
+            assistant.num_assistant_tokens_schedule = spec.option("schedule")
+        if spec.option("th") is not None:
+            assistant.assistant_confidence_threshold = float(spec.option("th"))
+        transformers.logging.set_verbosity_error()  # HF warns on every call about flags it passes to itself
+        torch.manual_seed(seed)
+        _synchronize(pair)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            if spec.option("lookup") is not None:
+                out = pair.target.generate(input_ids, attention_mask=attention,
+                                           prompt_lookup_num_tokens=int(spec.option("lookup")), **kwargs)
+            else:
+                out = pair.target.generate(input_ids, attention_mask=attention, assistant_model=pair.draft,
+                                           **kwargs)
+        _synchronize(pair)
+        seconds = time.perf_counter() - started
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        pair.draft.generation_config = saved_config
+    token_ids, finished = truncate(out[0, len(ids):].tolist(), max_new_tokens, pair.eos_token_ids)
+    rounds = accepted = attempted = None
+    if clock:
+        # The first target forward is prefill and first verification at once; each forward is one round that
+        # commits its accepted candidates plus one target token; each assistant forward yields one candidate.
+        rounds = clock.calls["target"] - target_calls_before
+        attempted = clock.calls["draft"] - draft_calls_before
+        accepted = max(0, len(token_ids) - rounds)
+    return Measured(token_ids, pair.decode(token_ids), seconds, rounds, accepted, attempted, finished, True)
+
+
+def run_method(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text,
+               clock: ForwardClock | None = None) -> Measured:
+    if spec.method == "hf-assisted":
+        return run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text, clock)
+    return run_decoder(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text)
+
+
