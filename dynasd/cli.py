@@ -11,6 +11,9 @@ import json
 import sys
 from pathlib import Path
 
+from .options import add_model_arguments, load_pair_from
+from .prompts import read_prompts
+
 # command -> module; each module has add_arguments(parser) and run(args)
 COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
@@ -32,14 +35,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------------------------------------------------------
 # shared options and their parsing (bench and the app reuse these)
-
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", default=None, help="embedded (default), tiny-random, or a preset name")
-    p.add_argument("--target", default=None, help="target model: hub id, local folder or .gguf file")
-    p.add_argument("--draft", default=None, help="draft model: hub id, local folder or .gguf file")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--dtype", default="auto", help="fp32 (default), bf16 or fp16")
-
 
 def add_method_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=int, default=4, help="sd: draft chain length")
@@ -84,34 +79,6 @@ def decoder_from(args: argparse.Namespace, method: str, pair, sampling, seed: in
                         without_replacement=not args.with_replacement, dynamic_depth=args.dynamic_depth, stop=stop,
                         lookup=args.lookup, lookup_min_ngram=args.lookup_ngram,
                         feature_draft=args.draft_kind == "features")
-
-
-def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True, compiled_kernel: bool = True):
-    from .models import load_pair
-
-    return load_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype,
-                     fast_kernels=fast_kernels, compiled_kernel=compiled_kernel)
-
-
-def read_prompts(path: str | Path, limit: int | None = None, categories: list[str] | None = None) -> list[dict]:
-    """Spec-Bench JSON Lines: the first turn of each question is the user message."""
-    prompts = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ValueError(f"cannot read prompts file '{path}': {exc.strerror}") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            text = obj["turns"][0]
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: expected a JSON object with a 'turns' list") from exc
-        if categories and obj.get("category") not in categories:
-            continue
-        prompts.append({"id": obj.get("question_id", number), "category": obj.get("category", ""), "text": text})
-    return prompts[:limit] if limit else prompts
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from draft_agreement import greedy_answer  # noqa: E402  (this folder)
 
-from dynasd.bench.command import select_prompts  # noqa: E402
+from dynasd.prompts import select_prompts  # noqa: E402
 from dynasd.lookup import NgramIndex  # noqa: E402
 from dynasd.models import load_pair  # noqa: E402
 

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dynasd.bench.command import select_prompts  # noqa: E402
+from dynasd.prompts import select_prompts  # noqa: E402
 from dynasd.training.distill import Sequence, agreement  # noqa: E402
 from dynasd.training.feature_distill import agreement as feature_agreement  # noqa: E402
 from dynasd.training.feature_distill import target_features  # noqa: E402

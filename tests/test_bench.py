@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dynasd.bench import command, measure, summary
+from dynasd.prompts import select_prompts
 from dynasd.bench import specs as bench_specs
 from dynasd.cli import build_parser, main
 
@@ -135,7 +136,7 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
     monkeypatch.setattr(command, "make_method_decoder", perturbed)
     args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "12",
                                       "--warmup-tokens", "2"])
-    prompts = command.select_prompts(prompts_file, None, 1)
+    prompts = select_prompts(prompts_file, None, 1)
     specs = bench_specs.parse_methods("ar,sd,mcsd")
     records = command.benchmark(args, {"fast": tiny_pair}, prompts, specs, [0.0], tmp_path, progress=False)
     for record in records:
@@ -170,7 +171,7 @@ def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, 
     args = build_parser().parse_args(["bench", "--prompts", str(prompts_file), "--max-new-tokens", "8",
                                       "--warmup-tokens", "2"])
     specs = bench_specs.parse_methods("ar,pld,pld:kernels=plain,ar:kernels=fast,sd:kernels=torch")
-    records = command.benchmark(args, pairs, command.select_prompts(prompts_file, None, 1), specs, [0.0], tmp_path,
+    records = command.benchmark(args, pairs, select_prompts(prompts_file, None, 1), specs, [0.0], tmp_path,
                               progress=False)
     # The compiled kernel's panels exist only where it pays (x86 with AVX-512; fast_linear.kernel_pays_here).
     fast, plain = ("PretransposedLinear", "dynasd_sdpa", kernel_pays_here()), ("Linear", "sdpa", False)
@@ -221,12 +222,12 @@ def test_differing_share_counts_every_position_from_the_first_divergence():
 
 
 def test_prompt_selection_is_first_n_by_question_id_per_category(prompts_file):
-    chosen = command.select_prompts(prompts_file, ["qa", "writing"], 1)
+    chosen = select_prompts(prompts_file, ["qa", "writing"], 1)
     assert [(p["category"], p["id"]) for p in chosen] == [("qa", 5), ("writing", 3)]
     assert chosen[1]["text"] == "Tell me a story."  # the first turn
-    assert len(command.select_prompts(prompts_file, None, None)) == 3
+    assert len(select_prompts(prompts_file, None, None)) == 3
     with pytest.raises(ValueError, match="no prompts in category"):
-        command.select_prompts(prompts_file, ["math"], 1)
+        select_prompts(prompts_file, ["math"], 1)
 
 
 def test_truncation_stops_after_eos_and_at_the_budget():

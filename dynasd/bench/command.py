@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 
+from ..prompts import select_prompts
 from .measure import ForwardClock, Measured, make_method_decoder, run_method
 from .specs import DEFAULT_METHODS, MethodSpec, OPTION_HELP, REFERENCE, _split_methods, check_spec, parse_methods, parse_temperatures
 from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tables, summarize
@@ -35,30 +36,12 @@ from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tabl
 # ---------------------------------------------------------------------------------------------------------------
 # prompts
 
-def select_prompts(path: str | Path, categories: list[str] | None, limit: int | None) -> list[dict]:
-    """Per category, the first `limit` prompts by question_id; categories in the order given (or of the file)."""
-    from ..cli import read_prompts
-
-    prompts = read_prompts(path, categories=categories)
-    order = categories or list(dict.fromkeys(p["category"] for p in prompts))
-    missing = [c for c in order if not any(p["category"] == c for p in prompts)]
-    if missing:
-        known = ", ".join(dict.fromkeys(p["category"] for p in read_prompts(path)))
-        raise ValueError(f"no prompts in category {', '.join(missing)} (categories in the file: {known})")
-    chosen = []
-    for category in order:
-        group = sorted((p for p in prompts if p["category"] == category), key=lambda p: (str(type(p["id"])), p["id"]))
-        chosen += group[:limit] if limit else group
-    if any(not p["text"].strip() for p in chosen):
-        raise ValueError("a selected prompt is empty")
-    return chosen
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # the command
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli import add_method_arguments, add_model_arguments
+    from ..cli import add_method_arguments
+    from ..options import add_model_arguments
 
     add_model_arguments(p)
     add_method_arguments(p)  # defaults for every method; a method's own :key=value options override them
@@ -181,7 +164,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import load_pair_from
+    from ..options import load_pair_from
     from ..sampling import SamplingConfig
 
     # Every mistake a user can make fails here, before a model is loaded.

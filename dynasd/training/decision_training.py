@@ -134,7 +134,7 @@ def train_model(kind: str, data: dict[str, torch.Tensor], epochs: int = 10, batc
 # command
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli import add_model_arguments
+    from ..options import add_model_arguments
     from .distill import DEFAULT_PROMPTS
 
     add_model_arguments(p)
@@ -165,7 +165,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import load_pair_from
+    from ..options import load_pair_from
     from .distill import generate_answers, load_sequences, open_log, read_train_prompts
 
     if args.threads:
