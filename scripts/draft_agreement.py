@@ -1,9 +1,10 @@
 """Top-1 agreement of distilled drafts with the target on the target's own greedy answers to benchmark prompts.
 
-Why: held-out agreement from training (dynasd/assets/draft-smollm2/MODEL_CARD.md) is measured on prompts like the training
-prompts; what a user gets from `sd` depends on agreement on *their* prompts. This reads Spec-Bench-style prompts,
-lets the target answer greedily once, and scores every given draft folder teacher-forced on those answers (the draft
-sees the prompt and the target's answer so far, and must predict the target's next token), per category and overall.
+Why: held-out agreement from training (dynasd/assets/draft-smollm2/MODEL_CARD.md) is measured on prompts like the
+training prompts; what a user gets from `sd` depends on agreement on *their* prompts. This reads Spec-Bench-style
+prompts, lets the target answer greedily once, and scores every given draft folder teacher-forced on those answers
+(the draft sees the prompt and the target's answer so far, and must predict the target's next token), per category
+and overall.
 A feature draft (dynasd/feature_draft.py) gets two rows: depth 1 (it reads the target's states, as a tree's first
 level does) and depth 2 (its own state from the position before, as every deeper level does).
 
@@ -13,20 +14,17 @@ level does) and depth 2 (its own state from the position before, as every deeper
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dynasd.prompts import select_prompts  # noqa: E402
-from dynasd.training.distill import Sequence, agreement  # noqa: E402
-from dynasd.training.feature_distill import agreement as feature_agreement  # noqa: E402
-from dynasd.training.feature_distill import target_features  # noqa: E402
-from dynasd.feature_draft import is_feature_draft  # noqa: E402
-from dynasd.models import load_distilled_draft, load_pair  # noqa: E402
+from dynasd.feature_draft import is_feature_draft
+from dynasd.models import load_distilled_draft, load_pair
+from dynasd.prompts import select_prompts
+from dynasd.training.distill import Sequence, agreement
+from dynasd.training.feature_distill import agreement as feature_agreement
+from dynasd.training.feature_distill import target_features
 
 
 @torch.inference_mode()

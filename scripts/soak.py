@@ -14,13 +14,14 @@ plus memory probes), the clients in this one, and the figures are the server's V
 the server's end on SIGUSR1, after a warm-up and then every --every tabs. --server-env KEY=VALUE goes into the
 server's environment, e.g. MALLOC_ARENA_MAX=2 or SOAK_TRACEMALLOC=<frames> (then the Python allocations that grew
 between the first and the last probe are listed). The app itself returns freed heap to the OS every 30 s
-(dynasd.session.start_heap_trimmer).
+(dynasd.explorer.session.start_heap_trimmer).
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import gc
+import importlib.util
 import json
 import os
 import signal
@@ -33,11 +34,21 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dynasd.explorer.session import process_rss_mb  # noqa: E402  (after the path and environment set-up)
+from dynasd.explorer.session import process_rss_mb  # noqa: E402  (the hub reads HF_HUB_OFFLINE at import)
+
+
+def import_app():
+    """app.py, loaded from the checkout: a Space runs it from the repository root, so it is not part of the
+    installed package (dynasd and viz are)."""
+    spec = importlib.util.spec_from_file_location("app", REPO / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["app"] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 STATUS, TEXT, SCRUBBER = 7, 0, 9
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
@@ -228,7 +239,7 @@ def fault_phase(url, app, figures, faults: int) -> None:
             raise _error
 
         where = ("target", "draft")[i % 2]
-        setattr(getattr(session.decoder, where), "forward", broken_forward)
+        getattr(session.decoder, where).forward = broken_forward
         figures.faults[f"{type(error).__name__} in the {where} forward"] += 1
         status = victim.status(prompt=prompt, **TINY)
         if not status.startswith("✗") or type(error).__name__ not in status:
@@ -431,10 +442,10 @@ def main(argv=None) -> int:
     if args.memory_only:
         return memory_only(args)
 
-    import app
-    from dynasd.models import tiny_random_pair
     from dynasd.explorer.session import PairCache
+    from dynasd.models import tiny_random_pair
 
+    app = import_app()
     app.PAIRS = PairCache(allow_custom=True, device="cpu")
     port = free_port()
     demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)

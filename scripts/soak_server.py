@@ -22,13 +22,11 @@ import threading
 import tracemalloc
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from soak import import_app  # this folder (a script's folder is on sys.path); sets the environment first
 
-import app  # noqa: E402
-from dynasd.explorer.session import process_rss_mb  # noqa: E402
+from dynasd.explorer.session import process_rss_mb
+
+app = import_app()
 
 DEMO: list = []
 _serve = app.serve

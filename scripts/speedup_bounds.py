@@ -10,7 +10,7 @@ itself, on the same machine and prompts:
     free draft       = the same with the method's draft forward seconds taken out of its time
     target only      = the same with only the method's target forward seconds as its time (no draft, no host work)
 
-    .venv/bin/python scripts/speedup_bounds.py runs/bench-s12-lean-t0
+    .venv/bin/python scripts/speedup_bounds.py runs/bench-embedded-cpu
 """
 from __future__ import annotations
 

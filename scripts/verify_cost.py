@@ -3,9 +3,9 @@
 Why: whether speculation pays on a CPU depends on how fast a verify pass grows with the tree (docs/benchmarks.md).
 All variants are loaded in one process and timed interleaved, so machine noise falls on all alike:
   plain            stock transformers modules and cache
-  torch            the engine of sessions 3-8: pre-transposed linears (dynasd/fast_linear.py without its compiled
-                   kernel) + packed grouped-query attention (gqa_attention.py) + a KV cache that grows in place
-                   (and, since session 12, the lean forward, lean_forward.py)
+  torch            the engine before the compiled kernel: pre-transposed linears (dynasd/kernels/fast_linear.py
+                   without its compiled kernel) + packed grouped-query attention (gqa_attention.py) + a KV cache
+                   that grows in place + the lean forward (lean_forward.py)
   concat           fast modules below, but transformers' cache, which concatenates (copies) on every forward
   fast             what the engine uses: torch's + the compiled few-row kernel (panel_linear.cpp) for 2-24 rows
                    (every row count on CPUs other than Intel's: fast_linear.mkl_is_tuned_here)
@@ -18,14 +18,11 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dynasd.cache import CachedModel  # noqa: E402
-from dynasd.models import load_pair  # noqa: E402
+from dynasd.cache import CachedModel
+from dynasd.models import load_pair
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32)
 
@@ -69,9 +66,10 @@ def main() -> int:
         print("|---|---|---|---|---|---|---|---|---|")
         ms = {key: statistics.median(values) * 1000 for key, values in seconds.items()}
         for q in SIZES:
-            print(f"| {q} | {ms['plain', q]:.1f} | {ms['torch', q]:.1f} | {ms['concat', q]:.1f} | "
-                  f"{ms['fast', q]:.1f} | {ms['plain', q] / ms['fast', q]:.2f} | {ms['torch', q] / ms['fast', q]:.2f} | "
-                  f"{ms['concat', q] / ms['fast', q]:.2f} | {ms['fast', q] / ms['fast', 1]:.2f} |")
+            fast = ms['fast', q]
+            print(f"| {q} | {ms['plain', q]:.1f} | {ms['torch', q]:.1f} | {ms['concat', q]:.1f} | {fast:.1f} | "
+                  f"{ms['plain', q] / fast:.2f} | {ms['torch', q] / fast:.2f} | {ms['concat', q] / fast:.2f} | "
+                  f"{fast / ms['fast', 1]:.2f} |")
     return 0
 
 

@@ -86,8 +86,7 @@ def explorer_inprocess():
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sys.path.insert(0, str(REPO))
-    import app
+    import app  # the repository root is on sys.path (pyproject.toml: pythonpath)
     from dynasd.explorer.session import PairCache
 
     app.PAIRS = PairCache(allow_custom=True, device="cpu")

@@ -1,5 +1,6 @@
 """The measuring scripts in scripts/ run end to end on the tiny-random pair."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -10,13 +11,20 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    """scripts/NAME run as a user runs it, importing this checkout's dynasd whether or not an editable install put
+    another copy on the path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, f"scripts/{name}", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
 def test_draft_agreement_prints_one_row_per_draft_with_every_category(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) for i, (c, t) in
                                  enumerate([("alpha", "hello there"), ("beta", "count to five")])))
-    out = subprocess.run([sys.executable, "scripts/draft_agreement.py", "--pair", "tiny-random", "--prompts",
-                          str(prompts), "--max-new-tokens", "12", "--threads", "1"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = run_script("draft_agreement.py", "--pair", "tiny-random", "--prompts", str(prompts), "--max-new-tokens",
+                     "12", "--threads", "1")
     assert out.returncode == 0, out.stderr[-2000:]
     header, _, row, *feature_rows = out.stdout.strip().splitlines()
     assert header.split(" | ")[1:3] == ["alpha", "beta"]
@@ -32,8 +40,7 @@ def test_draft_agreement_prints_one_row_per_draft_with_every_category(tmp_path):
 
 
 def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
-    out = subprocess.run([sys.executable, "scripts/verify_cost.py", "--pair", "tiny-random", "--reps", "1",
-                          "--contexts", "20", "--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = run_script("verify_cost.py", "--pair", "tiny-random", "--reps", "1", "--contexts", "20", "--threads", "1")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32]
@@ -50,9 +57,8 @@ def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tr
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [t]})
                                  for i, (c, t) in enumerate(zip(["alpha", "beta"], texts))))
-    out = subprocess.run([sys.executable, "scripts/acceptance_ceiling.py", "--pair", "tiny-random", "--prompts",
-                          str(prompts), "--max-new-tokens", "24", "--widths", "1,2,4", "--depths", "2,4",
-                          "--lookup", "4", "--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = run_script("acceptance_ceiling.py", "--pair", "tiny-random", "--prompts", str(prompts), "--max-new-tokens",
+                     "24", "--widths", "1,2,4", "--depths", "2,4", "--lookup", "4", "--threads", "1")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {}
     for line in out.stdout.splitlines():
