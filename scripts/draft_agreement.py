@@ -22,9 +22,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dynasd.prompts import select_prompts  # noqa: E402
-from dynasd.training.distill import Sequence, agreement  # noqa: E402
-from dynasd.training.feature_distill import agreement as feature_agreement  # noqa: E402
-from dynasd.training.feature_distill import target_features  # noqa: E402
+from dynasd.training.agreement import agreement  # noqa: E402
+from dynasd.training.feature_data import target_features  # noqa: E402
+from dynasd.training.feature_training import agreement as feature_agreement  # noqa: E402
+from dynasd.training.sequences import Sequence  # noqa: E402
 from dynasd.feature_draft import is_feature_draft  # noqa: E402
 from dynasd.models import load_distilled_draft, load_pair  # noqa: E402
 

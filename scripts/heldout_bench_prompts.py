@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dynasd.training.distill import load_sequences  # noqa: E402
+from dynasd.training.sequences import load_sequences  # noqa: E402
 from dynasd.models import load_pair  # noqa: E402
 from dynasd.training.task_prompts import user_message  # noqa: E402
 
