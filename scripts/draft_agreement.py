@@ -22,9 +22,10 @@ import torch
 from dynasd.feature_draft import is_feature_draft
 from dynasd.models import load_distilled_draft, load_pair
 from dynasd.prompts import select_prompts
-from dynasd.training.distill import Sequence, agreement
-from dynasd.training.feature_distill import agreement as feature_agreement
-from dynasd.training.feature_distill import target_features
+from dynasd.training.agreement import agreement
+from dynasd.training.feature_data import target_features
+from dynasd.training.feature_training import agreement as feature_agreement
+from dynasd.training.sequences import Sequence
 
 
 @torch.inference_mode()

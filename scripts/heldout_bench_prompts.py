@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from dynasd.models import load_pair
-from dynasd.training.distill import load_sequences
+from dynasd.training.sequences import load_sequences
 from dynasd.training.task_prompts import user_message
 
 

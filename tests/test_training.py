@@ -5,11 +5,30 @@ from pathlib import Path
 
 import pytest
 import torch
+from scipy.stats import chisquare
 
 from dynasd.cli import main
 from dynasd.decision import DecisionModel
-from dynasd.models import ASSETS_DIR, DISTILLED_DRAFT_DIR, load_distilled_draft, tiny_random_pair
+from dynasd.decoders import make_decoder
+from dynasd.models import (
+    ASSETS_DIR,
+    DISTILLED_DRAFT_DIR,
+    load_distilled_draft,
+    tiny_random_pair,
+)
+from dynasd.sampling import SamplingConfig
 from dynasd.stopping import StopPolicy, make_stop_policy
+from dynasd.training.agreement import agreement
+from dynasd.training.onpolicy import training_prompts
+from dynasd.training.self_instruct import sample_instructions
+from dynasd.training.sequences import Sequence, load_sequences, save_sequences
+from dynasd.training.task_prompts import (
+    TASK_TEMPLATES,
+    passage_of,
+    passage_task_prompts,
+    user_message,
+)
+from dynasd.training.teacher import InverseCdfSampling, target_argmax_labels
 
 # The shipped draft (v7) agreed with the target on 0.480 of the answer positions of FIXED_PROMPTS when it was
 # exported (0.506 / 0.517 on the two held-out sets, see dynasd/assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
@@ -55,8 +74,6 @@ def test_train_draft_reduces_its_loss_resumes_and_exports(tmp_path, prompt_file)
 
 
 def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers(tmp_path):
-    from dynasd.training.distill import load_sequences
-
     def generate(out: Path, seed: int) -> tuple[list, list]:
         args = ["train-draft", "--pair", "tiny-random", "--stage", "generate", "--prompt-source", "self",
                 "--out", str(out), "--seed", str(seed), "--gen-prompts", "6", "--shard-prompts", "4",
@@ -82,10 +99,6 @@ def test_self_instruct_generation_writes_seeded_deduplicated_prompts_and_answers
 
 
 def test_inverse_cdf_sampling_draws_exactly_from_the_tempered_softmax():
-    from scipy.stats import chisquare
-
-    from dynasd.training.distill import InverseCdfSampling
-
     torch.manual_seed(0)
     scores = torch.tensor([2.0, float("-inf"), 0.5, 1.0, float("-inf"), -1.0, 0.0])
     temperature, rows = 0.7, 40000
@@ -100,8 +113,6 @@ def test_inverse_cdf_sampling_draws_exactly_from_the_tempered_softmax():
 
 
 def test_onpolicy_stage_labels_the_drafts_own_answers_with_the_targets_choices(tmp_path, prompt_file):
-    from dynasd.training.distill import load_sequences
-
     out = tmp_path / "distill"
     common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "4", "--gen-max-new-tokens",
               "10", "--shard-prompts", "8", "--threads", "1"]
@@ -148,9 +159,6 @@ def test_onpolicy_stage_labels_the_drafts_own_answers_with_the_targets_choices(t
 
 
 def test_passage_task_prompts_put_the_targets_answers_under_task_instructions(tmp_path, prompt_file):
-    from dynasd.training.distill import load_sequences
-    from dynasd.training.task_prompts import TASK_TEMPLATES, passage_of, passage_task_prompts, user_message
-
     out = tmp_path / "distill"
     common = ["train-draft", "--pair", "tiny-random", "--out", str(out), "--gen-batch", "4", "--gen-max-new-tokens",
               "40", "--shard-prompts", "8", "--threads", "1"]
@@ -212,8 +220,6 @@ def test_select_on_mean_keeps_the_checkpoint_best_on_both_heldout_sets(tmp_path,
 
 
 def test_task_openers_start_every_self_written_instruction():
-    from dynasd.training.self_instruct import sample_instructions
-
     pair = tiny_random_pair()
     openers = ("Write", "Solve")
 
@@ -276,9 +282,6 @@ def test_shipped_draft_fits_the_size_budget():
 
 @pytest.mark.slow
 def test_embedded_pair_uses_the_shipped_draft_and_stays_greedy_identical(embedded_pair):
-    from dynasd.decoders import make_decoder
-    from dynasd.sampling import SamplingConfig
-
     pair = embedded_pair
     assert "distilled" in pair.draft_label
     for text in FIXED_PROMPTS[:2]:
@@ -293,8 +296,6 @@ def test_embedded_pair_uses_the_shipped_draft_and_stays_greedy_identical(embedde
 
 @pytest.mark.slow
 def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pair):
-    from dynasd.training.distill import Sequence, agreement, target_argmax_labels
-
     pair = embedded_pair
     seqs = []
     for text in FIXED_PROMPTS:
@@ -312,9 +313,6 @@ def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pa
 def test_onpolicy_prompts_come_from_training_shards_only(tmp_path):
     """Every round's on-policy shards are left out, not only the current prefix's (their prompts are training
     prompts again, or passage tasks)."""
-    from dynasd.training.distill import Sequence, save_sequences
-    from dynasd.training.onpolicy import training_prompts
-
     data = tmp_path / "data"
     save_sequences(data / "train-0000.jsonl", [Sequence([1, 2, 9, 9], 2), Sequence([3, 4, 9], 2)])
     save_sequences(data / "train-selfinst-0000.jsonl", [Sequence([5, 9], 1), Sequence([1, 2, 8], 2)])
@@ -322,3 +320,21 @@ def test_onpolicy_prompts_come_from_training_shards_only(tmp_path):
     save_sequences(data / "train-tasks-onpolicy-0000.jsonl", [Sequence([7, 7, 9], 2)])
     save_sequences(data / "train-r2-onpolicy-0000.jsonl", [Sequence([8, 8, 9], 2)])
     assert training_prompts(data) == [[1, 2], [3, 4], [5]]
+
+
+def test_the_training_commands_read_prompts_only_from_an_explicit_path(tmp_path, capsys):
+    """No default prompt location: a stage that reads prompt files without --prompts stops with one line (exit
+    status 2) before loading a model; the stages that read none run without it."""
+    out = str(tmp_path / "distill")
+    for args, needs in ((["train-draft", "--stage", "generate"], "--prompts"),
+                        (["train-draft", "--stage", "all", "--prompt-source", "self", "--label-prompts", "4"],
+                         "--label-prompts needs --prompts"),
+                        (["train-decision"], "--prompts FILE_OR_DIR")):
+        assert main(args + ["--pair", "tiny-random", "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and needs in err, err
+    assert not (tmp_path / "distill").exists()  # nothing written
+    assert main(["train-draft", "--pair", "tiny-random", "--out", out, "--stage", "generate", "--prompt-source", "self",
+                 "--gen-prompts", "2", "--shard-prompts", "2", "--self-heldout", "0", "--gen-batch", "2",
+                 "--gen-max-new-tokens", "4", "--instruction-max-tokens", "4", "--threads", "1"]) == 0
+    assert [p.name for p in (tmp_path / "distill" / "data").iterdir()] == ["train-0000.jsonl"]

@@ -20,8 +20,14 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..decision import DecisionModel, hard_features
+from ..options import add_model_arguments, load_pair_from
+from .prompt_files import read_train_prompts
+from .run_log import open_log
+from .sequences import Sequence, load_sequences
+from .teacher import generate_answers
 
 
 def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -46,12 +52,10 @@ def _rows(draft_logits, draft_hidden, target_logits, tokens, temperature, level,
 
 
 @torch.inference_mode()
-def build_dataset(pair, sequences, width: int = 10, fork_temperature: float = 1.0, chain_depth: int = 4,
-                  chain_temperatures=(0.0, 1.0), chains_per_sequence: int = 2, seed: int = 0,
+def build_dataset(pair, sequences: list[Sequence], width: int = 10, fork_temperature: float = 1.0,
+                  chain_depth: int = 4, chain_temperatures=(0.0, 1.0), chains_per_sequence: int = 2, seed: int = 0,
                   progress: bool = True) -> dict[str, torch.Tensor]:
-    """Fork and chain rows for `sequences` (distill.Sequence: prompt + target answer)."""
-    from tqdm import tqdm
-
+    """Fork and chain rows for `sequences` (prompt + target answer)."""
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
     parts = []
@@ -87,8 +91,6 @@ def train_model(kind: str, data: dict[str, torch.Tensor], epochs: int = 10, batc
                 lr: float = 1e-3, val_share: float = 0.1, seed: int = 0, log=lambda record: None,
                 progress: bool = True) -> tuple[DecisionModel, dict]:
     """BCE on `label_hard` (hard model) or `label_soft` (soft model); the split is by prompt, not by row."""
-    from tqdm import tqdm
-
     torch.manual_seed(seed)
     x = data["hard_features"] if kind == "hard" else data["hidden"].float()
     y = data["label_hard"] if kind == "hard" else data["label_soft"]
@@ -119,7 +121,8 @@ def train_model(kind: str, data: dict[str, torch.Tensor], epochs: int = 10, batc
             val_loss = float(bce(model(xv), yv))
         log({"kind": kind, "epoch": epoch, "train_loss": round(total / len(xt), 5), "val_loss": round(val_loss, 5)})
         if val_loss < best["val_loss"]:
-            best = {"epoch": epoch, "val_loss": val_loss, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+            best = {"epoch": epoch, "val_loss": val_loss,
+                    "state": {k: v.clone() for k, v in model.state_dict().items()}}
     model.load_state_dict(best["state"])
     with torch.no_grad():
         pred = torch.sigmoid(model(xv))
@@ -134,11 +137,10 @@ def train_model(kind: str, data: dict[str, torch.Tensor], epochs: int = 10, batc
 # command
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..options import add_model_arguments
-    from .distill import DEFAULT_PROMPTS
-
     add_model_arguments(p)
-    p.add_argument("--prompts", nargs="+", default=[str(DEFAULT_PROMPTS)], help="JSON prompt files or folders")
+    p.add_argument("--prompts", nargs="+", default=None,
+                   help="JSON prompt files or folders (objects with 'question' or 'goal') whose prompts the target "
+                        "answers; needed unless --sequences")
     p.add_argument("--sequences", nargs="+", default=None,
                    help="use these prompt+answer files (JSON Lines written by train-draft, e.g. its held-out "
                         "shard) instead of generating answers")
@@ -164,33 +166,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the models to PREFIX-hard and PREFIX-soft (e.g. dynasd/assets/decision-smollm2)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..options import load_pair_from
-    from .distill import generate_answers, load_sequences, open_log, read_train_prompts
+def answered_sequences(args: argparse.Namespace, pair) -> list[Sequence]:
+    """`--sequences` as written by train-draft, or the target's greedy answers to `--num-prompts` of `--prompts`
+    (after `--skip-prompts` of their seeded shuffle, the ones train-draft trains on)."""
+    if args.sequences:
+        return load_sequences(args.sequences)[:args.num_prompts]
+    texts = read_train_prompts(args.prompts)
+    random.Random(args.seed).shuffle(texts)
+    texts = texts[args.skip_prompts:][:args.num_prompts] or texts[:args.num_prompts]
+    encoded = sorted((pair.encode_prompt(t) for t in texts), key=len)
+    sequences = []
+    for i in range(0, len(encoded), 16):
+        sequences += generate_answers(pair.target, encoded[i:i + 16], pair.pad_id, set(pair.eos_token_ids),
+                                      args.max_new_tokens)
+    return sequences
 
+
+def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
+    data_path = out / "dataset.pt"
+    reuse = args.reuse_data and data_path.is_file()
+    if not reuse and not args.sequences and not args.prompts:
+        raise ValueError("train-decision needs --prompts FILE_OR_DIR (TriviaQA/PIQA-style JSON) or --sequences "
+                         "FILE.jsonl (train-draft's data)")
     log = open_log(out)
 
-    data_path = out / "dataset.pt"
-    if args.reuse_data and data_path.is_file():
+    if reuse:
         data = torch.load(data_path)
     else:
         start = time.time()
         pair = load_pair_from(args)
-        if args.sequences:
-            sequences = load_sequences(args.sequences)[:args.num_prompts]
-        else:
-            texts = read_train_prompts(args.prompts)
-            random.Random(args.seed).shuffle(texts)
-            texts = texts[args.skip_prompts:][:args.num_prompts] or texts[:args.num_prompts]
-            pad = pair.pad_id
-            encoded = sorted((pair.encode_prompt(t) for t in texts), key=len)
-            sequences = []
-            for i in range(0, len(encoded), 16):
-                sequences += generate_answers(pair.target, encoded[i:i + 16], pad, set(pair.eos_token_ids),
-                                              args.max_new_tokens)
+        sequences = answered_sequences(args, pair)
         temps = tuple(float(t) for t in args.chain_temperatures.split(",") if t.strip())
         data = build_dataset(pair, sequences, args.width, args.fork_temperature, args.chain_depth, temps,
                              args.chains_per_sequence, args.seed)

@@ -19,17 +19,13 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
-from .distill import generate_answers, load_sequences, save_sequences, teacher_forced
-
-
-ONPOLICY_TAG = "-onpolicy-"  # in the name of every shard this stage writes: f"{shard_prefix}-onpolicy-0000"
-
-
-def training_shards(data_dir: Path) -> list[Path]:
-    """The shards the target answered (generate stage, self-instruct), sorted; on-policy shards of any round,
-    whose answers are the draft's, are left out."""
-    return [f for f in sorted(data_dir.glob("train-*.jsonl")) if ONPOLICY_TAG not in f.name]
+from ..models import load_distilled_draft, load_pair
+from .self_instruct import shard_seed
+from .sequences import load_sequences, save_sequences, training_shards
+from .task_prompts import passage_task_prompts
+from .teacher import generate_answers, teacher_forced
 
 
 def training_prompts(data_dir: Path) -> list[list[int]]:
@@ -42,19 +38,12 @@ def training_prompts(data_dir: Path) -> list[list[int]]:
 
 
 def onpolicy_stage(args, log) -> None:
-    from tqdm import tqdm
-
-    from ..models import load_distilled_draft, load_pair
-    from .self_instruct import shard_seed
-
     if args.onpolicy_temperature < 0:
         raise ValueError("--onpolicy-temperature must be 0 (greedy) or positive")
     data_dir = Path(args.out) / "data"
     prefix = f"{args.shard_prefix}-onpolicy"
     pair = load_pair(args.pair, device="cpu", dtype="fp32", fast_kernels=False)
     if args.onpolicy_prompt_source == "passage-tasks":
-        from .task_prompts import passage_task_prompts
-
         prompts = passage_task_prompts(pair, data_dir, args.onpolicy_prompts or 10 ** 9, args.seed)
     else:
         prompts = training_prompts(data_dir)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from .distill import load_sequences
-from .onpolicy import training_shards
 from .self_instruct import PLACEHOLDER
+from .sequences import load_sequences, training_shards
 
 # {passage}: one of the target's answers; {question}: the prompt that answer replied to.
 TASK_TEMPLATES = (

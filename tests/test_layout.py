@@ -1,0 +1,196 @@
+"""The package's import structure, read from the source with `ast` (nothing is imported): no import circles, the
+runtime never depends on the training code, and imports sit at the top of their modules.
+
+Why these rules: an import circle works only as long as some import stays hidden inside a function, and breaks
+(or changes what loads first) as soon as someone moves it; the runtime (decoders, app, bench, figures) must load
+and run without the training commands, which only `dynasd/cli.py` names, as strings, to dispatch to them.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINING = "dynasd.training"
+# The one place the runtime names the training commands: cli.py's command table (module names as strings).
+COMMAND_TABLE = "dynasd.cli"
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str         # the importing module
+    target: str         # the imported module of the package (the submodule when `from pkg import submodule`)
+    line: int
+    in_function: bool   # inside a function body (run on call, not on import)
+    commented: bool     # the import line, or the line above it, carries a comment
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_files() -> dict[str, Path]:
+    """Every module of the dynasd package and of viz/, plus app.py, by dotted name."""
+    files = [*sorted((ROOT / "dynasd").rglob("*.py")), *sorted((ROOT / "viz").rglob("*.py")), ROOT / "app.py"]
+    return {module_name(f): f for f in files}
+
+
+def import_statements(tree: ast.AST):
+    """Every import statement of a module, internal or not, with whether it sits inside a function body."""
+    def visit(node: ast.AST, in_function: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, in_function
+            yield from visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                      ast.Lambda)))
+    yield from visit(tree, False)
+
+
+def has_comment(lines: list[str], node: ast.stmt) -> bool:
+    """The statement's line, or the line above it, carries a comment (the reason an import is where it is)."""
+    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+    return "#" in lines[node.lineno - 1] or above.startswith("#")
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> list[Import]:
+    """The package-internal imports of one module, at module level and inside functions."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[Import] = []
+
+    def add(node: ast.stmt, target: str, in_function: bool) -> None:
+        # `import a.b.c` and `from a.b import c` name the deepest module of the package they reach
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.append(Import(name, target, node.lineno, in_function, has_comment(lines, node)))
+
+    for node, in_function in import_statements(ast.parse(source, filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(node, alias.name, in_function)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package
+            for _ in range(node.level - 1):
+                anchor = anchor.rpartition(".")[0]
+            base = f"{anchor}.{node.module}" if node.module else anchor
+        for alias in node.names:
+            full = f"{base}.{alias.name}"
+            add(node, full if full in known else base, in_function)
+    return found
+
+
+def string_imports_of(name: str, path: Path) -> list[tuple[str, int, str]]:
+    """`importlib.import_module("...")` / `__import__("...")` calls with a literal module name."""
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("import_module", "__import__"):
+                calls.append((name, node.lineno, node.args[0].value))
+    return calls
+
+
+def all_imports() -> list[Import]:
+    files = package_files()
+    return [imp for name, path in files.items() for imp in imports_of(name, path, set(files))]
+
+
+def import_cycles(imports: list[Import]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every module in one
+    reaches every other through imports."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports:
+        graph.setdefault(imp.source, set()).add(imp.target)
+        graph.setdefault(imp.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(components)
+
+
+def in_training(module: str) -> bool:
+    return module == TRAINING or module.startswith(TRAINING + ".")
+
+
+def test_the_reader_finds_imports_at_module_level_inside_functions_relative_and_absolute(tmp_path):
+    """The analysis itself: a known circle through a function-level import is found."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from . import b\nfrom .c import thing  # optional\n")
+    (pkg / "b.py").write_text("import os\n\n\ndef f():\n    from pkg.a import g\n    return g\n")
+    (pkg / "c.py").write_text("thing = 1\n")
+    known = {"pkg.a", "pkg.b", "pkg.c"}
+    found = [imp for mod in ("a", "b", "c") for imp in imports_of(f"pkg.{mod}", pkg / f"{mod}.py", known)]
+    assert [(i.source, i.target, i.in_function, i.commented) for i in found] == [
+        ("pkg.a", "pkg.b", False, False), ("pkg.a", "pkg.c", False, True), ("pkg.b", "pkg.a", True, False)]
+    assert import_cycles(found) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_package_has_no_import_circle():
+    """Function-level imports count: a circle closed only inside a function is still a circle."""
+    assert import_cycles(all_imports()) == []
+
+
+def test_nothing_outside_the_training_package_imports_it():
+    """Only cli.py's command table names the training commands, as strings, and loads one on demand."""
+    files = package_files()
+    imports = [f"{i.source}:{i.line} imports {i.target}" for i in all_imports()
+               if in_training(i.target) and not in_training(i.source)]
+    named = [f"{name}:{line} loads {target}" for name, path in files.items() if not in_training(name)
+             and name != COMMAND_TABLE for _, line, target in string_imports_of(name, path) if in_training(target)]
+    assert imports + named == []
+
+
+def test_function_level_imports_are_counted_and_the_training_package_has_only_optional_ones():
+    """Printed for every module (a map of what still waits inside functions); inside dynasd/training only an
+    optional dependency may be imported in a function, with a comment saying why."""
+    counts: dict[str, int] = {}
+    uncommented = []
+    for name, path in package_files().items():
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        inside = [node for node, in_function in import_statements(ast.parse(source)) if in_function]
+        if inside:
+            counts[name] = len(inside)
+        if in_training(name):
+            uncommented += [f"{name}:{node.lineno}" for node in inside if not has_comment(lines, node)]
+    print("\nfunction-level import statements per module:")
+    for name in sorted(counts):
+        print(f"  {counts[name]:3d}  {name}")
+    print(f"  {sum(counts.values()):3d}  in all")
+    assert uncommented == []
