@@ -3,66 +3,78 @@
 The cache always holds a prefix of the committed tokens (`cached_len` of them), possibly followed by tree nodes of
 the current step. Keys/values of the tree nodes on the accepted path are moved down in place, the rest is cropped,
 so the prefix is never recomputed and never copied as a whole.
+
+How a model is run (its forward function and the KV cache it fills) is its `Runtime`: stock transformers unless
+something attached another to the model (dynasd/kernels/ does, at load). This file never knows which kernels run.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import Cache
 
 from .feature_draft import draft_inputs, is_feature_draft
-from .kernels.lean_forward import lean_forward, supports
 from .tree import additive
 
+# forward(model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden, inputs_embeds,
+#         hidden_to_keep) -> (logits of the last `logits_to_keep` inputs, final hidden states or None)
+ForwardFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
-class InPlaceLayer(DynamicLayer):
-    """A cache layer that writes new keys/values into spare room instead of concatenating.
 
-    Why: transformers' DynamicLayer concatenates on every update, i.e. copies the layer's whole cache on every
-    forward, a cost that grows with the context. Here `keys`/`values` are views of the filled prefix of a buffer
-    that grows by half when full, so a forward copies only its new tokens, cropping shortens the views, and writes
-    through the views (keeping a tree path) land in the buffer.
-    """
+def stock_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  position_ids: torch.Tensor, cache: Cache, logits_to_keep: int, need_hidden: bool = False,
+                  inputs_embeds: torch.Tensor | None = None, hidden_to_keep: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """transformers' own forward with a 4D additive mask and explicit positions; the hidden states returned are
+    the final normed ones of every input (the caller keeps the last `hidden_to_keep`)."""
+    out = model(input_ids=None if inputs_embeds is not None else input_ids, inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True,
+                logits_to_keep=logits_to_keep, output_hidden_states=need_hidden)
+    return out.logits, out.hidden_states[-1] if need_hidden else None
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.key_buffer: torch.Tensor | None = None
-        self.value_buffer: torch.Tensor | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        filled = self.keys.shape[-2] if self.keys.dim() == 4 else 0
-        needed = filled + key_states.shape[-2]
-        buffer = self.key_buffer
-        if buffer is None or needed > buffer.shape[-2] or self.keys.data_ptr() != buffer.data_ptr():
-            self._grow(key_states, value_states, filled, needed + max(needed // 2, 256))
-        self.key_buffer[:, :, filled:needed] = key_states
-        self.value_buffer[:, :, filled:needed] = value_states
-        self.keys = self.key_buffer[:, :, :needed]
-        self.values = self.value_buffer[:, :, :needed]
-        return self.keys, self.values
+def stock_cache(model: torch.nn.Module) -> Cache:
+    return DynamicCache(config=model.config)
 
-    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, filled: int, capacity: int) -> None:
-        batch, heads, _, key_dim = key_states.shape
-        keys = key_states.new_empty(batch, heads, capacity, key_dim)
-        values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
-        if filled:
-            keys[:, :, :filled] = self.keys
-            values[:, :, :filled] = self.values
-        self.key_buffer, self.value_buffer = keys, values
 
-    def reset(self) -> None:
-        self.key_buffer = self.value_buffer = None
-        super().reset()
+@dataclass(frozen=True)
+class Runtime:
+    """How CachedModel runs one model: its forward function and a factory for the KV cache it fills.
+
+    Both must compute what stock transformers computes (same logits, same cache contents); they may differ in
+    speed only, which is why the decoders need not know which one runs."""
+
+    forward: ForwardFunction = stock_forward
+    new_cache: Callable[[torch.nn.Module], Cache] = stock_cache
+
+
+STOCK_RUNTIME = Runtime()
+_RUNTIME_ATTRIBUTE = "dynasd_runtime"
+
+
+def runtime_of(model: torch.nn.Module) -> Runtime:
+    """The runtime attached to `model`, or stock transformers'."""
+    return getattr(model, _RUNTIME_ATTRIBUTE, STOCK_RUNTIME)
+
+
+def attach_runtime(model: torch.nn.Module, runtime: Runtime) -> torch.nn.Module:
+    """Make every CachedModel of `model` run on `runtime` from now on."""
+    setattr(model, _RUNTIME_ATTRIBUTE, runtime)
+    return model
 
 
 class CachedModel:
-    def __init__(self, model: torch.nn.Module, need_hidden: bool = False, in_place: bool = True,
-                 lean: bool = False) -> None:
+    """One model, its KV cache, and how many committed tokens and tree nodes the cache holds.
+
+    It runs on the model's attached runtime; `runtime` overrides that (tests and scripts compare runtimes on one
+    model). `need_hidden` makes forwards return final hidden states too (stop policies, feature drafts)."""
+
+    def __init__(self, model: torch.nn.Module, need_hidden: bool = False, runtime: Runtime | None = None) -> None:
         self.model = model
-        self.in_place = in_place
-        self.lean = lean and supports(model)  # dynasd/lean_forward.py: the same logits, fewer host operations
+        self.runtime = runtime if runtime is not None else runtime_of(model)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.need_hidden = need_hidden
@@ -70,10 +82,7 @@ class CachedModel:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        if self.in_place:
-            self.cache.layers = [InPlaceLayer() if type(layer) is DynamicLayer else layer
-                                 for layer in self.cache.layers]
+        self.cache = self.runtime.new_cache(self.model)
         self.cached_len = 0   # committed tokens whose keys/values are in the cache
         self.tree_len = 0     # tree nodes of the current step cached after them
         self.forwards = 0
@@ -109,14 +118,9 @@ class CachedModel:
         ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
         position_ids = torch.tensor([positions], device=self.device)
         embeds = draft_inputs(self.model, ids, features[None]) if features is not None else None
-        if self.lean:
-            logits, hidden = lean_forward(self.model, ids, mask[None, None], position_ids, self.cache, keep_logits,
-                                          self.need_hidden, inputs_embeds=embeds, hidden_to_keep=keep_hidden)
-        else:
-            out = self.model(input_ids=None if embeds is not None else ids, inputs_embeds=embeds,
-                             attention_mask=mask[None, None], position_ids=position_ids, cache=self.cache,
-                             use_cache=True, logits_to_keep=keep_logits, output_hidden_states=self.need_hidden)
-            logits, hidden = out.logits, out.hidden_states[-1] if self.need_hidden else None
+        logits, hidden = self.runtime.forward(self.model, ids, mask[None, None], position_ids, self.cache,
+                                              keep_logits, self.need_hidden, inputs_embeds=embeds,
+                                              hidden_to_keep=keep_hidden)
         self.forwards += 1
         self.cached_len += n_chain
         self.tree_len += n_nodes

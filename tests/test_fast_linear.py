@@ -5,10 +5,10 @@ import os
 import pytest
 import torch
 
-from dynasd import fast_linear
 from dynasd.decoders import make_decoder
+from dynasd.kernels import fast_linear
 from dynasd.kernels.fast_linear import (PANEL, PANEL_ROWS, SMALL_ROWS, FusedProjections, PretransposedLinear,
-                                panel_kernel, pretranspose_linears)
+                                        panel_kernel, pretranspose_linears)
 from dynasd.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 
@@ -59,8 +59,8 @@ def test_kernel_rows_do_not_depend_on_their_neighbours():
 
 @pytest.mark.parametrize("vendor,single_row_in_kernel", [("GenuineIntel", False), ("AuthenticAMD", True)])
 def test_the_kernel_takes_every_row_count_where_mkl_is_not_tuned(monkeypatch, vendor, single_row_in_kernel):
-    """On Intel CPUs MKL wins for 1 row and from 32 rows (sessions 9-11); elsewhere it is slower at every count
-    (session 12, AMD EPYC), and then ar's single rows and a prefill's hundreds take the kernel too."""
+    """On Intel CPUs MKL wins for 1 row and from 32 rows (Intel Xeon, 2026-12-01); elsewhere it is slower at every count
+    (AMD EPYC, 2026-12-01), and then ar's single rows and a prefill's hundreds take the kernel too."""
     monkeypatch.setattr(fast_linear, "_cpu_vendor", lambda: vendor)
     torch.manual_seed(2)
     plain = torch.nn.Linear(64, 2 * PANEL, bias=True)

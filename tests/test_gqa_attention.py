@@ -1,4 +1,4 @@
-"""Packed grouped-query attention (dynasd/gqa_attention.py) computes what stock attention computes, and only
+"""Packed grouped-query attention (dynasd/kernels/gqa_attention.py) computes what stock attention computes, and only
 replaces the case it is for: a masked forward of several query tokens."""
 import pytest
 import torch
@@ -34,7 +34,7 @@ def test_tree_verify_logits_match_stock_sdpa_and_eager():
     assert packed.target.config._attn_implementation == gqa.NAME
     reference = tree_verify_logits(stock)
     # Float rounding only: stacking the heads as rows changes sdpa's blocking (up to 2.4e-6 on an AMD EPYC,
-    # session 12; under 1e-6 on the Intel CPUs before).
+    # 2026-12-01; under 1e-6 on the Intel CPUs before).
     torch.testing.assert_close(tree_verify_logits(packed), reference, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tree_verify_logits(eager), reference, rtol=1e-5, atol=1e-5)
 

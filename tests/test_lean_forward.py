@@ -2,19 +2,24 @@
 import pytest
 import torch
 
-from dynasd import fast_linear
-from dynasd.cache import CachedModel
+from dynasd.cache import CachedModel, Runtime, runtime_of, stock_forward
 from dynasd.decoders import make_decoder
+from dynasd.kernels import fast_linear
 from dynasd.kernels.gqa_attention import use_packed_gqa
-from dynasd.kernels.lean_forward import _fused_projections, supports
+from dynasd.kernels.inplace_cache import in_place_cache
+from dynasd.kernels.lean_forward import _fused_projections, lean_forward, supports
 from dynasd.models import load_pair, tiny_llama, tiny_random_pair
 from dynasd.sampling import SamplingConfig
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
 
+# Both on the in-place cache: only the forward function differs.
+LEAN = Runtime(forward=lean_forward, new_cache=in_place_cache)
+STOCK = Runtime(forward=stock_forward, new_cache=in_place_cache)
 
-def _calls(model: torch.nn.Module, lean: bool, need_hidden: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+
+def _calls(model: torch.nn.Module, runtime: Runtime, need_hidden: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A prefill, a one-token step, a chain + tree verify, a path kept, another verify: the engine's calls."""
-    cached = CachedModel(model, need_hidden=need_hidden, lean=lean)
+    cached = CachedModel(model, need_hidden=need_hidden, runtime=runtime)
     tree = TreeShape((2, 2, 1))
     mask = ancestor_mask(tree.parents)
     outputs = [cached.forward(list(range(3, 40)), [], None, [], keep_logits=4)]
@@ -32,7 +37,7 @@ def _calls(model: torch.nn.Module, lean: bool, need_hidden: bool) -> list[tuple[
 def assert_lean_is_bitwise_stock(model: torch.nn.Module) -> None:
     """Logits, and hidden states where asked for, equal in every call of `_calls`."""
     for need_hidden in (False, True):
-        lean, stock = _calls(model, True, need_hidden), _calls(model, False, need_hidden)
+        lean, stock = _calls(model, LEAN, need_hidden), _calls(model, STOCK, need_hidden)
         for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
             assert torch.equal(lean_logits, logits)
             if need_hidden:
@@ -76,7 +81,7 @@ def test_models_of_other_structures_keep_transformers_forward():
 
 def test_decoders_on_the_lean_forward_stay_greedy_identical():
     pair = load_pair("tiny-random", device="cpu")
-    assert pair.lean_forward
+    assert all(runtime_of(model).forward is lean_forward for model in (pair.target, pair.draft, pair.feature_draft))
     ids = pair.encode_prompt("What is speculative decoding?")
     reference = make_decoder("ar", pair, SamplingConfig()).generate(ids, 30).new_token_ids
     for method, options in (("sd", dict(gamma=4)), ("mcsd", dict(k_config=(3, 2, 1)))):

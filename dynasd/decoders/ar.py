@@ -15,8 +15,7 @@ class ARDecoder(Decoder):
     method = "ar"
 
     def _prefill(self) -> None:
-        self.target = CachedModel(self.pair.target, in_place=self.pair.in_place_cache,
-                                  lean=self.pair.lean_forward)
+        self.target = CachedModel(self.pair.target)
         # Everything but the last prompt token; the last one is fed by the first step (uniform step cost).
         if len(self.committed) > 1:
             self.target.prefill(self.committed[:-1])

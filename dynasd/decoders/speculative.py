@@ -135,10 +135,8 @@ class TreeDecoder(Decoder):
     # -- prefill -----------------------------------------------------------------------------------------------
     def _prefill(self) -> None:
         reads = self.reads_features
-        self.target = CachedModel(self.pair.target, need_hidden=reads, in_place=self.pair.in_place_cache,
-                                  lean=self.pair.lean_forward)
-        self.draft = CachedModel(self.draft_model, need_hidden=self.stop.needs_hidden or reads,
-                                 in_place=self.pair.in_place_cache, lean=self.pair.lean_forward)
+        self.target = CachedModel(self.pair.target, need_hidden=reads)
+        self.draft = CachedModel(self.draft_model, need_hidden=self.stop.needs_hidden or reads)
         self.features = (TargetFeatures(self.pair.target.config.hidden_size, self.pair.dtype, self.pair.device)
                          if reads else None)
         self.ngrams = NgramIndex(min_ngram=self.lookup_min_ngram, max_ngram=max(self.lookup_min_ngram, 3))

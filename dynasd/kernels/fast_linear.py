@@ -5,9 +5,9 @@ from memory is the real cost, the same for 1 row as for 16. MKL's `F.linear(x, W
 row (and up to 3), but jumps 2-3x from 4 rows on (a different kernel); `x @ W.T` on a contiguous transposed copy
 grows slowly with the rows and is the fastest layout for 32 rows and more (prefill). For 2-24 rows the compiled
 kernel in panel_linear.cpp, which streams the weight once whatever the row count, beats both: whole target, two
-threads, weights from memory (docs/benchmarks.md, session 9): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
+threads, weights from memory (docs/benchmarks.md, Intel Xeon, 2026-12-01): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
 48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27). With AVX-512 one pass over the weights
-takes up to 14 rows (session 11: a verify of 9-14 rows, tree nodes + the root token, 10-13% faster than
+takes up to 14 rows (2026-12-01: a verify of 9-14 rows, tree nodes + the root token, 10-13% faster than
 in passes of 8 + the rest). Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs MKL is
 far slower and the kernel takes every row count (`mkl_is_tuned_here`).
 
@@ -18,11 +18,11 @@ proposes, so rounding its shared output layer to fp16 can change its proposals, 
 The kernel is compiled on first use (torch.utils.cpp_extension, ~15 s once, cached under
 ~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
 without AVX-512 (where it is far slower, `kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch
-layouts (the engine of sessions 3-8). The price is memory: up to two
+layouts (the engine as of 2026-11-30). The price is memory: up to two
 more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
 same products up to float rounding (the draft's fp16 panels aside).
 MKL's packed weights (`torch.ops.mkl._mkl_linear`) were tried too: faster only when the row count equals the
-packed size (docs/benchmarks.md, session 8).
+packed size (docs/benchmarks.md, 2026-11-30).
 """
 from __future__ import annotations
 
@@ -99,10 +99,10 @@ def _cpu_vendor() -> str:
 def mkl_is_tuned_here() -> bool:
     """Whether torch's MKL products run at full speed here: on Intel CPUs only.
 
-    Why: MKL takes slower code paths on other vendors' CPUs. Measured on an AMD EPYC with AVX-512 (session 12, two
+    Why: MKL takes slower code paths on other vendors' CPUs. Measured on an AMD EPYC with AVX-512 (2026-12-01, two
     threads, 30 weights of 1536 x 576 from memory), F.linear / x @ W.T / the kernel: 1 row 10.3 / 6.1 / 3.3 ms;
     24 rows 17.4 / 19.0 / 7.7; 44 rows (mcsd 4,2,2,1) 20.0 / 21.5 / 12.2; 256 rows (a prefill) 95.9 / 95.5 / 67.4.
-    On the Intel Xeon of sessions 9-11 MKL was the faster for 1 row (whole target 25 vs 27 ms) and from 32 rows
+    On the Intel Xeon measured before (2026-12-01) MKL was the faster for 1 row (whole target 25 vs 27 ms) and from 32 rows
     on, hence PANEL_ROWS there."""
     return _cpu_vendor() == "GenuineIntel"
 
@@ -115,7 +115,7 @@ def kernel_pays_here() -> bool:
     """Whether this CPU runs the compiled kernel fast: x86 with AVX-512.
 
     Why: the kernel keeps a 16-float vector per accumulator in one AVX-512 register. Built for AVX2 (16 registers
-    of 8 floats) the same code spills its accumulators to memory: measured here (an x86-64-v3 build, session 11), an
+    of 8 floats) the same code spills its accumulators to memory: measured here (an x86-64-v3 build, 2026-12-01), an
     8-row verify took ~730 ms instead of ~45. Elsewhere the layers keep the two torch layouts."""
     return os.uname().machine == "x86_64" and "avx512f" in _cpu_flags().split()
 

@@ -1,6 +1,6 @@
 """The decoder's forward pass for Llama-style models without transformers' per-layer wrappers: same arithmetic.
 
-Why: on a CPU a forward of a few tokens spends a third of its time outside the weight products (session 12, AMD
+Why: on a CPU a forward of a few tokens spends a third of its time outside the weight products (2026-12-01, AMD
 EPYC, 1-token target forward 27 ms, of which the products 17): every layer goes through keyword-argument plumbing,
 deprecation decorators, output capture and mask preprocessing that the engine does not need, since it builds its
 own 4D mask and positions. Here the layers run as the plain sequence of the same operations, on the same modules

@@ -2,7 +2,7 @@
 //
 // Why: a verify multiplies 2-24 rows (the tree's nodes) by every weight matrix. Reading the weights from memory
 // is the real cost, and it is the same for 1 row as for 16, but MKL's few-row GEMM runs well below its one-row
-// speed (docs/benchmarks.md, session 9). Here each weight is stored as panels of PANEL output columns, every panel
+// speed (docs/benchmarks.md, 2026-12-01). Here each weight is stored as panels of PANEL output columns, every panel
 // K rows of PANEL floats in one contiguous block, so the weights stream from memory once, in order, and each
 // loaded vector is used by every input row while it sits in a register.
 //
@@ -25,7 +25,7 @@ constexpr int64_t PANEL = 32;         // output columns per panel: two 16-float 
 // hold 14 rows' (28) plus the two weight vectors and a broadcast; elsewhere a vec16 takes two of 16 registers.
 // More rows go in equal passes (16: 8 + 8, not 14 + 2): a pass of one or two rows runs at the FMA latency, not at
 // its throughput. With passes of at most 8 (8 + 1), a 9-row verify cost 12% more than an 8-row one
-// (docs/benchmarks.md, session 11).
+// (docs/benchmarks.md, 2026-12-01).
 #if defined(__AVX512F__)
 constexpr int64_t ROWS_PER_PASS = 14;
 #else
