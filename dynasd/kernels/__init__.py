@@ -16,7 +16,6 @@ which may change their proposals, never the output.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,9 +24,6 @@ from .fast_linear import pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
 from .lean_forward import lean_forward, supports
-
-if TYPE_CHECKING:
-    from ..models import ModelPair
 
 _PLAN_ATTRIBUTE = "dynasd_kernel_plan"
 
@@ -72,8 +68,9 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
     return model
 
 
-def accelerate(pair: ModelPair, compiled_kernel: bool = True) -> ModelPair:
-    """Accelerate every model of `pair` in place and return the pair; `compiled_kernel=False` leaves the compiled
+def accelerate(pair, compiled_kernel: bool = True):
+    """Accelerate every model of `pair` (a dynasd.models.ModelPair, which calls this from load_pair: hence no import
+    of it here) in place and return the pair; `compiled_kernel=False` leaves the compiled
     kernel out (the benchmark's `kernels=torch`). Training code, which needs plain nn.Linear modules, must not
     accelerate its pair."""
     drafts = [model for model in (pair.draft, pair.feature_draft) if model is not None]
