@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dynasd.explorer.session import process_rss_mb  # noqa: E402  (after the path and environment set-up)
+from dynasd.explorer.memory import process_rss_mb  # noqa: E402  (after the path and environment set-up)
 
 STATUS, TEXT, SCRUBBER = 7, 0, 9
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
@@ -148,7 +148,8 @@ def text_of(outputs) -> str:
 
 
 def solo_text(pair, prompt: str, options: dict, max_new: int) -> str:
-    from dynasd.explorer.session import Settings, build_decoder
+    from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.session import build_decoder
 
     settings = Settings(pair="tiny-random", max_new_tokens=max_new, **options).normalised()
     run = build_decoder(pair, settings).generate(pair.encode_prompt(prompt), max_new)
@@ -433,7 +434,7 @@ def main(argv=None) -> int:
 
     import app
     from dynasd.models import tiny_random_pair
-    from dynasd.explorer.session import PairCache
+    from dynasd.explorer.pairs import PairCache
 
     app.PAIRS = PairCache(allow_custom=True, device="cpu")
     port = free_port()

@@ -28,7 +28,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import app  # noqa: E402
-from dynasd.explorer.session import process_rss_mb  # noqa: E402
+from dynasd.explorer.memory import process_rss_mb  # noqa: E402
 
 DEMO: list = []
 _serve = app.serve
