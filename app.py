@@ -32,7 +32,7 @@ from dynasd.explorer.registry import SessionRegistry
 from dynasd.explorer.session import Session, SessionFailed, compare_methods, load_trace
 from dynasd.models import has_feature_draft
 from dynasd.options import METHODS, OPTIONS, Choice, Option
-from dynasd.stopping import shipped_decision_models
+from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 from dynasd.trace import save_run
 
 try:  # on a Hugging Face ZeroGPU Space, GPU work must run inside spaces.GPU; elsewhere it is a no-op
@@ -449,8 +449,8 @@ def option_control(o: Option, pair: str) -> gr.Component:
         if isinstance(o.kind, Choice):
             return gr.Dropdown(list(o.kind.choices), value=value, **common)
         # a decision model: a shipped one by name, or (not on a public server) any folder typed in
-        return gr.Dropdown(shipped_decision_models(), value=value, allow_custom_value=PAIRS.allow_decision_paths,
-                           **common)
+        choices = [(f"default ({DEFAULT_DECISION_MODEL})", "")] + shipped_decision_models()
+        return gr.Dropdown(choices, value=value, allow_custom_value=PAIRS.allow_decision_paths, **common)
     if o.widget == "slider":
         low, high, step = o.ui_range
         return gr.Slider(low, high, value=value, step=step, **common)

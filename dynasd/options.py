@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .models import load_pair
 from .sampling import SamplingConfig
-from .stopping import STOP_POLICIES
+from .stopping import DEFAULT_DECISION_MODEL, STOP_POLICIES
 from .tree import TreeShape, parse_branching
 
 METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld")
@@ -230,8 +230,12 @@ class Option:
         return value
 
     def record(self, value):
-        """JSON for a trace record (and the app's text boxes): a shape as "4,2,2,1"."""
-        return Shape.text(value) if isinstance(self.kind, Shape) else value
+        """JSON for a trace record and the app's controls: a shape as "4,2,2,1", an unset shape or reference as ""."""
+        if isinstance(self.kind, Shape):
+            return Shape.text(value)
+        if isinstance(self.kind, Ref):
+            return value or ""
+        return value
 
     def read_by(self, method: str) -> bool:
         return method in self.methods
@@ -301,7 +305,7 @@ class DecoderOptions:
         DRAFTING, "threshold", "Threshold", "dynamic", "slider", "th", (0.0, 1.0, 0.05))
     decision_model: str | None = option(
         None, Ref(), "decision model for stop=decision or cumulative: a shipped one by name (dynasd/assets/"
-        "decision-*) or a folder of a trained one (default: decision-smollm2-hard)", DRAFTING, "decision model",
+        f"decision-*) or a folder of a trained one (default: {DEFAULT_DECISION_MODEL})", DRAFTING, "decision model",
         "Decision model (stop = decision or cumulative)", "advanced", "dropdown", "decision")
     temperature: float = option(
         0.0, Float(0.0, 10.0), "sampling temperature (0 = greedy)", METHODS, "temperature",

@@ -82,6 +82,7 @@ class StopPolicy:
 
 READS_DECISION_MODEL = ("decision", "cumulative")
 SHIPPED_DECISION_PREFIX = "decision-"
+DEFAULT_DECISION_MODEL = "decision-smollm2-hard"
 
 
 def shipped_decision_models() -> list[str]:
@@ -92,7 +93,7 @@ def shipped_decision_models() -> list[str]:
 def decision_model_folder(reference: str | Path | None) -> Path:
     """A shipped model's name is its folder in dynasd/assets; anything else is a folder path. None: the default."""
     if reference is None:
-        return ASSETS_DIR / "decision-smollm2-hard"
+        return ASSETS_DIR / DEFAULT_DECISION_MODEL
     if str(reference) in shipped_decision_models():
         return ASSETS_DIR / str(reference)
     return Path(reference)
