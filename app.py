@@ -480,10 +480,11 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                      interactive=False, elem_id="scrubber")
                 controls: dict[str, gr.Component] = {}
                 with gr.Accordion("Model and method", open=True):
-                    controls["pair"] = gr.Dropdown(pair_choices(), value=default_pair, label="Model pair (target + draft)",
-                                                   info="tiny-random: instant toy pair; presets need the Hugging Face hub")
-                    controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)", value=default_target,
-                                                    visible=default_pair == CUSTOM)
+                    controls["pair"] = gr.Dropdown(
+                        pair_choices(), value=default_pair, label="Model pair (target + draft)",
+                        info="tiny-random: instant toy pair; presets need the Hugging Face hub")
+                    controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)",
+                                                    value=default_target, visible=default_pair == CUSTOM)
                     controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
                                                    visible=default_pair == CUSTOM)
                     recipe = gr.Dropdown(list(RECIPES), value=None, label="Recipe", elem_id="recipe",

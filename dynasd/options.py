@@ -162,7 +162,7 @@ class Shape:
             return None
         if not (isinstance(value, tuple) and value and all(isinstance(k, int) and not isinstance(k, bool)
                                                            for k in value)):
-            return f"{title} must be a tree shape such as (4, 2, 2, 1), got {value!r}"[:200]
+            return f"{title} must be a tuple of whole numbers such as (4, 2, 2, 1), got {value!r}"[:200]
         if any(k < 1 for k in value):
             return f"every branching factor must be at least 1, got '{self.text(value)}'"
         return None
