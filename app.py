@@ -5,8 +5,10 @@
 
 This file is the UI only: widgets, events and session handling. Decoding lives in dynasd/, figures in viz/.
 Set DYNASD_PUBLIC=1 on a public server: custom model ids and paths are then refused, unless DYNASD_MODEL_DIR names
-a folder: custom models are then the folders and .gguf files inside it (never hub ids, never paths outside it).
+a folder: custom models are then the folders and .gguf files inside it (never hub ids, never paths outside it); and
+only the decision models shipped in dynasd/assets may be chosen, never a folder path.
 Without DYNASD_PUBLIC, DYNASD_MODEL_DIR confines local paths to that folder and hub ids still work.
+Every control of a decoder option is built from its entry in dynasd/options.py (label, range, help).
 """
 from __future__ import annotations
 

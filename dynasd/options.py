@@ -245,9 +245,10 @@ class Option:
         return self.help if self.methods == METHODS else f"{', '.join(self.methods)}: {self.help}"
 
 
-def option(default, kind, help: str, methods: tuple[str, ...], title: str, label: str, group: str, widget: str,
+def option(default, kind, help_text: str, methods: tuple[str, ...], title: str, label: str, group: str, widget: str,
            bench_key: str | None = None, ui_range: tuple | None = None):
-    return field(default=default, metadata={"option": Option(kind, help, methods, title, label, group, widget,
+    """A DecoderOptions field and its Option: the one place an option is written."""
+    return field(default=default, metadata={"option": Option(kind, help_text, methods, title, label, group, widget,
                                                              bench_key, ui_range)})
 
 
@@ -392,7 +393,7 @@ class DecoderOptions:
             return problems
         for o in OPTIONS.values():
             if not o.read_by(self.method) and getattr(self, o.name) != o.default:
-                problems.append(f"{self.method} takes no {o.title} (only {', '.join(o.methods)} do)")
+                problems.append(f"{self.method} takes no {o.title} (it is for {', '.join(o.methods)})")
         if self.method == "ti-mcsd" and self.ti_k_config is not None and len(self.ti_k_config) < 2:
             problems.append("a target-initialized tree needs at least one draft level after its roots")
         branching = self.branching()

@@ -99,9 +99,9 @@ def test_a_method_refuses_the_options_it_does_not_read_and_for_method_drops_them
     mixed = DecoderOptions(method="ti-mcsd", gamma=7, lookup=4, k_config=(2, 2), width=2)
     with pytest.raises(OptionsError) as info:
         mixed.validate()
-    assert info.value.problems == ["ti-mcsd takes no gamma (only sd do)",
-                                   "ti-mcsd takes no tree shape (only mcsd do)",
-                                   "ti-mcsd takes no prompt lookup (only sd, mcsd, pld do)"]
+    assert info.value.problems == ["ti-mcsd takes no gamma (it is for sd)",
+                                   "ti-mcsd takes no tree shape (it is for mcsd)",
+                                   "ti-mcsd takes no prompt lookup (it is for sd, mcsd, pld)"]
     kept = mixed.for_method()
     assert kept.validate() == DecoderOptions(method="ti-mcsd", width=2)
     assert mixed.for_method("sd") == DecoderOptions(method="sd", gamma=7, lookup=4)
