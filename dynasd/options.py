@@ -453,7 +453,7 @@ def add_option_arguments(p: argparse.ArgumentParser, exclude: tuple[str, ...] = 
         if o.name in exclude:
             continue
         shown = o.record(o.default)
-        help_text = o.described() + ("" if shown in (None, "", False) else f" (default: {shown})")
+        help_text = o.described() + ("" if shown is None or shown == "" else f" (default: {shown})")
         if isinstance(o.kind, Flag):
             p.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.described())
         elif isinstance(o.kind, Choice):

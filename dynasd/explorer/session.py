@@ -15,17 +15,16 @@ from typing import Iterator
 from ..decision import DecisionModel
 from ..decoders import Decoder, RequestError, make_decoder
 from ..models import ModelPair
-from ..options import METHODS, OptionsError
+from ..options import METHODS, DecoderOptions, OptionsError
 from ..stopping import READS_DECISION_MODEL, load_decision_model
 from ..trace import RunTrace, StepTrace, TraceError, load_run
 from .inputs import Settings, UserError, check_prompt, one_line
 from .pairs import MODEL_BUILD_LOCK, PairCache
 
 
-def load_decision_model_for(settings: Settings, method: str | None = None) -> DecisionModel | None:
-    """The decision model the settings' stop policy reads (for `method`, default their own), built under the
-    model lock; a missing one is a UserError."""
-    options = settings.options.for_method(method)
+def load_decision_model_for(options: DecoderOptions) -> DecisionModel | None:
+    """The decision model the options' stop policy reads, built under the model lock; a missing one is a
+    UserError."""
     if options.stop not in READS_DECISION_MODEL:
         return None
     try:
@@ -105,7 +104,7 @@ class Session:
         settings = settings.normalised()  # a bad shape or sampling setting is refused before any model loads
         prompt = check_prompt(prompt)
         pairs.check_decision_model(settings.decision_model)
-        decision_model = load_decision_model_for(settings)
+        decision_model = load_decision_model_for(settings.options.for_method())
         pair = pairs.get(settings)
         decoder = build_decoder(pair, settings, decision_model=decision_model)
         ids = encode(pair, prompt)
@@ -170,7 +169,7 @@ def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
         except OptionsError as exc:
             raise UserError(f"{method}: {exc}") from exc
     pairs.check_decision_model(settings.decision_model)
-    decision_model = load_decision_model_for(settings)  # once for every method
+    decision_model = load_decision_model_for(settings.options)  # once, for every method whose stop policy reads it
     pair = pairs.get(settings)
     lock = pairs.lock_for(pair)
     ids = encode(pair, prompt)
