@@ -5,8 +5,10 @@
 
 This file is the UI only: widgets, events and session handling. Decoding lives in dynasd/, figures in viz/.
 Set DYNASD_PUBLIC=1 on a public server: custom model ids and paths are then refused, unless DYNASD_MODEL_DIR names
-a folder: custom models are then the folders and .gguf files inside it (never hub ids, never paths outside it).
+a folder: custom models are then the folders and .gguf files inside it (never hub ids, never paths outside it); and
+only the decision models shipped in dynasd/assets may be chosen, never a folder path.
 Without DYNASD_PUBLIC, DYNASD_MODEL_DIR confines local paths to that folder and hub ids still work.
+Every control of a decoder option is built from its entry in dynasd/options.py (label, range, help).
 """
 from __future__ import annotations
 
@@ -23,13 +25,16 @@ import gradio as gr
 import pandas as pd
 
 import viz
-from dynasd.decoders import METHODS
-from dynasd.models import has_feature_draft
+from dynasd.explorer.inputs import (CUSTOM, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, RUN_FIELDS, Settings, UserError,
+                                    known_pairs, settings_of_trace)
+from dynasd.explorer.memory import start_heap_trimmer
+from dynasd.explorer.pairs import pairs_from_env
 from dynasd.explorer.recipes import RECIPES, recipe_values
-from dynasd.explorer.session import (CUSTOM, MAX_LOOKUP, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, PairCache, Session,
-                            SessionFailed, SessionRegistry, Settings, UserError, compare_methods, known_pairs,
-                            load_trace, settings_of_trace, start_heap_trimmer)
-from dynasd.stopping import STOP_POLICIES
+from dynasd.explorer.registry import SessionRegistry
+from dynasd.explorer.session import Session, SessionFailed, compare_methods, load_trace
+from dynasd.models import has_feature_draft
+from dynasd.options import METHODS, OPTIONS, Choice, Option
+from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 from dynasd.trace import save_run
 
 try:  # on a Hugging Face ZeroGPU Space, GPU work must run inside spaces.GPU; elsewhere it is a no-op
@@ -39,18 +44,6 @@ try:  # on a Hugging Face ZeroGPU Space, GPU work must run inside spaces.GPU; el
 except ImportError:
     def gpu(fn):
         return fn
-
-
-def is_public(environ=os.environ) -> bool:
-    return environ.get("DYNASD_PUBLIC", "") not in ("", "0", "false")
-
-
-def pairs_from_env(environ=os.environ) -> PairCache:
-    """Public (DYNASD_PUBLIC=1): built-in pairs and presets only, or with DYNASD_MODEL_DIR also the models inside
-    that folder. Otherwise anything, with local paths confined to DYNASD_MODEL_DIR when it is set."""
-    model_dir = environ.get("DYNASD_MODEL_DIR", "") or None
-    public = is_public(environ)
-    return PairCache(allow_custom=not public or model_dir is not None, model_dir=model_dir, allow_hub=not public)
 
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
@@ -154,13 +147,16 @@ controls to the ones the run was made with, so **Step** or **Run** makes it agai
 
 PAIRS = pairs_from_env()
 SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
-CONTROL_NAMES = ("pair", "target", "draft", "method", "gamma", "k_config", "width", "depth", "dynamic_depth",
-                 "stop", "threshold", "temperature", "top_p", "max_new_tokens", "seed", "top_k",
-                 "lookup", "feature_draft")
+# Every control that shapes a run, by name: the run's own (pair, target, draft, max_new_tokens), then one per
+# decoder option (dynasd/options.py). Handlers take them as keyword arguments of these names, which are also the
+# API's parameter names; a loaded trace or a recipe updates them in this order.
+CONTROL_NAMES = tuple(RUN_FIELDS) + tuple(OPTIONS)
+# controls shown only for the methods that read them (draft_kind follows the pair: on_pair_change)
+SHOWN_BY_METHOD = tuple(name for name, o in OPTIONS.items() if o.methods != METHODS and name != "draft_kind")
 
 
-def settings_from(*values) -> Settings:
-    return Settings(**dict(zip(CONTROL_NAMES, values))).normalised()
+def settings_from(controls: dict) -> Settings:
+    return Settings(**controls).normalised()
 
 
 def pair_choices() -> list[str]:
@@ -253,15 +249,12 @@ def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
 
 
 @gpu
-def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-            stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0, feature_draft=False):
+def on_step(session_id, prompt, **controls):
     session = SESSIONS.get(session_id)
     try:
         _busy_guard(session)
         with session.lock:
-            settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup,
-                                     feature_draft)
+            settings = settings_from(controls)
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
         ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
@@ -274,15 +267,12 @@ def on_step(session_id, prompt, pair, target, draft, method, gamma, k_config, wi
 
 
 @gpu
-def on_run(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-           stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0, feature_draft=False):
+def on_run(session_id, prompt, **controls):
     session = SESSIONS.get(session_id)
     try:
         with session.lock:
             _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
-            settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                     threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup,
-                                     feature_draft)
+            settings = settings_from(controls)
             _ensure_run(session, settings, prompt)
             run = session.run
             session.running, session.stop_requested = True, False
@@ -337,14 +327,11 @@ def on_show_step(session_id, index):
 
 
 @gpu
-def on_compare(session_id, prompt, pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth,
-               stop, threshold, temperature, top_p, max_new_tokens, seed, top_k=0, lookup=0, feature_draft=False):
+def on_compare(session_id, prompt, **controls):
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
-        settings = settings_from(pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop,
-                                 threshold, temperature, top_p, max_new_tokens, seed, top_k, lookup,
-                                     feature_draft)
+        settings = settings_from(controls)
         for method, run in compare_methods(PAIRS, settings, prompt):
             runs[method] = run
             rows = viz.compare_rows(runs)
@@ -383,7 +370,8 @@ def _control_updates(prompt: str | None = None, settings: Settings | None = None
     prompt_update = gr.update() if prompt is None else gr.update(value=prompt[:MAX_PROMPT_CHARS])
     if settings is None:
         return (prompt_update,) + tuple(gr.update() for _ in CONTROL_NAMES)
-    return (prompt_update,) + tuple(gr.update(value=getattr(settings, name)) for name in CONTROL_NAMES)
+    values = settings.controls()
+    return (prompt_update,) + tuple(gr.update(value=values[name]) for name in CONTROL_NAMES)
 
 
 def on_load(session_id, path):
@@ -418,25 +406,25 @@ def on_recipe(name: str | None):
     if not name:
         return unchanged + (gr.update(),)
     try:
-        values = recipe_values(name)
+        values = {key: OPTIONS[key].record(value) for key, value in recipe_values(name).items()}
     except ValueError as exc:
         return unchanged + (_status(str(exc), "warn"),)
-    shown = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in values.items())
+    shown = ", ".join(f"{OPTIONS[key].title} {value}" for key, value in values.items())
     return (tuple(gr.update(value=values[control]) if control in values else gr.update()
                   for control in CONTROL_NAMES)
             + (_status(f"Recipe set ({shown}). Press **Step** or **Run**.", "ok"),))
 
 
 def on_method_change(method: str):
-    return (METHOD_HELP.get(method, ""), gr.Slider(visible=method == "sd"), gr.Textbox(visible=method == "mcsd"),
-            gr.Slider(visible=method == "ti-mcsd"), gr.Slider(visible=method == "ti-mcsd"),
-            gr.Slider(visible=method in ("sd", "mcsd", "pld")))
+    """The method's help, and each method-specific control shown only where the method reads it."""
+    return (METHOD_HELP.get(method, ""),
+            *(gr.update(visible=OPTIONS[name].read_by(method)) for name in SHOWN_BY_METHOD))
 
 
 def on_pair_change(pair: str):
     custom = pair == CUSTOM
     return (gr.Textbox(visible=custom), gr.Textbox(visible=custom),
-            gr.Checkbox(visible=has_feature_draft(pair), value=False))
+            gr.Radio(visible=has_feature_draft(pair), value=OPTIONS["draft_kind"].default))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -446,6 +434,33 @@ CSS = """
 #dynasd-text { font-family: ui-monospace, monospace; }
 .explain { font-size: 0.92em; }
 """
+
+
+def options_in(group: str) -> list[str]:
+    return [name for name, o in OPTIONS.items() if o.group == group]
+
+
+def option_control(o: Option, pair: str) -> gr.Component:
+    """The control of one decoder option, from its entry in dynasd/options.py: label, help (as info), range."""
+    visible = has_feature_draft(pair) if o.name == "draft_kind" else o.read_by(OPTIONS["method"].default)
+    common = dict(label=o.label, info=o.help, visible=visible, elem_id=o.name.replace("_", "-"))
+    value = o.record(o.default)
+    if o.widget == "radio":
+        return gr.Radio(list(o.kind.choices), value=value, **common)
+    if o.widget == "dropdown":
+        if isinstance(o.kind, Choice):
+            return gr.Dropdown(list(o.kind.choices), value=value, **common)
+        # a decision model: a shipped one by name, or (not on a public server) any folder typed in
+        choices = [(f"default ({DEFAULT_DECISION_MODEL})", "")] + shipped_decision_models()
+        return gr.Dropdown(choices, value=value, allow_custom_value=PAIRS.allow_decision_paths, **common)
+    if o.widget == "slider":
+        low, high, step = o.ui_range
+        return gr.Slider(low, high, value=value, step=step, **common)
+    if o.widget == "number":
+        return gr.Number(value=value, precision=0, **common)
+    if o.widget == "checkbox":
+        return gr.Checkbox(value=value, **common)
+    return gr.Textbox(value=value, **common)
 
 
 def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
@@ -465,43 +480,33 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                 status = gr.Markdown(_status("Press **Step** or **Run** to start."), elem_id="status")
                 scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
                                      interactive=False, elem_id="scrubber")
+                controls: dict[str, gr.Component] = {}
                 with gr.Accordion("Model and method", open=True):
-                    pair = gr.Dropdown(pair_choices(), value=default_pair, label="Model pair (target + draft)",
-                                       info="tiny-random: instant toy pair; presets need the Hugging Face hub")
-                    target = gr.Textbox(label="Target model (hub id, folder or .gguf)", value=default_target,
-                                        visible=default_pair == CUSTOM)
-                    draft = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
-                                       visible=default_pair == CUSTOM)
+                    controls["pair"] = gr.Dropdown(
+                        pair_choices(), value=default_pair, label="Model pair (target + draft)",
+                        info="tiny-random: instant toy pair; presets need the Hugging Face hub")
+                    controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)",
+                                                    value=default_target, visible=default_pair == CUSTOM)
+                    controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
+                                                   visible=default_pair == CUSTOM)
                     recipe = gr.Dropdown(list(RECIPES), value=None, label="Recipe", elem_id="recipe",
                                          info="set the method controls to a paper's configuration or the fastest "
                                               "one measured on a CPU")
-                    method = gr.Radio(list(METHODS), value="mcsd", label="Method")
-                    method_help = gr.Markdown(METHOD_HELP["mcsd"], elem_classes="explain")
-                    gamma = gr.Slider(1, 12, value=4, step=1, label="γ: draft chain length", visible=False)
-                    k_config = gr.Textbox(value="4,2,2,1", label="Tree shape (k-config)",
-                                          info="children per node at each level, e.g. 4,2,2,1 or 2,2,2,2,2")
-                    width = gr.Slider(1, 16, value=4, step=1, label="Width: target-initialized chains",
-                                      visible=False)
-                    depth = gr.Slider(1, 12, value=4, step=1, label="Depth: draft tokens per chain", visible=False)
-                    lookup = gr.Slider(0, MAX_LOOKUP, value=0, step=1, label="Prompt lookup (sd, mcsd, pld; 0 = off)",
-                                       info="when the last tokens occurred earlier in the text, propose what followed "
-                                            "them (up to this many) instead of running the draft model")
-                    feature_draft = gr.Checkbox(value=False, label="Feature draft (sd, mcsd, ti-mcsd)",
-                                                elem_id="feature-draft", visible=has_feature_draft(default_pair),
-                                                info="a one-layer draft that also reads the target's hidden state "
-                                                     "of the previous token (EAGLE-style); still lossless")
+                    for name in options_in("method"):
+                        controls[name] = option_control(OPTIONS[name], default_pair)
+                        if name == "method":
+                            method_help = gr.Markdown(METHOD_HELP[OPTIONS["method"].default], elem_classes="explain")
                 with gr.Accordion("Dynamic depth", open=False):
-                    dynamic_depth = gr.Checkbox(value=False, label="Dynamic depth (let a stop policy end drafting)")
-                    stop = gr.Dropdown(list(STOP_POLICIES), value="none", label="Stop policy",
-                                       info="confidence: stop when the draft's top probability falls below the "
-                                            "threshold; decision: a trained classifier")
-                    threshold = gr.Slider(0.0, 1.0, value=0.4, step=0.05, label="Threshold")
+                    for name in options_in("dynamic"):
+                        controls[name] = option_control(OPTIONS[name], default_pair)
                 with gr.Accordion("Sampling", open=False):
-                    temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                    top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off)")
-                    max_new_tokens = gr.Slider(1, MAX_NEW_TOKENS_LIMIT, value=64, step=1, label="Max new tokens")
-                    seed = gr.Number(value=0, precision=0, label="Seed")
+                    for name in options_in("sampling"):
+                        controls[name] = option_control(OPTIONS[name], default_pair)
+                    controls["max_new_tokens"] = gr.Slider(1, MAX_NEW_TOKENS_LIMIT, value=RUN_FIELDS["max_new_tokens"],
+                                                           step=1, label="Max new tokens")
+                with gr.Accordion("Advanced", open=False):
+                    for name in options_in("advanced"):
+                        controls[name] = option_control(OPTIONS[name], default_pair)
             with gr.Column(scale=3):
                 text = gr.HighlightedText(label="Generated text (colour = where each token came from)",
                                           color_map=viz.text_color_map(), show_legend=True,
@@ -548,24 +553,26 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                                     file_types=[".json"], type="filepath")
                             gr.Markdown(TRACE_HELP, elem_classes="explain")
 
-        controls = [pair, target, draft, method, gamma, k_config, width, depth, dynamic_depth, stop, threshold,
-                    temperature, top_p, max_new_tokens, seed, top_k, lookup, feature_draft]
+        shown = [controls[name] for name in CONTROL_NAMES]
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
-        step_btn.click(on_step, [session_id, prompt, *controls], views, api_name="step")
-        run_btn.click(on_run, [session_id, prompt, *controls], views, api_name="run")
+        step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
+        run_btn.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number
         scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last")
-        compare_btn.click(on_compare, [session_id, prompt, *controls],
-                          [compare_table, compare_plot, compare_status, session_id], api_name="compare")
+        compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
+                          inputs_kwargs=controls, api_name="compare")
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
-        load_file.upload(on_load, [session_id, load_file], views + [prompt, *controls], api_name="load_trace")
-        recipe.input(on_recipe, [recipe], [*controls, status], api_visibility="private", queue=False)
-        method.change(on_method_change, [method], [method_help, gamma, k_config, width, depth, lookup],
-                      api_visibility="private")
-        pair.change(on_pair_change, [pair], [target, draft, feature_draft], api_visibility="private")
+        load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace")
+        recipe.input(on_recipe, [recipe], [*shown, status], api_visibility="private", queue=False)
+        controls["method"].change(on_method_change, [controls["method"]],
+                                  [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
+                                  api_visibility="private")
+        controls["pair"].change(on_pair_change, [controls["pair"]],
+                                [controls["target"], controls["draft"], controls["draft_kind"]],
+                                api_visibility="private")
     return demo
 
 

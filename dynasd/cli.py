@@ -9,10 +9,15 @@ import argparse
 import importlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from .options import add_model_arguments, load_pair_from
+from .decoders import RequestError, make_decoder
+from .models import ModelLoadError
+from .options import add_model_arguments, add_option_arguments, load_pair_from, options_from_args
 from .prompts import read_prompts
+from .stopping import load_decision_model
+from .trace import TraceError, save_run
 
 # command -> module; each module has add_arguments(parser) and run(args)
 COMMANDS = {
@@ -34,61 +39,11 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# shared options and their parsing (bench and the app reuse these)
-
-def add_method_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gamma", type=int, default=4, help="sd: draft chain length")
-    p.add_argument("--k-config", default="4,2,2,1", help="mcsd tree shape, e.g. 4,2,2,1")
-    p.add_argument("--ti-k-config", default=None, help="ti-mcsd general static shape, e.g. 2,4,4,1,1")
-    p.add_argument("--width", type=int, default=4, help="ti-mcsd: number of target-initialized chains")
-    p.add_argument("--depth", type=int, default=4, help="ti-mcsd: draft tokens per chain")
-    p.add_argument("--with-replacement", action="store_true", help="mcsd: draw siblings with replacement")
-    p.add_argument("--lookup", type=int, default=0,
-                   help="sd/mcsd/pld: prompt lookup; when the last n-gram occurred earlier in the context, "
-                        "propose up to this many tokens that followed it instead of running the draft model "
-                        "(0 = off; pld: 8)")
-    p.add_argument("--lookup-ngram", type=int, default=2, help="prompt lookup: shortest n-gram that may match")
-    p.add_argument("--dynamic-depth", action="store_true", help="let a stop policy end drafting early")
-    p.add_argument("--stop", default="none",
-                   help="none, confidence, decision or cumulative (implies --dynamic-depth)")
-    p.add_argument("--threshold", type=float, default=0.4, help="stop-policy threshold")
-    p.add_argument("--decision-model", default=None, help="folder of a trained decision model")
-    p.add_argument("--draft-kind", default="tokens", choices=["tokens", "features"],
-                   help="sd/mcsd/ti-mcsd: the pair's draft (tokens) or its feature draft, which also reads the "
-                        "target's hidden states (features; dynasd/feature_draft.py)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-
-
-def sampling_from(args: argparse.Namespace):
-    from .sampling import SamplingConfig
-
-    return SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-
-
-def decoder_from(args: argparse.Namespace, method: str, pair, sampling, seed: int):
-    from .decoders import make_decoder
-    from .stopping import make_stop_policy
-    from .tree import parse_branching
-
-    stop = make_stop_policy(args.stop, args.threshold, args.decision_model)
-    ti_shape = parse_branching(args.ti_k_config) if args.ti_k_config else None
-    return make_decoder(method, pair, sampling, seed=seed, gamma=args.gamma, k_config=parse_branching(args.k_config),
-                        width=args.width, depth=args.depth, ti_k_config=ti_shape,
-                        without_replacement=not args.with_replacement, dynamic_depth=args.dynamic_depth, stop=stop,
-                        lookup=args.lookup, lookup_min_ngram=args.lookup_ngram,
-                        feature_draft=args.draft_kind == "features")
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # generate
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
-    p.add_argument("--method", default="mcsd", choices=["ar", "sd", "mcsd", "ti-mcsd", "pld"])
-    add_method_arguments(p)
-    p.add_argument("--seed", type=int, default=0)
+    add_option_arguments(p)
     p.add_argument("--runs", type=int, default=1, help="independent runs with seeds seed..seed+N-1")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--prompt", default=None)
@@ -100,8 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .trace import save_run
-
     if bool(args.prompt is not None) == bool(args.prompts):
         raise ValueError("give exactly one of --prompt TEXT or --prompts FILE.jsonl")
     if args.runs < 1:
@@ -110,23 +63,24 @@ def run(args: argparse.Namespace) -> int:
         read_prompts(args.prompts, args.limit)
     if any(not p["text"].strip() for p in prompts):
         raise ValueError("the prompt is empty")
-    sampling = sampling_from(args)
+    options = options_from_args(args).validate()  # every mistake in the options fails before a model loads
+    decision_model = load_decision_model(options.stop, options.decision_model)  # read once for every run
     pair = load_pair_from(args)
     total = len(prompts) * args.runs
     index = 0
     for prompt in prompts:
         ids = pair.encode_prompt(prompt["text"], chat=not args.no_chat)
         for seed in range(args.seed, args.seed + args.runs):
-            decoder = decoder_from(args, args.method, pair, sampling, seed)
+            decoder = make_decoder(pair, replace(options, seed=seed), decision_model)
             trace = decoder.generate(ids, args.max_new_tokens, prompt_text=prompt["text"])
             summary = trace.summary()
             if args.json:
                 print(json.dumps({"prompt_id": prompt["id"], "category": prompt["category"], "seed": seed,
-                                  "method": args.method, "token_ids": trace.new_token_ids, "text": trace.text,
+                                  "method": options.method, "token_ids": trace.new_token_ids, "text": trace.text,
                                   "lossless": trace.lossless, "finished": trace.finished, **summary}), flush=True)
             else:
                 print(trace.text)
-                print(f"[{args.method} seed={seed}: {summary['new_tokens']} tokens in {summary['steps']} steps, "
+                print(f"[{options.method} seed={seed}: {summary['new_tokens']} tokens in {summary['steps']} steps, "
                       f"{summary['tokens_per_target_forward']:.2f} tokens/target forward, "
                       f"{summary['tokens_per_s']:.1f} tokens/s{'' if trace.lossless else ', LOSSY'}]",
                       file=sys.stderr)
@@ -150,10 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .decoders import RequestError
-    from .models import ModelLoadError
-    from .trace import TraceError
-
     args = build_parser().parse_args(argv)
     try:
         return importlib.import_module(args.module).run(args)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .decision import DecisionModel
+from .models import ASSETS_DIR
 
 STOP_POLICIES = ("none", "confidence", "decision", "cumulative")
 
@@ -79,23 +80,43 @@ class StopPolicy:
         return keep
 
 
-def make_stop_policy(name: str, threshold: float = 0.4, decision_path: str | Path | None = None) -> StopPolicy:
-    model = None
-    if name == "cumulative":
-        from .models import ASSETS_DIR
+READS_DECISION_MODEL = ("decision", "cumulative")
+SHIPPED_DECISION_PREFIX = "decision-"
+DEFAULT_DECISION_MODEL = "decision-smollm2-hard"
 
-        path = Path(decision_path) if decision_path else ASSETS_DIR / "decision-smollm2-hard"
-        if decision_path or (path / "decision.json").is_file():
-            try:
-                model = DecisionModel.load(path)
-            except FileNotFoundError as exc:
-                raise ValueError(str(exc)) from exc
-    if name == "decision":
-        from .models import ASSETS_DIR
 
-        path = Path(decision_path) if decision_path else ASSETS_DIR / "decision-smollm2-hard"
-        try:
-            model = DecisionModel.load(path)
-        except FileNotFoundError as exc:
-            raise ValueError(str(exc)) from exc
-    return StopPolicy(name=name, threshold=threshold, decision_model=model)
+def shipped_decision_models() -> list[str]:
+    """Names of the decision models shipped in dynasd/assets (a name is a folder there)."""
+    return sorted(p.name for p in ASSETS_DIR.glob(SHIPPED_DECISION_PREFIX + "*") if (p / "decision.json").is_file())
+
+
+def decision_model_folder(reference: str | Path | None) -> Path:
+    """A shipped model's name is its folder in dynasd/assets; anything else is a folder path. None: the default."""
+    if reference is None:
+        return ASSETS_DIR / DEFAULT_DECISION_MODEL
+    if str(reference) in shipped_decision_models():
+        return ASSETS_DIR / str(reference)
+    return Path(reference)
+
+
+def load_decision_model(name: str, reference: str | Path | None = None) -> DecisionModel | None:
+    """The decision model stop policy `name` reads: decision needs one (the shipped default unless `reference`
+    names another); cumulative uses the named one, else the shipped default where it exists; the others none.
+    Loading builds a module, which draws from torch's global RNG (callers sharing a process may need a lock)."""
+    if name not in READS_DECISION_MODEL:
+        return None
+    folder = decision_model_folder(reference)
+    if name == "cumulative" and reference is None and not (folder / "decision.json").is_file():
+        return None
+    try:
+        return DecisionModel.load(folder)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def make_stop_policy(name: str, threshold: float = 0.4, decision_path: str | Path | None = None,
+                     decision_model: DecisionModel | None = None) -> StopPolicy:
+    """A stop policy; `decision_model`, when given, is used instead of loading the one `decision_path` names."""
+    if decision_model is None or name not in READS_DECISION_MODEL:
+        decision_model = load_decision_model(name, decision_path)
+    return StopPolicy(name=name, threshold=threshold, decision_model=decision_model)

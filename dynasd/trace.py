@@ -1,13 +1,20 @@
 """What happened in each step, as plain data: the contract between the engine and everything that shows it.
 
-A saved RunTrace can be replayed in the app with no model loaded. Loading validates types and sizes (traces may
-come from strangers on a public Space) and never unpickles anything.
+A saved RunTrace can be replayed in the app with no model loaded. Loading validates everything the figures rely
+on, types, sizes and tree structure (traces may come from strangers on a public Space), never unpickles anything,
+and only ever says no with a TraceError.
 """
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import asdict, dataclass, field, fields
+import math
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
+
+from .options import MAX_TREE_NODES
 
 # unchosen: a target root, or a node that passed its test, on a chain that lost the longest-chain selection.
 # padding: a candidate that could not be drawn (fewer non-zero draft probabilities than children asked for).
@@ -17,6 +24,7 @@ NODE_ORIGINS = ("draft", "lookup", "target_root")
 PROPOSED_ORIGINS = ("draft", "lookup")  # candidates the target tests (target roots are its own picks)
 TRACE_FORMAT = "dynasd-trace/1"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
+MAX_TRACE_STEPS = 4096         # the app itself never makes more than its max-new-tokens limit
 
 
 class TraceError(ValueError):
@@ -172,6 +180,21 @@ def run_to_dict(run: RunTrace) -> dict:
 
 
 def run_from_dict(obj: dict) -> RunTrace:
+    """A RunTrace from its JSON object, fully checked (check_trace); raises TraceError and nothing else."""
+    try:
+        run = _run_from_dict(obj)
+        check_trace(run)
+    except TraceError:
+        raise
+    except RecursionError as exc:
+        raise TraceError("it is nested too deeply") from exc
+    except Exception as exc:  # the loader must only ever say no; anything else is reported, not raised
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise TraceError(f"malformed ({type(exc).__name__}{': ' + detail if detail else ''})") from exc
+    return run
+
+
+def _run_from_dict(obj: dict) -> RunTrace:
     _expect(isinstance(obj, dict), "a trace must be a JSON object")
     obj = dict(obj)
     _expect(obj.pop("format", None) == TRACE_FORMAT, f"not a {TRACE_FORMAT} file")
@@ -189,6 +212,72 @@ def run_from_dict(obj: dict) -> RunTrace:
     return run
 
 
+def check_trace(run: RunTrace) -> None:
+    """Every field has its declared type and the tree of every step is one the app can draw; raises TraceError."""
+    _check_value(run, RunTrace, "trace")
+    _expect(len(run.steps) <= MAX_TRACE_STEPS, f"the trace has {len(run.steps)} steps; the limit is {MAX_TRACE_STEPS}")
+    for step in run.steps:
+        where = f"step {step.index}"
+        n = len(step.nodes)
+        _expect(n <= MAX_TREE_NODES, f"{where} has {n} nodes; the limit is {MAX_TREE_NODES}")
+        _expect(0 <= step.max_nodes <= MAX_TREE_NODES and 0 <= step.live_depth <= step.max_depth <= MAX_TREE_NODES,
+                f"{where}: bad tree size")
+        levels = [0] * n
+        for i, node in enumerate(step.nodes):
+            _expect(-1 <= node.parent < i, f"{where}: bad parent of node {i}")
+            levels[i] = 1 if node.parent == -1 else levels[node.parent] + 1
+            _expect(node.level == levels[i], f"{where}: node {i} is on level {levels[i]}, not {node.level}")
+            _expect(node.origin in NODE_ORIGINS, f"{where}: node {i} has a bad origin")
+            for name in ("p", "q", "p_test", "q_test", "u"):
+                value = getattr(node, name)
+                _expect(value is None or (math.isfinite(value) and -1e-6 <= value <= 1.0 + 1e-6),
+                        f"{where}: node {i} has {name} outside [0, 1]")
+        path = step.accepted_path
+        _expect(all(0 <= i < n for i in path), f"{where}: bad path")
+        _expect(all(step.nodes[b].parent == a for a, b in zip([-1] + path, path)),
+                f"{where}: the accepted path is not a chain from the root")
+        _expect(step.final_parent is None or -1 <= step.final_parent < n, f"{where}: bad final_parent")
+        _expect(all(0 <= t for t in step.committed), f"{where}: negative token id")
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _check_value(value, annotation, where: str) -> None:
+    """`value` has the type `annotation` (a dataclass, int, float, str, bool, dict, None, list[...], X | None)."""
+    if is_dataclass(annotation):
+        _expect(isinstance(value, annotation), f"{where}: expected {annotation.__name__}")
+        hints = _type_hints(annotation)
+        for f in fields(annotation):
+            _check_value(getattr(value, f.name), hints[f.name], f"{where}.{f.name}")
+        return
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                _check_value(value, option, where)
+                return
+            except TraceError:
+                pass
+        raise TraceError(f"{where}: unexpected {type(value).__name__}")
+    if origin is list:
+        _expect(isinstance(value, list), f"{where}: expected a list")
+        for i, item in enumerate(value):
+            _check_value(item, args[0], f"{where}[{i}]")
+        return
+    if annotation is type(None):
+        _expect(value is None, f"{where}: expected null")
+    elif annotation is float:  # JSON writes 1.0 as 1
+        _expect(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+                f"{where}: expected a finite number")
+    elif annotation is int:
+        _expect(isinstance(value, int) and not isinstance(value, bool), f"{where}: expected an integer")
+    elif annotation in (str, bool, dict):
+        _expect(isinstance(value, annotation), f"{where}: expected {annotation.__name__}")
+
+
 def save_run(run: RunTrace, path: str | Path) -> None:
     Path(path).write_text(json.dumps(run_to_dict(run)))
 
@@ -202,4 +291,6 @@ def load_run(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> RunTrace:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"not a JSON trace file: {exc}") from exc
+    except RecursionError as exc:
+        raise TraceError("it is nested too deeply") from exc
     return run_from_dict(obj)

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dynasd.explorer.session import process_rss_mb  # noqa: E402  (the hub reads HF_HUB_OFFLINE at import)
+from dynasd.explorer.memory import process_rss_mb  # noqa: E402  (the hub reads HF_HUB_OFFLINE at import)
 
 
 def import_app():
@@ -159,7 +159,8 @@ def text_of(outputs) -> str:
 
 
 def solo_text(pair, prompt: str, options: dict, max_new: int) -> str:
-    from dynasd.explorer.session import Settings, build_decoder
+    from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.session import build_decoder
 
     settings = Settings(pair="tiny-random", max_new_tokens=max_new, **options).normalised()
     run = build_decoder(pair, settings).generate(pair.encode_prompt(prompt), max_new)
@@ -442,7 +443,7 @@ def main(argv=None) -> int:
     if args.memory_only:
         return memory_only(args)
 
-    from dynasd.explorer.session import PairCache
+    from dynasd.explorer.pairs import PairCache
     from dynasd.models import tiny_random_pair
 
     app = import_app()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from soak import import_app  # this folder (a script's folder is on sys.path); sets the environment first
 
-from dynasd.explorer.session import process_rss_mb
+from dynasd.explorer.memory import process_rss_mb
 
 app = import_app()
 

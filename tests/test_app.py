@@ -5,9 +5,12 @@ import time
 
 import pytest
 
+from dynasd.explorer.inputs import CUSTOM, Settings, UserError
+from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.registry import SessionRegistry
+from dynasd.explorer.session import SessionFailed, compare_methods
 from dynasd.models import ModelLoadError, tiny_random_pair
-from dynasd.explorer.session import (CUSTOM, PairCache, SessionFailed, SessionRegistry, Settings, UserError,
-                            compare_methods)
+from dynasd.options import OPTIONS, DecoderOptions
 
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
 OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
@@ -111,7 +114,7 @@ def test_bad_settings_are_user_errors_with_a_reason():
              (Settings(pair="tiny-random", k_config="99,99"), "hi", "limit"),
              (Settings(pair="tiny-random", max_new_tokens=500), "long " * 200, "context"),
              (Settings(pair="tiny-random"), "   ", "empty"),
-             (Settings(pair="tiny-random", method="sd", lookup=17), "hi", "prompt lookup must lie"),
+             (Settings(pair="tiny-random", method="sd", lookup=257), "hi", "prompt lookup must lie"),
              (Settings(pair="tiny-random", method="pld", lookup=-1), "hi", "prompt lookup must lie")]
     for settings, prompt, message in cases:
         with pytest.raises(UserError, match=message):
@@ -119,17 +122,18 @@ def test_bad_settings_are_user_errors_with_a_reason():
 
 
 def test_every_recipe_runs_and_sets_only_method_controls():
-    """Each recipe is a valid configuration that steps on a pair, and the app's handler changes the method
-    controls it names and nothing else (pair, prompt and sampling stay)."""
+    """Each recipe is a dict of valid decoder options that steps on a pair, and the app's handler changes the
+    method controls it names and nothing else (pair, prompt and sampling stay)."""
     from dataclasses import replace
 
     import app
-    from dynasd.explorer.recipes import METHOD_FIELDS, RECIPES
+    from dynasd.explorer.recipes import RECIPES
 
     pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
     user = Settings(pair="tiny-random", temperature=0.7, top_p=0.9, max_new_tokens=6, seed=3)
     for name, values in RECIPES.items():
-        assert set(values) <= set(METHOD_FIELDS), name
+        assert all(OPTIONS[key].group != "sampling" for key in values), name
+        DecoderOptions(**values).validate()
         session = registry.get(None)
         session.start(pairs, replace(user, **values), "hello")
         assert session.step(pairs).committed, name  # a step commits at least one token
@@ -137,7 +141,8 @@ def test_every_recipe_runs_and_sets_only_method_controls():
         *updates, status = app.on_recipe(name)
         changed = {control: update["value"] for control, update in zip(app.CONTROL_NAMES, updates)
                    if "value" in update}
-        assert changed == values and status.startswith("✓"), name
+        assert changed == {key: OPTIONS[key].record(value) for key, value in values.items()}, name
+        assert status.startswith("✓"), name
     *updates, status = app.on_recipe("no such recipe")
     assert all("value" not in update for update in updates) and "unknown recipe" in status
 
@@ -196,7 +201,7 @@ def test_the_feature_draft_checkbox_switches_the_draft_and_stays_lossless(connec
     client = connect()
     plain = client.predict(prompt="hello", **TINY, api_name="/run")
     client = connect()
-    features = client.predict(prompt="hello", **TINY, feature_draft=True, api_name="/run")
+    features = client.predict(prompt="hello", **TINY, draft_kind="features", api_name="/run")
     assert "feature draft" in features[OUT["summary"]] and "feature draft" not in plain[OUT["summary"]]
     words = lambda outputs: [s["token"] for s in spans(outputs)]  # noqa: E731
     assert words(features) == words(plain)
@@ -283,6 +288,34 @@ def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
     assert plot_json(loaded[OUT["tree"]]) == plot_json(shown[OUT["tree"]])
     first = viewer.predict(0, api_name="/show_step")
     assert plot_json(first[OUT["mask"]])["layout"]["title"]["text"].startswith("Step 0")
+
+
+RESTORED = [dict(method="mcsd", k_config="3,2,1", with_replacement=True, lookup=4, lookup_ngram=1,
+                 draft_kind="features", dynamic_depth=True, stop="decision", threshold=0.3,
+                 decision_model="decision-smollm2-hard", temperature=0.7, top_p=0.9, top_k=20, seed=7),
+            dict(method="ti-mcsd", ti_k_config="2,2,1", stop="cumulative", threshold=0.2, temperature=0.5, seed=3)]
+
+
+@pytest.mark.parametrize("changes", RESTORED, ids=["mcsd", "ti-mcsd"])
+def test_loading_a_trace_restores_every_control(connect, changes):
+    """Every control, the advanced ones too, goes back to the value the run was made with (the controls a method
+    does not read go back to their defaults), so Step or Run makes the same run again."""
+    from gradio_client import handle_file
+
+    import app
+
+    sent = dict(pair="tiny-random", max_new_tokens=10, **changes)
+    author = connect()
+    made = author.predict(prompt="restore me", **sent, api_name="/run")
+    assert "Done" in made[OUT["status"]], made[OUT["status"]]
+    path, _ = author.predict(api_name="/save_trace")
+    loaded = connect().predict(handle_file(path), api_name="/load_trace")
+    controls = {name: update["value"] for name, update in zip(("prompt",) + app.CONTROL_NAMES, loaded[len(OUT):])}
+    defaults = {name: OPTIONS[name].record(OPTIONS[name].default) for name in OPTIONS}
+    assert controls == {"prompt": "restore me", "target": "", "draft": "", **defaults, **sent}
+    again = connect().predict(prompt="restore me", **{k: v for k, v in controls.items() if k != "prompt"},
+                              api_name="/run")
+    assert spans(again) == spans(made)
 
 
 def test_bad_input_returns_a_clear_message_not_a_traceback(connect, tmp_path):

@@ -8,6 +8,7 @@ from dynasd.bench import command, measure, summary
 from dynasd.prompts import select_prompts
 from dynasd.bench import specs as bench_specs
 from dynasd.cli import build_parser, main
+from dynasd.options import DecoderOptions, options_from_args
 
 PROMPTS = [
     {"question_id": 7, "category": "writing", "turns": ["Write a short poem about the sea.", "Now shorter."]},
@@ -119,8 +120,8 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
     """Wrap sd so it changes its 4th token: fidelity must flag sd, and only sd."""
     real = measure.make_method_decoder
 
-    def perturbed(args, spec, pair, sampling, seed):
-        decoder = real(args, spec, pair, sampling, seed)
+    def perturbed(spec, pair, options, decision_model=None):
+        decoder = real(spec, pair, options, decision_model)
         if spec.method == "sd":
             generate = decoder.generate
 
@@ -158,11 +159,11 @@ def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, 
 
     real, seen = measure.make_method_decoder, {}
 
-    def recording(args, spec, pair, sampling, seed):
+    def recording(spec, pair, options, decision_model=None):
         down_proj = pair.target.model.layers[0].mlp.down_proj
         seen[spec.label] = (type(down_proj).__name__, pair.target.config._attn_implementation,
                             getattr(down_proj, "panels", None) is not None)
-        return real(args, spec, pair, sampling, seed)
+        return real(spec, pair, options, decision_model)
 
     monkeypatch.setattr(measure, "make_method_decoder", recording)
     monkeypatch.setattr(command, "make_method_decoder", recording)
@@ -189,21 +190,39 @@ def test_method_list_syntax():
                                         "hf-assisted:n=5"]  # ar is added: it is the reference
     assert dict(specs[2].options) == {"k": "4,2,2,1", "stop": "confidence", "th": "0.3"}
     assert specs[3].method == "mcsd" and dict(specs[3].options) == {"stop": "confidence"}
-    args = build_parser().parse_args(["bench", "--prompts", "x"])
-    ns = bench_specs.method_args(args, specs[2])
-    assert (ns.k_config, ns.stop, ns.threshold, ns.dynamic_depth) == ("4,2,2,1", "confidence", 0.3, True)
-    assert bench_specs.method_args(args, bench_specs.parse_method("ti-mcsd:k=2,4,1")).ti_k_config == "2,4,1"
-    ns = bench_specs.method_args(args, bench_specs.parse_method("pld:lookup=6:ngram=1"))
-    assert (ns.lookup, ns.lookup_ngram) == (6, 1)
+    base = options_from_args(build_parser().parse_args(["bench", "--prompts", "x"]))
+    mcsd = bench_specs.decoder_options(base, specs[2])
+    assert (mcsd.method, mcsd.k_config, mcsd.stop, mcsd.threshold) == ("mcsd", (4, 2, 2, 1), "confidence", 0.3)
+    ti = bench_specs.decoder_options(base, bench_specs.parse_method("ti-mcsd:k=2,4,1"))
+    assert (ti.ti_k_config, ti.k_config) == ((2, 4, 1), (4, 2, 2, 1))  # ti-mcsd's k is its own shape
+    pld = bench_specs.decoder_options(base, bench_specs.parse_method("pld:lookup=6:ngram=1"))
+    assert (pld.lookup, pld.lookup_ngram) == (6, 1)
+
+
+def test_command_line_options_apply_to_every_method_that_reads_them():
+    """--gamma is sd's, --k-config mcsd's: each method takes the flags it reads and keeps its own key=value."""
+    base = options_from_args(build_parser().parse_args(["bench", "--prompts", "x", "--gamma", "6", "--k-config",
+                                                        "2,2", "--lookup", "3", "--top-k", "5"]))
+    sd, mcsd, ti, ar = (bench_specs.decoder_options(base, bench_specs.parse_method(text))
+                        for text in ("sd:lookup=0", "mcsd", "ti-mcsd", "ar"))
+    assert (sd.gamma, sd.lookup, sd.k_config, sd.top_k) == (6, 0, (4, 2, 2, 1), 5)
+    assert (mcsd.k_config, mcsd.lookup, mcsd.gamma) == ((2, 2), 3, 4)
+    assert (ti.lookup, ti.k_config, ti.top_k) == (0, (4, 2, 2, 1), 5)  # ti-mcsd reads no lookup and no k_config
+    assert ar == DecoderOptions(method="ar", top_k=5)
 
 
 @pytest.mark.parametrize("text, message", [("beam", "unknown method"), ("sd:k=2", "takes no option"),
-                                           ("ar,ar", "listed twice"), ("mcsd:stop=later", "stop must be"),
+                                           ("ar,ar", "listed twice"), ("mcsd:stop=later", "unknown stop policy"),
                                            ("sd:gamma", "key=value"), ("pld:gamma=2", "takes no option"),
                                            ("ti-mcsd:lookup=4", "takes no option"),
                                            ("ar:kernels=slow", "kernels must be fast, torch or plain"),
-                                           ("sd:draft=big", "draft must be tokens or features"),
-                                           ("pld:draft=features", "takes no option")])
+                                           ("sd:draft=big", "unknown draft kind 'big'"),
+                                           ("pld:draft=features", "takes no option"),
+                                           ("sd:gamma=0", r"sd:gamma=0: gamma must lie in \[1, 256\]"),
+                                           ("mcsd:k=4,0", "every branching factor must be at least 1"),
+                                           ("mcsd:replacement=maybe", "must be 1 or 0"),
+                                           ("hf-assisted:schedule=often", "schedule must be"),
+                                           ("hf-assisted:n=many", "n must be a number")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
         bench_specs.parse_methods(text)
@@ -211,7 +230,12 @@ def test_bad_method_lists_are_refused_with_a_reason(text, message):
 
 def test_bad_options_fail_before_models_load(prompts_file, capsys):
     code = main(["bench", "--pair", "tiny-random", "--prompts", str(prompts_file), "--methods", "sd:gamma=x"])
-    assert code == 2 and "gamma must be a number" in capsys.readouterr().err
+    assert code == 2 and "sd:gamma=x: gamma must be a whole number" in capsys.readouterr().err
+
+
+def test_options_that_only_fit_together_fail_before_models_load(prompts_file, capsys):
+    code = main(["bench", "--pair", "no-such-pair", "--prompts", str(prompts_file), "--methods", "mcsd:k=16,16"])
+    assert code == 2 and "mcsd:k=16,16: the tree has 272 nodes; the limit is 256" in capsys.readouterr().err
 
 
 def test_differing_share_counts_every_position_from_the_first_divergence():
@@ -240,8 +264,6 @@ def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pa
     The draft's generation config is left as it was (the heuristic schedule would otherwise carry over)."""
     from transformers.generation import candidate_generator
 
-    from dynasd.sampling import SamplingConfig
-
     lengths = []
     real = candidate_generator.AssistedCandidateGenerator.get_candidates
 
@@ -255,8 +277,8 @@ def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pa
     clock = measure.ForwardClock(tiny_pair)
     try:
         spec = bench_specs.parse_method("hf-assisted:n=3:schedule=heuristic")
-        measured = measure.run_hf_assisted(None, spec, tiny_pair, SamplingConfig(), 0,
-                                         tiny_pair.encode_prompt("Tell me a story."), 24, "", clock)
+        measured = measure.run_hf_assisted(spec, tiny_pair, DecoderOptions(method="ar"),
+                                           tiny_pair.encode_prompt("Tell me a story."), 24, clock)
     finally:
         clock.close()
     assert measured.target_forwards == len(lengths) and measured.attempted_draft_levels == sum(lengths)

@@ -47,7 +47,12 @@ def test_prompts_file_uses_first_turn(tmp_path, capsys):
     (["--prompt", "x", "--max-new-tokens", "100000"], "exceeds the model's context"),
     (["--prompt", "x", "--method", "warp"], "invalid choice"),
     (["--prompt", "x", "--gamma", "zero"], "invalid int value"),
-    (["--prompt", "x", "--method", "sd", "--gamma", "0"], "tree needs at least one level"),
+    (["--prompt", "x", "--method", "sd", "--gamma", "0"], "gamma must lie in [1, 256]"),
+    (["--prompt", "x", "--method", "sd", "--k-config", "2,2"], "sd takes no tree shape"),
+    (["--prompt", "x", "--method", "ti-mcsd", "--lookup", "4"], "ti-mcsd takes no prompt lookup"),
+    (["--prompt", "x", "--stop", "sometimes"], "invalid choice"),
+    (["--prompt", "x", "--method", "mcsd", "--stop", "decision", "--decision-model", "/no/such/folder"],
+     "no decision model in /no/such/folder"),
     (["--target", "/no/such/model", "--draft", "/no/such/draft", "--prompt", "x"], "no model at local path"),
     (["--prompts", "/no/such/file.jsonl"], "cannot read prompts file"),
 ])
@@ -60,6 +65,16 @@ def test_bad_input_gives_one_clear_line(args, message, capsys):
     assert code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+
+
+def test_every_problem_with_the_options_is_named_on_the_one_line(capsys):
+    code = main(["generate", "--pair", "tiny-random", "--prompt", "x", "--method", "mcsd", "--k-config", "0",
+                 "--temperature", "11", "--top-k", "-2"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1
+    for problem in ("every branching factor must be at least 1", "temperature must lie in [0, 10]",
+                    "top-k must be at least 0"):
+        assert problem in lines[0], lines
 
 
 def test_a_real_process_exits_2_without_traceback():

@@ -5,8 +5,11 @@ import threading
 
 import pytest
 
-from dynasd.explorer.session import (PairCache, SessionRegistry, Settings, UserError, build_decoder,
-                            process_rss_mb)
+from dynasd.explorer.inputs import Settings, UserError
+from dynasd.explorer.memory import process_rss_mb
+from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.registry import SessionRegistry
+from dynasd.explorer.session import build_decoder
 
 OUT = dict(text=0, status=7, scrubber=9)
 
@@ -206,14 +209,14 @@ def test_loading_tiny_random_while_other_sessions_build_decision_models_gives_th
     import torch
 
     from dynasd.models import load_pair, tiny_random_pair
-    from dynasd.explorer.session import decoder_options
 
     reference = tiny_random_pair()
     stop = threading.Event()
+    cumulative = Settings(pair="tiny-random", stop="cumulative").normalised()
 
     def build_stop_policies():
         while not stop.is_set():
-            decoder_options(Settings(pair="tiny-random", stop="cumulative"))
+            assert build_decoder(reference, cumulative).stop.decision_model is not None  # a module was built
 
     builders = [threading.Thread(target=build_stop_policies) for _ in range(2)]
     for t in builders:

@@ -9,10 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynasd.decoders import make_decoder
-from dynasd.sampling import SamplingConfig, greedy_walk, mcss_walk
-from dynasd.explorer.session import UserError, check_trace, load_trace
-from dynasd.stopping import StopPolicy
-from dynasd.trace import (LevelScores, NodeTrace, RunTrace, StepTrace, TraceError, run_from_dict, run_to_dict)
+from dynasd.explorer.inputs import UserError
+from dynasd.explorer.session import load_trace
+from dynasd.options import DecoderOptions
+from dynasd.sampling import greedy_walk, mcss_walk
+from dynasd.trace import (LevelScores, NodeTrace, RunTrace, StepTrace, TraceError, check_trace, run_from_dict,
+                          run_to_dict)
 from dynasd.tree import ROOT, TreeShape, ancestor_mask, parse_branching, path_to
 
 FUZZ = settings(derandomize=True, deadline=None, max_examples=60,
@@ -230,8 +232,7 @@ def mutated_traces(draw, good):
 
 @pytest.fixture(scope="module")
 def good_trace(tiny_pair):
-    run = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(2, 2)).generate(
-        tiny_pair.encode_prompt("hi"), 6, "hi")
+    run = make_decoder(tiny_pair, DecoderOptions(k_config=(2, 2))).generate(tiny_pair.encode_prompt("hi"), 6, "hi")
     return run_to_dict(run)
 
 
@@ -292,24 +293,24 @@ def decoder_configs(draw):
     stop = draw(st.sampled_from(["none", "confidence", "cumulative"]))
     lookup = 0 if method == "ti-mcsd" else draw(st.sampled_from([0, 0, 1, 3, 8]))
     greedy = draw(st.booleans())
-    return dict(
+    sampling = {} if greedy else dict(temperature=draw(st.floats(0.05, 2.0)), top_p=draw(st.floats(0.05, 1.0)),
+                                      top_k=draw(st.integers(0, 8)))
+    options = DecoderOptions(
         method=method, gamma=draw(st.integers(1, 6)), k_config=tuple(draw(st.lists(st.integers(1, 3), min_size=1,
                                                                                       max_size=4))),
         width=draw(st.integers(1, 3)), depth=draw(st.integers(1, 4)), dynamic_depth=draw(st.booleans()),
-        without_replacement=draw(st.booleans()), stop=StopPolicy(stop, draw(st.floats(0.0, 1.0))),
-        seed=draw(st.integers(0, 10_000)), lookup=lookup, lookup_min_ngram=draw(st.integers(1, 3)),
-        sampling=SamplingConfig() if greedy else SamplingConfig(
-            temperature=draw(st.floats(0.05, 2.0)), top_p=draw(st.floats(0.05, 1.0)), top_k=draw(st.integers(0, 8))),
-        prompt=draw(st.sampled_from(PROMPTS)), max_new_tokens=draw(st.integers(1, MAX_NEW)))
+        with_replacement=draw(st.booleans()), stop=stop, threshold=draw(st.floats(0.0, 1.0)),
+        seed=draw(st.integers(0, 10_000)), lookup=lookup, lookup_ngram=draw(st.integers(1, 3)), **sampling)
+    # a method's own options only (the others would be refused: validate() names options a method does not read)
+    return dict(options=options.for_method(), prompt=draw(st.sampled_from(PROMPTS)),
+                max_new_tokens=draw(st.integers(1, MAX_NEW)))
 
 
 @SLOW_FUZZ
 @given(decoder_configs())
 def test_random_decoder_configurations_give_valid_traces_and_greedy_identity(tiny_pair, greedy_reference, config):
-    config = dict(config)
-    prompt, max_new, sampling = config.pop("prompt"), config.pop("max_new_tokens"), config.pop("sampling")
-    decoder = make_decoder(config.pop("method"), tiny_pair, sampling, **config)
-    run = decoder.generate(tiny_pair.encode_prompt(prompt), max_new, prompt)
+    options, prompt, max_new = config["options"], config["prompt"], config["max_new_tokens"]
+    run = make_decoder(tiny_pair, options).generate(tiny_pair.encode_prompt(prompt), max_new, prompt)
 
     check_trace(run)
     assert run_from_dict(json.loads(json.dumps(run_to_dict(run)))) == run
@@ -324,5 +325,5 @@ def test_random_decoder_configurations_give_valid_traces_and_greedy_identity(tin
         assert step.verify_mask == ["".join(map(str, row)) for row in mask]
         assert {i for i, n in enumerate(step.nodes) if n.status == "accepted"} == set(step.accepted_path)
         assert len(step.nodes) <= step.max_nodes and step.live_depth <= step.max_depth
-    if sampling.greedy and run.lossless:
+    if options.sampling.greedy and run.lossless:
         assert run.new_token_ids == greedy_reference(prompt)[:max_new]

@@ -10,11 +10,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dynasd.decoders import MAX_TREE_NODES, make_decoder
+from dynasd.decoders import make_decoder
+from dynasd.explorer.inputs import CUSTOM, MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
+from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.registry import SessionRegistry
+from dynasd.explorer.session import Session, SessionFailed, load_trace
 from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
-from dynasd.sampling import SamplingConfig
-from dynasd.explorer.session import (CUSTOM, MAX_PROMPT_CHARS, PairCache, Session, SessionFailed, SessionRegistry, Settings,
-                            UserError, load_trace, settings_of_trace)
+from dynasd.options import MAX_TREE_NODES, DecoderOptions
 from dynasd.trace import run_to_dict, save_run
 
 OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
@@ -53,7 +55,7 @@ BAD_SETTINGS = {
     "max_new_tokens over the cap": (dict(max_new_tokens=513), "hi", "max new tokens"),
     "max_new_tokens infinite": (dict(max_new_tokens=float("inf")), "hi", "whole number"),
     "max_new_tokens NaN": (dict(max_new_tokens=float("nan")), "hi", "whole number"),
-    "max_new_tokens not a number": (dict(max_new_tokens="many"), "hi", "bad setting"),
+    "max_new_tokens not a number": (dict(max_new_tokens="many"), "hi", "whole number"),
     "max_new_tokens fractional": (dict(max_new_tokens=3.5), "hi", "whole number"),
     "tree shape empty": (dict(k_config=""), "hi", "empty tree shape"),
     "tree shape zero": (dict(k_config="4,0"), "hi", "at least 1"),
@@ -74,7 +76,7 @@ BAD_SETTINGS = {
     "temperature negative": (dict(temperature=-0.5), "hi", "temperature must lie"),
     "temperature too high": (dict(temperature=11.0), "hi", "temperature must lie"),
     "temperature NaN": (dict(temperature=float("nan")), "hi", "finite"),
-    "temperature not numeric": (dict(temperature="hot"), "hi", "bad setting"),
+    "temperature not numeric": (dict(temperature="hot"), "hi", "temperature must be a number"),
     "top-p zero": (dict(top_p=0.0), "hi", "top-p must lie"),
     "top-p above one": (dict(top_p=1.5), "hi", "top-p must lie"),
     "top-p infinite": (dict(top_p=float("inf")), "hi", "finite"),
@@ -85,6 +87,14 @@ BAD_SETTINGS = {
     "seed beyond 64 bits": (dict(seed=2**64), "hi", "seed must lie"),
     "unknown method": (dict(method="beam"), "hi", "unknown method"),
     "unknown stop policy": (dict(stop="sometimes"), "hi", "unknown stop policy"),
+    "lookup over the tree-node limit": (dict(lookup=MAX_TREE_NODES + 1), "hi", "prompt lookup must lie"),
+    "lookup n-gram zero": (dict(lookup_ngram=0), "hi", "n-gram must lie"),
+    "with replacement not a flag": (dict(with_replacement="sometimes"), "hi", "must be 1 or 0"),
+    "target-initialized shape bad": (dict(method="ti-mcsd", ti_k_config="3,x"), "hi", "comma-separated integers"),
+    "target-initialized shape of one level": (dict(method="ti-mcsd", ti_k_config="3"), "hi", "one draft level"),
+    "unknown draft kind": (dict(draft_kind="pictures"), "hi", "unknown draft kind"),
+    "decision model missing": (dict(stop="decision", decision_model="/no/such/model"), "hi", "no decision model"),
+    "decision model not text": (dict(stop="decision", decision_model=5), "hi", "decision model must be text"),
     "unknown pair": (dict(pair="gpt-17"), "hi", "unknown model pair"),
     "pair that looks like a path": (dict(pair="../../secret"), "hi", "unknown model pair"),
     "pair not text": (dict(pair=None), "hi", "must be a string"),
@@ -201,15 +211,31 @@ def test_public_mode_settings_come_from_the_environment(tmp_path):
     assert confined.allow_custom and not confined.allow_hub and confined.model_dir == tmp_path.resolve()
     private = app.pairs_from_env({"DYNASD_MODEL_DIR": str(tmp_path)})
     assert private.allow_hub and private.model_ref("org/name") == "org/name"
+    assert not public.allow_decision_paths and not confined.allow_decision_paths and private.allow_decision_paths
     with pytest.raises(UserError, match="outside"):
         private.model_ref("/etc/passwd")
+
+
+def test_a_public_server_offers_only_the_shipped_decision_models():
+    from dynasd.stopping import shipped_decision_models
+
+    public = PairCache(loader=TinyLoader(), allow_custom=False, allow_hub=False, allow_decision_paths=False)
+    session = SessionRegistry().get(None)
+    for reference in ("/etc", "../decision", "/tmp", "decision-smollm2-hard/.."):
+        with pytest.raises(UserError, match="only its shipped decision models"):
+            session.start(public, Settings(**TINY, stop="decision", decision_model=reference), "hi")
+    assert shipped_decision_models() == ["decision-smollm2-hard", "decision-smollm2-soft"]
+    public.check_decision_model("decision-smollm2-soft")  # allowed (it reads SmolLM2's hidden states, not tiny's)
+    for reference in (None, "decision-smollm2-hard"):
+        session.start(public, Settings(**TINY, stop="decision", decision_model=reference), "hi")
+        assert session.step(public).index == 0
 
 
 # -- trace files from strangers ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def good_trace(tiny_pair):
-    run = make_decoder("mcsd", tiny_pair, SamplingConfig()).generate(tiny_pair.encode_prompt("hello"), 12, "hello")
+    run = make_decoder(tiny_pair, DecoderOptions()).generate(tiny_pair.encode_prompt("hello"), 12, "hello")
     return run_to_dict(run)
 
 
@@ -286,8 +312,9 @@ def test_a_trace_over_the_size_cap_is_refused_unread(tmp_path):
 
 @pytest.mark.parametrize("changes", [dict(method="sd", gamma=3, temperature=0.7, top_p=0.9, seed=5),
                                      dict(method="mcsd", k_config="3,2,1", dynamic_depth=True, stop="confidence",
-                                          threshold=0.3, lookup=4),
+                                          threshold=0.3, lookup=4, lookup_ngram=1, with_replacement=True),
                                      dict(method="ti-mcsd", width=2, depth=3, top_k=5),
+                                     dict(method="ti-mcsd", ti_k_config="2,2,1", stop="cumulative"),
                                      dict(method="pld", lookup=6), dict(method="ar", seed=9)])
 def test_a_saved_run_gives_back_the_settings_it_was_made_with(pairs, tmp_path, changes):
     """What the app puts into its controls when a trace is loaded: the settings that made the run."""
@@ -303,7 +330,8 @@ def test_a_saved_run_gives_back_the_settings_it_was_made_with(pairs, tmp_path, c
     if loaded.finished != "length":  # ended on end-of-sequence: the trace cannot tell the budget
         restored = replace(restored, max_new_tokens=settings.max_new_tokens)
     assert restored == settings
-    assert settings_of_trace(replace(loaded, config={**loaded.config, "temperature": "hot"})) is None
+    hand_edited = {**loaded.config, "options": {**loaded.config["options"], "temperature": "hot"}}
+    assert settings_of_trace(replace(loaded, config=hand_edited)) is None
 
 
 # -- failures inside one session's model calls ------------------------------------------------------------------------
@@ -379,6 +407,11 @@ APP_BAD_INPUTS = {
     "slider sent null": (dict(prompt="hi", pair="tiny-random", gamma=None), "slider"),
     "unknown pair": (dict(prompt="hi", pair="gpt-17"), "not in the list of choices"),
     "unknown method": (dict(prompt="hi", pair="tiny-random", method="beam"), "not in the list of choices"),
+    "target-initialized shape non-numeric": (dict(prompt="hi", pair="tiny-random", method="ti-mcsd",
+                                                  ti_k_config="a,b"), "comma-separated integers"),
+    "lookup n-gram over its slider": (dict(prompt="hi", pair="tiny-random", lookup_ngram=50), "maximum"),
+    "missing decision model": (dict(prompt="hi", pair="tiny-random", stop="decision",
+                                    decision_model="/no/such/model"), "no decision model"),
     "unreachable hub id": (dict(prompt="hi", pair=CUSTOM, target="no-org/no-model", draft="no-org/no-model"),
                            "hub is unreachable"),
     "missing local model": (dict(prompt="hi", pair=CUSTOM, target="/nonexistent/m", draft="/nonexistent/m"),
@@ -450,7 +483,7 @@ def test_an_unexpected_bug_while_drawing_is_one_line_not_a_traceback(server, con
 
 
 def greedy_text(tiny_pair, prompt, method, max_new_tokens, **options) -> str:
-    run = make_decoder(method, tiny_pair, SamplingConfig(), **options).generate(
+    run = make_decoder(tiny_pair, DecoderOptions(method=method, **options)).generate(
         tiny_pair.encode_prompt(prompt), max_new_tokens)
     return "".join(tiny_pair.token_strings(run.new_token_ids))
 
@@ -491,7 +524,7 @@ def test_stop_mid_run_leaves_a_session_that_continues_to_the_uninterrupted_text(
 def test_heap_trimmer_starts_once_per_process():
     import threading
 
-    from dynasd.explorer.session import start_heap_trimmer
+    from dynasd.explorer.memory import start_heap_trimmer
 
     assert start_heap_trimmer(3600) and start_heap_trimmer(3600)  # glibc on every machine this runs on
     assert sum(t.name == "heap-trimmer" for t in threading.enumerate()) == 1

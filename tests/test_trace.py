@@ -4,17 +4,18 @@ import json
 import pytest
 
 from dynasd.decoders import make_decoder
-from dynasd.sampling import SamplingConfig
-from dynasd.stopping import StopPolicy
+from dynasd.options import DecoderOptions, options_of_run
 from dynasd.trace import MAX_TRACE_BYTES, TraceError, load_run, run_to_dict, save_run
 from dynasd.tree import TreeShape, ancestor_mask
 
 
 @pytest.fixture(scope="module")
 def sampled_run(tiny_pair):
-    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(temperature=0.8, top_p=0.9), seed=3,
-                           k_config=(3, 2, 1), stop=StopPolicy("confidence", 0.5))
-    return decoder.generate(tiny_pair.encode_prompt("trace me"), 30, prompt_text="trace me")
+    return make_decoder(tiny_pair, SAMPLED).generate(tiny_pair.encode_prompt("trace me"), 30, prompt_text="trace me")
+
+
+SAMPLED = DecoderOptions(method="mcsd", k_config=(3, 2, 1), stop="confidence", threshold=0.5, temperature=0.8,
+                         top_p=0.9, seed=3)
 
 
 def test_step_traces_are_consistent(sampled_run):
@@ -43,6 +44,22 @@ def test_json_round_trip(tmp_path, sampled_run):
     loaded = load_run(path)
     assert loaded == sampled_run
     assert run_to_dict(loaded) == json.loads(path.read_text())
+
+
+def test_a_saved_run_records_the_options_that_made_it(tmp_path, sampled_run):
+    path = tmp_path / "run.json"
+    save_run(sampled_run, path)
+    loaded = load_run(path)
+    assert options_of_run(loaded.method, loaded.config) == SAMPLED
+    assert loaded.config["branching"] == [3, 2, 1]  # the decoder's own description stays: the figures read it
+
+
+def test_a_trace_saved_before_options_were_recorded_gives_equivalent_options(tiny_pair, sampled_run):
+    old = {key: value for key, value in sampled_run.config.items() if key != "options"}
+    restored = options_of_run(sampled_run.method, old)
+    assert (restored.method, restored.k_config, restored.stop, restored.seed) == ("mcsd", (3, 2, 1), "confidence", 3)
+    prompt = tiny_pair.encode_prompt("trace me")
+    assert make_decoder(tiny_pair, restored).generate(prompt, 30).new_token_ids == sampled_run.new_token_ids
 
 
 def corrupt(run_dict: dict, edit) -> dict:

@@ -14,7 +14,8 @@ method, temperature and category, plus category "all"), meta.json (what was run,
 
 Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, pld, hf-assisted, each optionally followed by
 `:key=value` options and/or a `+dyn` suffix; a comma followed by a digit continues the previous option, so
-`mcsd:k=4,2,2,1:stop=confidence:th=0.3,ar` is two methods. See METHOD_OPTIONS and docs/benchmarks.md.
+`mcsd:k=4,2,2,1:stop=confidence:th=0.3,ar` is two methods. The decoder option flags (--gamma, --k-config, ...)
+set every method that reads them; a method's own options override them. See bench/specs.py and docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -25,26 +26,24 @@ import os
 import platform
 import shlex
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-
+from ..decision import DecisionModel
+from ..options import DecoderOptions, add_model_arguments, add_option_arguments, load_pair_from, options_from_args
 from ..prompts import select_prompts
+from ..stopping import load_decision_model
 from .measure import ForwardClock, Measured, make_method_decoder, run_method
-from .specs import DEFAULT_METHODS, MethodSpec, OPTION_HELP, REFERENCE, _split_methods, check_spec, parse_methods, parse_temperatures
+from .specs import (DEFAULT_METHODS, HF_ASSISTED, OPTION_HELP, REFERENCE, MethodSpec, _split_methods,
+                    decoder_options, parse_methods, parse_temperatures)
 from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tables, summarize
-
-# ---------------------------------------------------------------------------------------------------------------
-# prompts
 
 # ---------------------------------------------------------------------------------------------------------------
 # the command
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli import add_method_arguments
-    from ..options import add_model_arguments
-
     add_model_arguments(p)
-    add_method_arguments(p)  # defaults for every method; a method's own :key=value options override them
+    add_option_arguments(p, exclude=("method",))  # for every method that reads them; a spec's options override
     p.add_argument("--prompts", required=True, help="Spec-Bench JSON Lines (question_id, category, turns)")
     p.add_argument("--categories", default=None, help="comma-separated categories (default: all in the file)")
     p.add_argument("--limit", type=int, default=None, help="first N prompts per category, by question_id")
@@ -54,7 +53,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         + "; ".join(f"{key}: {meaning}" for key, meaning in OPTION_HELP.items()))
     p.add_argument("--temperatures", default=None, help="comma-separated, e.g. 0,0.7 (default: --temperature)")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0, help="prompt i is decoded with seed+i by every method")
     p.add_argument("--out", default="runs/bench", help="output folder")
     p.add_argument("--warmup-tokens", type=int, default=8, help="length of the untimed warm-up run per method")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -108,22 +106,54 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class PlannedMethod:
+    """What one spec runs with: its decoder options (hf-assisted reads only their sampling settings; each run
+    sets its temperature and seed) and its decision model, read from disk once for every run."""
+
+    options: DecoderOptions
+    decision_model: DecisionModel | None = None
+
+
+def plan_methods(args: argparse.Namespace, specs: list[MethodSpec]) -> dict[str, PlannedMethod]:
+    """Every spec's options, checked, by label. Raises for a bad option or a missing decision model, before any
+    model pair is needed."""
+    base = options_from_args(args)
+    plan = {}
+    for spec in specs:
+        if spec.method == HF_ASSISTED:  # not our decoder: the sampling settings of the target alone
+            plan[spec.label] = PlannedMethod(decoder_options(base, MethodSpec(REFERENCE, REFERENCE)))
+        else:
+            options = decoder_options(base, spec)
+            plan[spec.label] = PlannedMethod(options, load_decision_model(options.stop, options.decision_model))
+    return plan
+
+
 def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
-              temperatures: list[float], out: Path, progress: bool = True) -> list[dict]:
+              temperatures: list[float], out: Path, progress: bool = True,
+              plan: dict[str, PlannedMethod] | None = None) -> list[dict]:
     """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `kernels`
-    option ("fast", and "torch" or "plain" when a method asks for it)."""
+    option ("fast", and "torch" or "plain" when a method asks for it); `plan`: plan_methods' (made here if None)."""
     from tqdm import tqdm
 
-    from ..sampling import SamplingConfig
-
+    plan = plan or plan_methods(args, specs)
     pair = pairs["fast"]
     pair_of = {spec.label: pairs[spec.option("kernels", "fast")] for spec in specs}
     encoded = [pair.encode_prompt(p["text"], chat=not args.no_chat) for p in prompts]
-    samplings = {t: SamplingConfig(temperature=t, top_k=args.top_k, top_p=args.top_p) for t in temperatures}
-    # Build every decoder once up front so a bad option fails before any minute is spent.
+
+    def options_for(spec: MethodSpec, temperature: float, seed: int) -> DecoderOptions:
+        return replace(plan[spec.label].options, temperature=temperature, seed=seed)
+
+    def run_one(spec: MethodSpec, temperature: float, seed: int, ids: list[int], max_new_tokens: int, text: str):
+        return run_method(spec, pair_of[spec.label], options_for(spec, temperature, seed), ids, max_new_tokens,
+                          text, clock_of[spec.label], plan[spec.label].decision_model)
+
+    # Build every decoder once up front so what only a pair can refuse (no feature draft) fails before any minute
+    # is spent.
     for spec in specs:
-        if spec.method != "hf-assisted":
-            make_method_decoder(args, spec, pair_of[spec.label], samplings[temperatures[0]], args.seed)
+        if spec.method != HF_ASSISTED:
+            make_method_decoder(spec, pair_of[spec.label], options_for(spec, temperatures[0], args.seed),
+                                plan[spec.label].decision_model)
     clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
     clock_of = {spec.label: clocks[spec.option("kernels", "fast")] for spec in specs}
     records: list[dict] = []
@@ -132,11 +162,9 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
     try:
         with (out / "runs.jsonl").open("w", encoding="utf-8") as sink:
             for temperature in temperatures:
-                sampling = samplings[temperature]
                 for spec in specs:  # the same untimed warm-up for every method
                     bar.set_description(f"warm-up {spec.label} T={temperature:g}")
-                    run_method(args, spec, pair_of[spec.label], sampling, args.seed, encoded[0],
-                               args.warmup_tokens, prompts[0]["text"], clock_of[spec.label])
+                    run_one(spec, temperature, args.seed, encoded[0], args.warmup_tokens, prompts[0]["text"])
                     bar.update()
                 for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
                     seed = args.seed + index
@@ -146,8 +174,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
                         bar.set_description(f"{prompt['category']} #{prompt['id']} {spec.label} T={temperature:g}")
                         clock = clock_of[spec.label]
                         clock.reset()
-                        measured = run_method(args, spec, pair_of[spec.label], sampling, seed, ids,
-                                              args.max_new_tokens, prompt["text"], clock)
+                        measured = run_one(spec, temperature, seed, ids, args.max_new_tokens, prompt["text"])
                         batch.append(_record(prompt, spec, temperature, seed, measured, clock, args.max_new_tokens))
                         bar.update()
                     batch.sort(key=lambda r: [s.label for s in specs].index(r["method"]))
@@ -164,22 +191,18 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..options import load_pair_from
-    from ..sampling import SamplingConfig
-
     # Every mistake a user can make fails here, before a model is loaded.
     specs = parse_methods(args.methods)
     temperatures = parse_temperatures(args.temperatures) if args.temperatures else [args.temperature]
+    plan = plan_methods(args, specs)
     for temperature in temperatures:
-        SamplingConfig(temperature=temperature, top_k=args.top_k, top_p=args.top_p)
+        replace(options_from_args(args).for_method(REFERENCE), temperature=temperature).validate()
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")
     if args.max_new_tokens < 1 or args.warmup_tokens < 1:
         raise ValueError("--max-new-tokens and --warmup-tokens must be at least 1")
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     prompts = select_prompts(args.prompts, categories, args.limit)
-    for spec in specs:
-        check_spec(args, spec)
     if REFERENCE not in _split_methods(args.methods):
         print("note: added ar, the reference for speedup and fidelity", file=sys.stderr)
     if args.threads:
@@ -195,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if any(spec.option("kernels") == "plain" for spec in specs):
         pairs["plain"] = load_pair_from(args, fast_kernels=False)
     meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
-    records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress)
+    records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress, plan=plan)
     summary = summarize(records)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "meta.json").write_text(json.dumps(meta, indent=1))

@@ -1,13 +1,14 @@
 """Measuring one run of one method: the forward clock, our decoders and transformers' assisted generation."""
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 from dataclasses import dataclass, field
 
-
-from .specs import MethodSpec, method_args
+from ..decision import DecisionModel
+from ..decoders import make_decoder
+from ..options import DecoderOptions
+from .specs import HF_ASSISTED, MethodSpec
 
 # ---------------------------------------------------------------------------------------------------------------
 # measuring one run
@@ -99,10 +100,10 @@ def draft_level_counts(trace) -> tuple[int, int]:
     return accepted, attempted
 
 
-def make_method_decoder(args: argparse.Namespace, spec: MethodSpec, pair, sampling, seed: int):
-    from ..cli import decoder_from
-
-    return decoder_from(method_args(args, spec), spec.method, pair, sampling, seed)
+def make_method_decoder(spec: MethodSpec, pair, options: DecoderOptions, decision_model: DecisionModel | None = None):
+    """Our decoder for one benchmarked method: `options` are the spec's (specs.decoder_options) with this run's
+    temperature and seed; `decision_model` is loaded once per method, not once per run."""
+    return make_decoder(pair, options, decision_model)
 
 
 def _synchronize(pair) -> None:
@@ -112,8 +113,9 @@ def _synchronize(pair) -> None:
         torch.cuda.synchronize()
 
 
-def run_decoder(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text) -> Measured:
-    decoder = make_method_decoder(args, spec, pair, sampling, seed)
+def run_decoder(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens, prompt_text,
+                decision_model: DecisionModel | None = None) -> Measured:
+    decoder = make_method_decoder(spec, pair, options, decision_model)
     _synchronize(pair)
     started = time.perf_counter()
     trace = decoder.generate(ids, max_new_tokens, prompt_text=prompt_text)
@@ -130,9 +132,10 @@ def run_decoder(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_te
                     trace.finished or finished, trace.lossless, phases)
 
 
-def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text,
+def run_hf_assisted(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens,
                     clock: ForwardClock | None = None) -> Measured:
-    """transformers' `generate(assistant_model=...)` with the same pair, sampling settings and token budget.
+    """transformers' `generate(assistant_model=...)` with the same pair, sampling settings, seed and token budget
+    (of `options` only those are read: the spec's own keys set the rest).
 
     HF defaults apply unless the spec overrides them (num_assistant_tokens 20, constant schedule, assistant
     confidence threshold 0.4). With `lookup=N` it runs transformers' prompt lookup decoding instead
@@ -143,6 +146,7 @@ def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, promp
     import torch
     import transformers
 
+    sampling, seed = options.sampling, options.seed
     eos = sorted(pair.eos_token_ids)
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy, eos_token_id=eos or None,
                   pad_token_id=eos[0] if eos else None)
@@ -189,10 +193,8 @@ def run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, promp
     return Measured(token_ids, pair.decode(token_ids), seconds, rounds, accepted, attempted, finished, True)
 
 
-def run_method(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text,
-               clock: ForwardClock | None = None) -> Measured:
-    if spec.method == "hf-assisted":
-        return run_hf_assisted(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text, clock)
-    return run_decoder(args, spec, pair, sampling, seed, ids, max_new_tokens, prompt_text)
-
-
+def run_method(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens, prompt_text,
+               clock: ForwardClock | None = None, decision_model: DecisionModel | None = None) -> Measured:
+    if spec.method == HF_ASSISTED:
+        return run_hf_assisted(spec, pair, options, ids, max_new_tokens, clock)
+    return run_decoder(spec, pair, options, ids, max_new_tokens, prompt_text, decision_model)

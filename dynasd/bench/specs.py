@@ -1,46 +1,59 @@
-"""The bench's method syntax: `mcsd:k=4,2,2,1:stop=confidence` -> a MethodSpec and the decoder options it sets."""
+"""The bench's method syntax: `mcsd:k=4,2,2,1:stop=confidence` -> a MethodSpec, and the DecoderOptions it runs.
+
+A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus two
+that are the bench's own: `kernels` (which loaded pair runs the method) and, for transformers' assisted
+generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup.
+"""
 from __future__ import annotations
 
-import argparse
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
 
 DEFAULT_METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted"
 REFERENCE = "ar"
-
-# what each option means (docs and --help), and which options each method takes
-OPTION_HELP = {
-    "gamma": "sd: draft chain length",
-    "k": "mcsd: tree shape (4,2,2,1); ti-mcsd: general static shape (2,4,4,1,1)",
-    "w": "ti-mcsd: number of target-initialized chains (width)",
-    "d": "ti-mcsd: draft tokens per chain (depth)",
-    "stop": "a stop policy of dynasd.stopping (confidence, decision, cumulative): end drafting early",
-    "th": "stop threshold; hf-assisted: assistant_confidence_threshold",
-    "decision": "folder of a trained decision model (stop=decision or cumulative)",
-    "replacement": "mcsd: 1 = draw siblings with replacement",
-    "lookup": "sd/mcsd/pld: prompt lookup, up to this many looked-up tokens per step (0 = off; pld: 8); "
-              "hf-assisted: prompt_lookup_num_tokens (transformers' own prompt lookup, no draft model)",
-    "ngram": "sd/mcsd/pld: prompt lookup's shortest matching n-gram",
-    "draft": "sd/mcsd/ti-mcsd: tokens (the pair's draft, default) or features (its feature draft, which also reads "
-             "the target's hidden states; dynasd/feature_draft.py)",
-    "n": "hf-assisted: num_assistant_tokens",
-    "schedule": "hf-assisted: num_assistant_tokens_schedule (constant, heuristic, heuristic_transient)",
-    "kernels": "any method: fast (default: packed grouped-query attention, dynasd/gqa_attention.py, KV caches "
-               "that grow in place, dynasd/cache.py, and on CPU linear layers with few-row weight layouts and a "
-               "compiled kernel, dynasd/fast_linear.py), torch (the same without the compiled kernel) or plain "
-               "(stock transformers modules and cache), to measure those changes side by side",
-}
-TREE_KEYS = {"stop", "th", "decision", "draft"}
-METHOD_OPTIONS: dict[str, set[str]] = {name: keys | {"kernels"} for name, keys in {
-    "ar": set(),
-    "sd": {"gamma", "lookup", "ngram"} | TREE_KEYS,
-    "mcsd": {"k", "replacement", "lookup", "ngram"} | TREE_KEYS,
-    "ti-mcsd": {"w", "d", "k"} | TREE_KEYS,
-    "pld": {"lookup", "ngram"},
-    "hf-assisted": {"n", "th", "schedule", "lookup"},
-}.items()}
+HF_ASSISTED = "hf-assisted"
 KERNELS = ("fast", "torch", "plain")
+SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+
+# hf-assisted's own keys: how each is read, and what it sets in transformers
+HF_ASSISTED_KEYS = {
+    "n": (int, "num_assistant_tokens"),
+    "th": (float, "assistant_confidence_threshold"),
+    "schedule": (str, "num_assistant_tokens_schedule (" + ", ".join(SCHEDULES) + ")"),
+    "lookup": (int, "prompt_lookup_num_tokens (transformers' own prompt lookup, no draft model)"),
+}
+KERNELS_HELP = ("any method: fast (default: packed grouped-query attention, dynasd/kernels/gqa_attention.py, KV "
+                "caches that grow in place, dynasd/cache.py, and on CPU linear layers with few-row weight layouts "
+                "and a compiled kernel, dynasd/kernels/fast_linear.py), torch (the same without the compiled "
+                "kernel) or plain (stock transformers modules and cache), to measure those changes side by side")
+
+
+def spec_option(method: str, key: str) -> Option | None:
+    """The decoder option `key` sets for `method` (`k` is mcsd's k_config and ti-mcsd's ti_k_config)."""
+    return next((o for o in OPTIONS.values() if o.bench_key == key and o.read_by(method)), None)
+
+
+METHOD_OPTIONS: dict[str, set[str]] = {
+    **{method: {o.bench_key for o in OPTIONS.values() if o.bench_key and o.read_by(method)} | {"kernels"}
+       for method in METHODS},
+    HF_ASSISTED: set(HF_ASSISTED_KEYS) | {"kernels"},
+}
+
+
+def _option_help() -> dict[str, str]:
+    """What each key means (--help and docs): the options it sets, hf-assisted's reading, kernels."""
+    meanings: dict[str, list[str]] = {}
+    for o in OPTIONS.values():
+        if o.bench_key:
+            meanings.setdefault(o.bench_key, []).append(o.described())
+    for key, (_, meaning) in HF_ASSISTED_KEYS.items():
+        meanings.setdefault(key, []).append(f"{HF_ASSISTED}: {meaning}")
+    meanings["kernels"] = [KERNELS_HELP]
+    return {key: "; ".join(parts) for key, parts in meanings.items()}
+
+
+OPTION_HELP = _option_help()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -48,7 +61,8 @@ KERNELS = ("fast", "torch", "plain")
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One benchmarked method: `label` is how it was written and names it in every output."""
+    """One benchmarked method: `label` is how it was written and names it in every output; `options` holds its
+    key=value pairs as written."""
 
     label: str
     method: str
@@ -71,7 +85,8 @@ def _split_methods(text: str) -> list[str]:
 
 
 def parse_method(text: str) -> MethodSpec:
-    """'mcsd:k=4,2,2,1:stop=confidence' -> MethodSpec; 'mcsd+dyn' is 'mcsd:stop=confidence'."""
+    """'mcsd:k=4,2,2,1:stop=confidence' -> MethodSpec; 'mcsd+dyn' is 'mcsd:stop=confidence'. Each value is checked
+    on its own here; `decoder_options` checks them together."""
     label = text.strip()
     head, *parts = label.split(":")
     options: dict[str, str] = {}
@@ -89,15 +104,30 @@ def parse_method(text: str) -> MethodSpec:
             allowed = ", ".join(sorted(METHOD_OPTIONS[head])) or "none"
             raise ValueError(f"{head} takes no option '{key}' (options: {allowed})")
         options[key] = value
-    from ..stopping import STOP_POLICIES
+    spec = MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
+    problems = [p for key, value in spec.options if (p := _value_problem(spec, key, value))]
+    if problems:
+        raise OptionsError([f"{label}: {p}" for p in problems])
+    return spec
 
-    if options.get("kernels", "fast") not in KERNELS:
-        raise ValueError(f"kernels must be fast, torch or plain, got '{options['kernels']}' in '{label}'")
-    if options.get("draft", "tokens") not in ("tokens", "features"):
-        raise ValueError(f"draft must be tokens or features, got '{options['draft']}' in '{label}'")
-    if "stop" in options and options["stop"] not in STOP_POLICIES:
-        raise ValueError(f"stop must be one of {', '.join(STOP_POLICIES)}, got '{options['stop']}' in '{label}'")
-    return MethodSpec(label=label, method=head, options=tuple(sorted(options.items())))
+
+def _value_problem(spec: MethodSpec, key: str, value: str) -> str | None:
+    if key == "kernels":
+        return None if value in KERNELS else f"kernels must be fast, torch or plain, got '{value}'"
+    if spec.method == HF_ASSISTED:
+        convert, _ = HF_ASSISTED_KEYS[key]
+        if key == "schedule":
+            return None if value in SCHEDULES else f"schedule must be {', '.join(SCHEDULES)}, got '{value}'"
+        try:
+            convert(value)
+        except ValueError:
+            return f"{key} must be a number, got '{value}'"
+        return None
+    try:
+        spec_option(spec.method, key).coerce(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def parse_methods(text: str) -> list[MethodSpec]:
@@ -123,47 +153,13 @@ def parse_temperatures(text: str) -> list[float]:
     return sorted(set(values))
 
 
-def method_args(args: argparse.Namespace, spec: MethodSpec) -> argparse.Namespace:
-    """The CLI's method options with this spec's overrides (what `decoder_from` reads)."""
-    ns = copy.copy(args)
-    options = dict(spec.options)
-    for key, attr, convert in (("gamma", "gamma", int), ("w", "width", int), ("d", "depth", int),
-                               ("th", "threshold", float), ("stop", "stop", str), ("lookup", "lookup", int),
-                               ("ngram", "lookup_ngram", int),
-                               ("decision", "decision_model", str), ("draft", "draft_kind", str)):
-        if key in options:
-            try:
-                setattr(ns, attr, convert(options[key]))
-            except ValueError as exc:
-                raise ValueError(f"{spec.label}: {key} must be a number, got '{options[key]}'") from exc
-    if "k" in options:
-        setattr(ns, "ti_k_config" if spec.method == "ti-mcsd" else "k_config", options["k"])
-    if "replacement" in options:
-        ns.with_replacement = options["replacement"] not in ("0", "false", "no")
-    if ns.stop != "none":
-        ns.dynamic_depth = True
-    return ns
-
-
-def check_spec(args: argparse.Namespace, spec: MethodSpec) -> None:
-    """Raise ValueError for a bad option before any model is loaded."""
-    from ..stopping import make_stop_policy
-    from ..tree import parse_branching
-
-    if spec.method == "hf-assisted":
-        for key, convert in (("n", int), ("th", float), ("lookup", int)):
-            if spec.option(key) is not None:
-                try:
-                    convert(spec.option(key))
-                except ValueError as exc:
-                    raise ValueError(f"{spec.label}: {key} must be a number, got '{spec.option(key)}'") from exc
-        if spec.option("schedule") not in (None, "constant", "heuristic", "heuristic_transient"):
-            raise ValueError(f"{spec.label}: schedule must be constant, heuristic or heuristic_transient")
-        return
-    ns = method_args(args, spec)
-    parse_branching(ns.k_config)
-    if ns.ti_k_config:
-        parse_branching(ns.ti_k_config)
-    make_stop_policy(ns.stop, ns.threshold, ns.decision_model)
-
-
+def decoder_options(base: DecoderOptions, spec: MethodSpec) -> DecoderOptions:
+    """The options one of our methods runs with: the command line's (those the method reads; the others are not
+    its business), then the spec's own key=value overrides. Validated: raises OptionsError naming the spec."""
+    overrides = {spec_option(spec.method, key).name: value for key, value in spec.options if key != "kernels"}
+    try:
+        typed = {name: OPTIONS[name].coerce(value) for name, value in overrides.items()}
+        return replace(base.for_method(spec.method), **typed).validate()
+    except ValueError as exc:
+        problems = exc.problems if isinstance(exc, OptionsError) else [str(exc)]
+        raise OptionsError([f"{spec.label}: {p}" for p in problems]) from None

@@ -1,57 +1,46 @@
-"""Decoders by method name. `make_decoder` is the one place that turns user options into a decoder."""
+"""Decoders from options. `make_decoder` is the one place that turns DecoderOptions into a decoder."""
 from __future__ import annotations
 
+from ..decision import DecisionModel
 from ..models import ModelPair
-from ..sampling import SamplingConfig
-from ..stopping import StopPolicy
+from ..options import DecoderOptions
+from ..stopping import make_stop_policy
 from ..tree import TreeShape
 from .ar import ARDecoder
 from .base import Decoder, RequestError
 from .speculative import TreeDecoder
 
-METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld")
-DEFAULT_PLD_TOKENS = 8
-MAX_TREE_NODES = 256
 
+def make_decoder(pair: ModelPair, options: DecoderOptions, decision_model: DecisionModel | None = None) -> Decoder:
+    """The decoder `options` describe, on `pair`. Raises OptionsError (a ValueError) for bad options and
+    ValueError for what only the pair can refuse (no feature draft) or a decision model that is not there.
 
-def tree_shape_for(method: str, gamma: int = 4, k_config: tuple[int, ...] = (4, 2, 2, 1), width: int = 4,
-                   depth: int = 4) -> TreeShape:
-    """sd: a chain of gamma; mcsd: k_config; ti-mcsd: k_config if given explicitly, else the fork (width, 1*depth).
-    (pld has no draft-model tree; make_decoder gives it the lookup chain.)"""
-    if method == "sd":
-        return TreeShape((1,) * gamma)
-    if method == "mcsd":
-        return TreeShape(tuple(k_config))
-    if method == "ti-mcsd":
-        return TreeShape((width,) + (1,) * depth, target_roots=True)
-    raise ValueError(f"unknown method '{method}' (use {', '.join(METHODS)})")
-
-
-def make_decoder(method: str, pair: ModelPair, sampling: SamplingConfig, seed: int = 0, gamma: int = 4,
-                 k_config: tuple[int, ...] = (4, 2, 2, 1), width: int = 4, depth: int = 4,
-                 ti_k_config: tuple[int, ...] | None = None, without_replacement: bool = True,
-                 dynamic_depth: bool = False, stop: StopPolicy | None = None,
-                 max_nodes: int = MAX_TREE_NODES, lookup: int = 0, lookup_min_ngram: int = 2,
-                 feature_draft: bool = False) -> Decoder:
-    if method == "ar":
-        return ARDecoder(pair, sampling, seed)
-    if lookup < 0 or lookup_min_ngram < 1:
-        raise ValueError("prompt lookup length must be >= 0 and its n-gram size >= 1")
-    if lookup > max_nodes:
-        raise ValueError(f"prompt lookup of {lookup} tokens exceeds the tree limit of {max_nodes} nodes")
-    if method == "pld":
-        lookup = lookup or DEFAULT_PLD_TOKENS
-        shape = TreeShape((1,) * lookup)
-    elif method == "ti-mcsd" and ti_k_config:
-        shape = TreeShape(tuple(ti_k_config), target_roots=True)
+    `decision_model`: one already loaded for `options.stop` (stopping.load_decision_model), so a caller that makes
+    many decoders reads it from disk once; by default the one `options.decision_model` names is loaded here.
+    The run's trace records the options (RunTrace.config["options"]), so a saved run gives them back.
+    """
+    options.validate()
+    sampling = options.sampling
+    if options.method == "ar":
+        decoder: Decoder = ARDecoder(pair, sampling, options.seed)
     else:
-        shape = tree_shape_for(method, gamma, k_config, width, depth)
-    if shape.num_nodes > max_nodes:
-        raise ValueError(f"the tree has {shape.num_nodes} nodes; the limit is {max_nodes}")
-    stop = stop or StopPolicy()
-    return TreeDecoder(pair, sampling, shape, method, seed=seed, without_replacement=without_replacement,
-                       dynamic_depth=dynamic_depth or stop.name != "none", stop=stop, lookup=lookup,
-                       lookup_min_ngram=lookup_min_ngram, feature_draft=feature_draft)
+        stop = make_stop_policy(options.stop, options.threshold, options.decision_model, decision_model)
+        shape = TreeShape(options.branching(), target_roots=options.method == "ti-mcsd")
+        decoder = TreeDecoder(pair, sampling, shape, options.method, seed=options.seed,
+                              without_replacement=not options.with_replacement,
+                              dynamic_depth=options.dynamic_depth or options.stop != "none", stop=stop,
+                              lookup=options.lookup_tokens, lookup_min_ngram=options.lookup_ngram,
+                              feature_draft=options.draft_kind == "features")
+    _record_options(decoder, options)
+    return decoder
 
 
-__all__ = ["ARDecoder", "Decoder", "METHODS", "RequestError", "TreeDecoder", "make_decoder", "tree_shape_for"]
+def _record_options(decoder: Decoder, options: DecoderOptions) -> None:
+    """RunTrace.config is the decoder's own description (its tree, which the figures redraw) plus the options it
+    was made from. The decoder classes write the first part in config(); the second is added here, where the
+    options are known, so the decoders' constructors stay as they are."""
+    describe = decoder.config
+    decoder.config = lambda: {**describe(), "options": options.to_record()}  # type: ignore[method-assign]
+
+
+__all__ = ["ARDecoder", "Decoder", "RequestError", "TreeDecoder", "make_decoder"]

@@ -3,23 +3,20 @@
 Why: the explorer has a dozen method controls, and the configurations worth seeing first (MCSD's static tree, the
 DynaSD paper's target-initialized fork with and without a decision model, plain speculative sampling, prompt lookup,
 and the fastest lossless setting in docs/benchmarks.md) are combinations a newcomer would not find alone. A recipe
-sets only the controls that shape the method; the model pair, prompt and sampling settings stay as they are.
+is a dict of decoder-option overrides (dynasd/options.py names, typed values) that shape the method; the model pair,
+prompt and sampling settings (the options of group "sampling") stay as they are.
 """
 from __future__ import annotations
 
-# Controls a recipe may set: the method-shaping fields of session.Settings. A recipe leaves the others alone.
-METHOD_FIELDS = ("method", "gamma", "k_config", "width", "depth", "dynamic_depth", "stop", "threshold", "lookup",
-                 "feature_draft")
-
 # The base of every recipe but the fastest: full depth, no stop policy, no prompt lookup; each overrides what it needs.
-_STATIC = dict(dynamic_depth=False, stop="none", lookup=0, feature_draft=False)
+_STATIC = dict(dynamic_depth=False, stop="none", lookup=0, draft_kind="tokens")
 
 RECIPES: dict[str, dict] = {
     "Fastest lossless on a CPU: two draft chains, prompt lookup, decision-model stop":
-        dict(method="mcsd", k_config="2,1,1,1", dynamic_depth=True, stop="decision", threshold=0.4, lookup=8,
-             feature_draft=False),
+        dict(method="mcsd", k_config=(2, 1, 1, 1), dynamic_depth=True, stop="decision", threshold=0.4, lookup=8,
+             draft_kind="tokens"),
     "MCSD (Yang et al. 2024): a static 4,2,2,1 tree from the draft":
-        dict(_STATIC, method="mcsd", k_config="4,2,2,1"),
+        dict(_STATIC, method="mcsd", k_config=(4, 2, 2, 1)),
     "DynaSD (Lu et al. 2024): target-initialized fork, 4 chains of 4 (lossy)":
         dict(_STATIC, method="ti-mcsd", width=4, depth=4),
     "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)":
@@ -32,7 +29,7 @@ RECIPES: dict[str, dict] = {
 
 
 def recipe_values(name: str) -> dict:
-    """The control values a recipe sets; raises ValueError with the known names for an unknown one."""
+    """The option values a recipe sets; raises ValueError with the known names for an unknown one."""
     try:
         return dict(RECIPES[name])
     except KeyError:
