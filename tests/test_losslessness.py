@@ -14,7 +14,7 @@ from scipy.stats import chisquare
 
 from dynasd.decoders import make_decoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
-from dynasd.sampling import SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
+from dynasd.sampling import Draws, SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
 from dynasd.tree import ROOT
 
 VOCAB = 4
@@ -130,9 +130,8 @@ def walk_output_distribution(p_root, q_root, k, without_replacement, samples, se
             kids = torch.topk(q_root / races, k).indices.tolist()
         else:
             kids = torch.multinomial(q_root, k, replacement=True, generator=gen).tolist()
-        children = {ROOT: list(range(k))}
-        result = mcss_walk(ROOT, lambda n: children.get(n, []), kids, lambda n: p_root, lambda n: q_root,
-                           without_replacement, gen)
+        draws = {ROOT: [Draws(list(range(k)), q_root, without_replacement)]}
+        result = mcss_walk(ROOT, lambda n: draws.get(n, []), kids, lambda n: p_root, gen)
         token = kids[result.path[0]] if result.path else int(torch.multinomial(result.final_probs, 1,
                                                                               generator=gen))
         counts[token] += 1
@@ -158,8 +157,8 @@ def test_mcss_walk_detects_a_wrong_q():
     for _ in range(6000):
         kid = int(torch.multinomial(q, 1, generator=gen))
         wrong_q = torch.full_like(q, 1 / 6)
-        result = mcss_walk(ROOT, lambda n: [0] if n == ROOT else [], [kid], lambda n: p, lambda n: wrong_q,
-                           False, gen)
+        result = mcss_walk(ROOT, lambda n: [Draws([0], wrong_q, False)] if n == ROOT else [], [kid], lambda n: p,
+                           gen)
         counts[kid if result.path else int(torch.multinomial(result.final_probs, 1, generator=gen))] += 1
     _, p_value = chisquare(counts[:5].numpy(), (p[:5] * counts.sum()).numpy())
     assert p_value < 1e-4 or counts[5] > 0
