@@ -114,26 +114,6 @@ def draw_children(logits: torch.Tensor, probs: torch.Tensor | None, k: int, repl
     return draw_candidates(probs, k, replacement, generator).flatten().tolist()
 
 
-TOP_K_BLOCK = 128
-
-
-def top_k_rows(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """(rows, k) indices of the k largest entries of every row of (rows, V) logits, largest first.
-
-    Why blocks on CPU: torch.topk over a 49,152-wide row takes ~0.3 ms, a max per block of 128 a tenth of that.
-    The k largest entries lie in the k blocks with the largest maxima (each of them is at most its block's
-    maximum, and fewer than k entries exceed the j-th largest), so a top-k over those k blocks finds them.
-    """
-    rows, width = logits.shape
-    if logits.device.type != "cpu" or width % TOP_K_BLOCK or width < 8 * k * TOP_K_BLOCK:
-        return torch.topk(logits, k, dim=-1).indices
-    blocks = logits.view(rows, width // TOP_K_BLOCK, TOP_K_BLOCK)
-    best_blocks = torch.topk(blocks.amax(dim=-1), k, dim=-1).indices
-    inside = blocks.gather(1, best_blocks[:, :, None].expand(rows, k, TOP_K_BLOCK)).reshape(rows, k * TOP_K_BLOCK)
-    best = torch.topk(inside, k, dim=-1).indices
-    return best_blocks.gather(1, best // TOP_K_BLOCK) * TOP_K_BLOCK + best % TOP_K_BLOCK
-
-
 def inverse_cdf(weights: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
     """k independent draws per row from unnormalised non-negative weights (rows, V) -> (rows, k).
 

@@ -72,6 +72,10 @@ class Walked:
 
 
 class TreeDecoder(Decoder):
+    """Every speculative method. `shape` is the draft's tree (pld: its lookup chain; recycle: its template);
+    `lookup` > 0 turns prompt lookup on, `recycle` (a branching per level, e.g. (2, 1, 1, 1)) joins token
+    recycling's tree to every step; `()` leaves it off."""
+
     def __init__(self, pair: ModelPair, sampling: SamplingConfig, shape: TreeShape, method: str, seed: int = 0,
                  without_replacement: bool = True, dynamic_depth: bool = False,
                  stop: StopPolicy | None = None, lookup: int = 0, lookup_min_ngram: int = 2,
