@@ -11,6 +11,9 @@ linear layer `model.feature_fc` that mixes the two inputs: input at position i =
 `feature i-1` is the target's final normed hidden state (what its output layer reads) at position i-1 for committed
 tokens, and the draft's own final hidden state for tree nodes (the target has not read their parents yet); training
 asks the draft's hidden state to match the target's for exactly that reason.
+
+This file is the model side (building, loading, the input mixer); dynasd/sources/feature_draft.py is how the
+speculative loop feeds it the target's states.
 """
 from __future__ import annotations
 
@@ -44,45 +47,3 @@ def draft_inputs(draft: torch.nn.Module, ids: torch.Tensor, features: torch.Tens
     """The input embeddings of a feature draft: fc([embed(ids), features]); ids (batch, n), features (batch, n, d)."""
     embeds = draft.model.embed_tokens(ids)
     return draft.model.feature_fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
-
-
-class TargetFeatures:
-    """The target's final hidden states of the committed tokens a feature draft has not read yet.
-
-    Positions are absolute; rows before the draft's cache end are dropped as it catches up, so the buffer stays a
-    few rows long however long the text gets."""
-
-    def __init__(self, hidden_size: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.first = 0  # position of rows[0]
-        self.rows = torch.zeros(0, hidden_size, dtype=dtype, device=device)
-
-    @property
-    def end(self) -> int:
-        return self.first + self.rows.shape[0]
-
-    def append(self, position: int, rows: torch.Tensor) -> None:
-        if position != self.end:
-            raise ValueError(f"target features must be appended in order: expected position {self.end}, "
-                             f"got {position}")
-        self.rows = torch.cat([self.rows, rows.to(self.rows.dtype)]) if self.rows.numel() else rows.clone()
-
-    def inputs_for(self, first_token: int, count: int) -> torch.Tensor:
-        """Features that go with the tokens at positions first_token .. first_token + count - 1: the target state
-        one position earlier (a zero row for position 0, which has no predecessor)."""
-        if count == 0:
-            return self.rows[:0]
-        start, zeros = first_token - 1, 0
-        if start < 0:
-            start, zeros = 0, 1
-        if start < self.first or start + count - zeros > self.end:
-            raise ValueError(f"no target features for positions {first_token - 1}..{first_token + count - 2} "
-                             f"(have {self.first}..{self.end - 1})")
-        rows = self.rows[start - self.first:start - self.first + count - zeros]
-        return torch.cat([rows.new_zeros(zeros, rows.shape[1]), rows]) if zeros else rows
-
-    def drop_before(self, position: int) -> None:
-        """Forget the rows before `position` (the draft has read every token that needed them)."""
-        cut = max(0, min(position - self.first, self.rows.shape[0]))
-        if cut:
-            self.rows = self.rows[cut:]
-            self.first += cut

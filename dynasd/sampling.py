@@ -105,6 +105,15 @@ def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: t
     return torch.cat(picks, dim=-1)
 
 
+def draw_children(logits: torch.Tensor, probs: torch.Tensor | None, k: int, replacement: bool,
+                  generator: torch.Generator) -> list[int]:
+    """k candidates per row, parent-major: the top k of `logits` at temperature 0 (`probs` None), else k draws
+    from the warped `probs`."""
+    if probs is None:
+        return argmax_rows(logits) if k == 1 else torch.topk(logits, k, dim=-1).indices.flatten().tolist()
+    return draw_candidates(probs, k, replacement, generator).flatten().tolist()
+
+
 def inverse_cdf(weights: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
     """k independent draws per row from unnormalised non-negative weights (rows, V) -> (rows, k).
 
@@ -174,43 +183,57 @@ def greedy_walk(start: int, children: Callable[[int], list[int]], tokens: list[i
         node = match
 
 
-def mcss_walk(start: int, children: Callable[[int], list[int]], tokens: list[int],
-              target_probs: Callable[[int], torch.Tensor], draft_probs: Callable[[int], torch.Tensor],
-              without_replacement: bool, generator: torch.Generator) -> WalkResult:
+@dataclass
+class Draws:
+    """Candidates at one context drawn in order from one distribution `q`; without replacement, each from q with
+    the earlier ones removed. A deterministic candidate is a group of its own with a one-hot q."""
+
+    nodes: list[int]
+    q: torch.Tensor
+    without_replacement: bool = True
+
+
+def mcss_walk(start: int, draws: Callable[[int], list[Draws]], tokens: list[int],
+              target_probs: Callable[[int], torch.Tensor], generator: torch.Generator) -> WalkResult:
     """Multi-candidate speculative sampling (Yang et al. 2024), lossless for i.i.d. or sequential draws.
 
-    At each node try the children in draw order: accept x with probability min(1, p(x)/q(x)); after a rejection
-    p <- norm(max(p - q, 0)) and, when the children were drawn without replacement, also q(x) <- 0, q <- norm(q).
+    At each node try the candidates in order: accept x with probability min(1, p(x)/q(x)), q being the
+    distribution x was drawn from; after a rejection p <- norm(max(p - q, 0)) and, when the group was drawn without
+    replacement, also q(x) <- 0, q <- norm(q). Candidates from several groups (sources) at one node are tried one
+    group after the other: every test is against its own q and every rejection updates p, which keeps it exact.
     """
     result = WalkResult(path=[], final_context=start)
     node = start
     while True:
-        kids = children(node)
+        groups = draws(node)
         p = target_probs(node)
-        q = draft_probs(node) if kids else None
         match = None
-        for kid in kids:
-            x = tokens[kid]
-            qx = float(q[x])
-            if qx <= 0.0:  # padding: this candidate could not have been drawn
-                continue
-            px = float(p[x])
-            u = float(torch.rand((), generator=generator, device=generator.device))
-            ok = u * qx <= px
-            result.tests.append(NodeTest(kid, ok, p=px, q=qx, u=u))
-            if ok:
-                match = kid
-                break
-            p = residual(p, q)
-            if without_replacement:
-                q = q.clone()
-                q[x] = 0.0
-                mass = q.sum()
-                if mass <= 0:
+        for group in groups:
+            q = group.q
+            for kid in group.nodes:
+                x = tokens[kid]
+                qx = float(q[x])
+                if qx <= 0.0:  # padding: this candidate could not have been drawn
+                    continue
+                px = float(p[x])
+                u = float(torch.rand((), generator=generator, device=generator.device))
+                ok = u * qx < px  # u in [0, 1): probability min(1, px/qx), and never a token of residual p = 0
+                result.tests.append(NodeTest(kid, ok, p=px, q=qx, u=u))
+                if ok:
+                    match = kid
                     break
-                q = q / mass
+                p = residual(p, q)
+                if group.without_replacement:
+                    q = q.clone()
+                    q[x] = 0.0
+                    mass = q.sum()
+                    if mass <= 0:
+                        break
+                    q = q / mass
+            if match is not None:
+                break
         if match is None:
-            result.final_context, result.final_had_children = node, bool(kids)
+            result.final_context, result.final_had_children = node, any(group.nodes for group in groups)
             result.final_probs = p
             return result
         result.path.append(match)

@@ -19,9 +19,9 @@ from .options import MAX_TREE_NODES
 # unchosen: a target root, or a node that passed its test, on a chain that lost the longest-chain selection.
 # padding: a candidate that could not be drawn (fewer non-zero draft probabilities than children asked for).
 NODE_STATUSES = ("accepted", "rejected", "not_reached", "unchosen", "padding")
-TOKEN_ORIGINS = ("draft", "lookup", "target_root", "bonus", "correction", "target")
-NODE_ORIGINS = ("draft", "lookup", "target_root")
-PROPOSED_ORIGINS = ("draft", "lookup")  # candidates the target tests (target roots are its own picks)
+TOKEN_ORIGINS = ("draft", "lookup", "recycled", "target_root", "bonus", "correction", "target")
+NODE_ORIGINS = ("draft", "lookup", "recycled", "target_root")
+PROPOSED_ORIGINS = ("draft", "lookup", "recycled")  # candidates the target tests (target roots are its own picks)
 TRACE_FORMAT = "dynasd-trace/1"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 MAX_TRACE_STEPS = 4096         # the app itself never makes more than its max-new-tokens limit
@@ -37,7 +37,7 @@ class NodeTrace:
     token: str
     parent: int          # -1: the step's root position
     level: int           # 1-based
-    origin: str          # one of NODE_ORIGINS: drafted by the model, looked up in the context, or a target root
+    origin: str          # one of NODE_ORIGINS: drafted, looked up in the context, recycled, or a target root
     p: float             # target probability of the token at its parent (after temperature/top-k/top-p)
     q: float | None      # draft probability it was drawn with (None for target roots)
     status: str          # one of NODE_STATUSES

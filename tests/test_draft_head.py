@@ -77,9 +77,10 @@ def test_stop_scores_over_the_subset_equal_the_full_vocabulary_ones(subset_pair,
     for subset in (True, False):
         decoder = make_decoder("mcsd", subset_pair, SamplingConfig(), k_config=(2, 2, 1, 1),
                                stop=StopPolicy(policy, 0.5, model))
-        assert decoder.draft_head_ids is not None
+        [draft_tree] = decoder.sources
+        assert draft_tree.head_ids is not None
         if not subset:
-            decoder.draft_head_ids = None  # the full 0-padded softmax, as before
+            draft_tree.head_ids = None  # the full 0-padded softmax, as before
         runs.append(decoder.generate(ids, 40))
     with_subset, full = runs
     assert with_subset.new_token_ids == full.new_token_ids

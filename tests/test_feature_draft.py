@@ -7,9 +7,10 @@ import torch
 
 from dynasd.cache import CachedModel
 from dynasd.decoders import make_decoder
-from dynasd.feature_draft import TargetFeatures, is_feature_draft
+from dynasd.feature_draft import is_feature_draft
 from dynasd.models import ModelPair, load_distilled_draft, tiny_feature_draft
 from dynasd.sampling import SamplingConfig
+from dynasd.sources import FeatureDraftTree, TargetFeatures
 from dynasd.stopping import StopPolicy
 from test_greedy_identity import PROMPTS, target_greedy
 from test_losslessness import VOCAB, assert_matches, exact_first_two, sampled_first_two
@@ -56,17 +57,19 @@ def test_the_draft_cache_holds_the_committed_text_read_with_the_targets_states(t
     with its own states are never kept."""
     decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(2, 2, 1), feature_draft=True)
     decoder.start(tiny_pair.encode_prompt("Explain trees to me"), 40)
+    [draft_tree] = decoder.sources
+    assert isinstance(draft_tree, FeatureDraftTree)
     accepted = 0
     while not decoder.done:
         accepted += len(decoder.step().accepted_path)
-        cached = decoder.draft.cached_len
+        cached = draft_tree.cache.cached_len
         ids = torch.tensor([decoder.committed[:cached]])
         with torch.inference_mode():
             states = tiny_pair.target.model(input_ids=ids).last_hidden_state[0]
         fresh = CachedModel(tiny_pair.feature_draft, need_hidden=True)
         inputs = torch.cat([torch.zeros(1, states.shape[1]), states[:-1]])
         fresh.forward(decoder.committed[:cached], [], None, [], keep_logits=1, features=inputs)
-        for layer, reference in zip(decoder.draft.cache.layers, fresh.cache.layers):
+        for layer, reference in zip(draft_tree.cache.cache.layers, fresh.cache.layers):
             assert torch.allclose(layer.keys[:, :, :cached], reference.keys, atol=1e-5)
             assert torch.allclose(layer.values[:, :, :cached], reference.values, atol=1e-5)
     assert accepted > 0  # steps that accepted draft nodes were checked too

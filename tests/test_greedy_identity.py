@@ -3,9 +3,11 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
+from dynasd.decoders.speculative import TreeDecoder
 from dynasd.models import load_pair
 from dynasd.sampling import SamplingConfig
 from dynasd.stopping import StopPolicy
+from dynasd.tree import TreeShape
 
 PROMPTS = ["hello there", "What is speculative decoding?", "a", "Write a poem about the sea.",
            "1, 2, 3, 4,", "THE END", "Explain trees to me", "zz top"]
@@ -53,6 +55,35 @@ def test_tiny_random_greedy_identity(tiny_pair, references, method, options):
         run = decoder.generate(tiny_pair.encode_prompt(prompt), 48, prompt_text=prompt)
         assert run.new_token_ids == references[prompt], prompt
         assert run.lossless
+
+
+# Token recycling (dynasd/sources/recycling.py), alone or joined with the other sources in one verify. For the
+# method "recycle" the shape is the recycled tree's template; otherwise `recycle` adds one.
+RECYCLE_CONFIGS = [
+    ("recycle", (2, 1, 1), dict()),
+    ("recycle", (4, 2, 1), dict(lookup=4, lookup_min_ngram=1)),
+    ("pld", (1,) * 6, dict(lookup=6, recycle=(3, 2))),
+    ("mcsd", (4, 2, 2, 1), dict(recycle=(4, 2, 1))),
+    ("mcsd", (2, 1, 1, 1), dict(lookup=8, recycle=(2, 1, 1), dynamic_depth=True, stop=StopPolicy("confidence", 0.5))),
+    ("sd", (1,) * 4, dict(lookup=4, recycle=(1, 1, 1, 1), feature_draft=True)),
+    ("mcsd", (3, 1, 2), dict(recycle=(3, 3), without_replacement=False)),
+]
+
+
+def recycle_decoder(pair, method, branching, options, sampling=SamplingConfig(), seed=0) -> TreeDecoder:
+    return TreeDecoder(pair, sampling, TreeShape(tuple(branching)), method, seed=seed, **options)
+
+
+@pytest.mark.parametrize("method,branching,options", RECYCLE_CONFIGS,
+                         ids=[f"{m}-{b}-{o}" for m, b, o in RECYCLE_CONFIGS])
+def test_tiny_random_greedy_identity_with_recycling(tiny_pair, references, method, branching, options):
+    recycled = 0
+    for prompt in PROMPTS:
+        run = recycle_decoder(tiny_pair, method, branching, options).generate(tiny_pair.encode_prompt(prompt), 48)
+        assert run.new_token_ids == references[prompt], prompt
+        assert run.lossless
+        recycled += sum(o == "recycled" for s in run.steps for o in s.committed_origins)
+    assert recycled > 0, "recycled candidates were accepted somewhere"
 
 
 def test_speculation_actually_happens(tiny_pair):
@@ -109,6 +140,19 @@ def test_embedded_greedy_identity(embedded_pair, method, options):
         ids = embedded_pair.encode_prompt(prompt)
         ref = target_greedy(embedded_pair, ids, 24)
         run = make_decoder(method, embedded_pair, SamplingConfig(), **options).generate(ids, 24)
+        assert run.new_token_ids == ref, (prompt, embedded_pair.decode(run.new_token_ids), embedded_pair.decode(ref))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,branching,options", [
+    ("recycle", (2, 1, 1, 1), dict()),
+    ("mcsd", (2, 1, 1, 1), dict(lookup=8, recycle=(2, 1, 1, 1), dynamic_depth=True,
+                                stop=StopPolicy("confidence", 0.4)))])
+def test_embedded_greedy_identity_with_recycling(embedded_pair, method, branching, options):
+    for prompt in EMBEDDED_PROMPTS:
+        ids = embedded_pair.encode_prompt(prompt)
+        ref = target_greedy(embedded_pair, ids, 24)
+        run = recycle_decoder(embedded_pair, method, branching, options).generate(ids, 24)
         assert run.new_token_ids == ref, (prompt, embedded_pair.decode(run.new_token_ids), embedded_pair.decode(ref))
 
 

@@ -13,9 +13,10 @@ import torch
 from scipy.stats import chisquare
 
 from dynasd.decoders import make_decoder
+from dynasd.decoders.speculative import TreeDecoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
-from dynasd.sampling import SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
-from dynasd.tree import ROOT
+from dynasd.sampling import Draws, SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
+from dynasd.tree import ROOT, TreeShape
 
 VOCAB = 4
 SAMPLES = 10_000
@@ -42,9 +43,13 @@ def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> to
 
 
 def sampled_first_two(pair, cfg, method, options, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
+    return sampled_first_two_of(lambda seed: make_decoder(method, pair, cfg, seed=seed, **options), samples, prompt)
+
+
+def sampled_first_two_of(decoder_for_seed, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
     counts = torch.zeros(VOCAB * VOCAB)
     for seed in range(samples):
-        run = make_decoder(method, pair, cfg, seed=seed, **options).generate(prompt, 2)
+        run = decoder_for_seed(seed).generate(prompt, 2)
         a, b = run.new_token_ids
         counts[a * VOCAB + b] += 1
     return counts
@@ -109,6 +114,46 @@ def test_prompt_lookup_keeps_the_target_distribution(small_pair, method, options
     assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
 
 
+# Token recycling alone, and joined with the draft's tree and prompt lookup in one verify: in a 4-token vocabulary
+# the sources propose the same token under one parent all the time, so the merged nodes are exercised too.
+RECYCLE_CASES = [
+    ("recycle", (2, 1), dict(), SamplingConfig(temperature=1.0)),
+    ("recycle", (3, 2), dict(), SamplingConfig(temperature=0.8, top_k=3)),
+    ("mcsd", (2, 1), dict(recycle=(2, 1)), SamplingConfig(temperature=1.0)),
+    ("mcsd", (2, 1), dict(recycle=(2, 2), lookup=2, lookup_min_ngram=1), SamplingConfig(temperature=0.9, top_p=0.9)),
+    ("mcsd", (3, 1), dict(recycle=(1, 1), without_replacement=False), SamplingConfig(temperature=1.0)),
+]
+
+
+def recycle_decoder(pair, method, branching, options, cfg, seed=0) -> TreeDecoder:
+    return TreeDecoder(pair, cfg, TreeShape(tuple(branching)), method, seed=seed, **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,branching,options,cfg", RECYCLE_CASES,
+                         ids=[f"{m}-{b}-{o}-{c}" for m, b, o, c in RECYCLE_CASES])
+def test_token_recycling_keeps_the_target_distribution(small_pair, method, branching, options, cfg):
+    run = recycle_decoder(small_pair, method, branching, options, cfg).generate(LOOKUP_PROMPT, 2)
+    assert any(n.origin == "recycled" for n in run.steps[0].nodes)  # the case exercises what it claims to
+    counts = sampled_first_two_of(lambda seed: recycle_decoder(small_pair, method, branching, options, cfg, seed),
+                                  prompt=LOOKUP_PROMPT)
+    assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
+
+
+@pytest.mark.slow
+def test_the_test_detects_a_wrong_residual(small_pair, monkeypatch):
+    """A mutation: after a rejection the walk goes on with p itself instead of norm(max(p - q, 0)). With recycled
+    and drafted candidates in one tree the same test must catch it."""
+    import dynasd.sampling
+
+    monkeypatch.setattr(dynasd.sampling, "residual", lambda p, q: p)
+    cfg = SamplingConfig(temperature=1.0)
+    counts = sampled_first_two_of(lambda seed: recycle_decoder(small_pair, "mcsd", (2, 1), dict(recycle=(2, 1)),
+                                                               cfg, seed), samples=4000, prompt=LOOKUP_PROMPT)
+    with pytest.raises(AssertionError):
+        assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
+
+
 @pytest.mark.slow
 def test_the_test_detects_a_lossy_method(small_pair):
     """ti-mcsd with two target roots picks the longer chain: biased, and the same test must say so."""
@@ -130,9 +175,8 @@ def walk_output_distribution(p_root, q_root, k, without_replacement, samples, se
             kids = torch.topk(q_root / races, k).indices.tolist()
         else:
             kids = torch.multinomial(q_root, k, replacement=True, generator=gen).tolist()
-        children = {ROOT: list(range(k))}
-        result = mcss_walk(ROOT, lambda n: children.get(n, []), kids, lambda n: p_root, lambda n: q_root,
-                           without_replacement, gen)
+        draws = {ROOT: [Draws(list(range(k)), q_root, without_replacement)]}
+        result = mcss_walk(ROOT, lambda n: draws.get(n, []), kids, lambda n: p_root, gen)
         token = kids[result.path[0]] if result.path else int(torch.multinomial(result.final_probs, 1,
                                                                               generator=gen))
         counts[token] += 1
@@ -158,8 +202,8 @@ def test_mcss_walk_detects_a_wrong_q():
     for _ in range(6000):
         kid = int(torch.multinomial(q, 1, generator=gen))
         wrong_q = torch.full_like(q, 1 / 6)
-        result = mcss_walk(ROOT, lambda n: [0] if n == ROOT else [], [kid], lambda n: p, lambda n: wrong_q,
-                           False, gen)
+        result = mcss_walk(ROOT, lambda n: [Draws([0], wrong_q, False)] if n == ROOT else [], [kid], lambda n: p,
+                           gen)
         counts[kid if result.path else int(torch.multinomial(result.final_probs, 1, generator=gen))] += 1
     _, p_value = chisquare(counts[:5].numpy(), (p[:5] * counts.sum()).numpy())
     assert p_value < 1e-4 or counts[5] > 0

@@ -1,8 +1,8 @@
 """One palette and one way to print a token, shared by every figure so a colour means the same thing everywhere.
 
 Hues follow the token's fate: green = kept, red = rejected, grey = never looked at, blue = bonus, orange =
-correction, purple = came from the target itself (target-initialized roots). Text backgrounds use light tints of
-the same hues so dark text stays readable on them.
+correction, purple = came from the target itself (target-initialized roots), teal = recycled from the target's
+earlier predictions. Text backgrounds use light tints of the same hues so dark text stays readable on them.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ STATUS_NAMES: dict[str, str] = {
 ORIGIN_NAMES: dict[str, str] = {
     "draft": "accepted draft",
     "lookup": "accepted lookup",
+    "recycled": "accepted recycled",
     "target_root": "target root",
     "correction": "correction",
     "bonus": "bonus",
@@ -45,6 +46,7 @@ ORIGIN_NAMES: dict[str, str] = {
 ORIGIN_TINTS: dict[str, str] = {
     "draft": "#7fd18d",
     "lookup": "#e3d36b",
+    "recycled": "#8fd6bf",
     "target_root": "#b99be6",
     "correction": "#f7a65a",
     "bonus": "#6fa9e8",
@@ -53,6 +55,7 @@ ORIGIN_TINTS: dict[str, str] = {
 ORIGIN_STRONG: dict[str, str] = {
     "draft": "#1f8a33",
     "lookup": "#9a8a12",
+    "recycled": "#1b8a6b",
     "target_root": "#6a3fb5",
     "correction": "#d9650b",
     "bonus": "#1f5fb0",

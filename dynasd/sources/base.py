@@ -1,0 +1,203 @@
+"""The contract between the speculative loop and whatever proposes its candidates.
+
+In the spirit of transformers' candidate generators (`get_candidates`, `update_candidate_strategy`): every step a
+source proposes a token tree rooted at the last committed token (`propose`), the target verifies it together with
+every other source's in one forward, and the source is told what happened (`update`) so that it can keep its own
+state in line with the committed text: a draft model's KV cache, an n-gram index, a table of the target's
+predictions. The loop never needs to know which kind of source it is talking to.
+
+A proposal says, besides its tokens and their topology, which distribution q each candidate was drawn from, since
+the acceptance test is only exact against that q. Sampled candidates (a draft model's) come with the rows of q
+they were drawn from (`DraftRows`); deterministic ones (prompt lookup, token recycling) have a one-hot q, which
+the walk builds itself.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+from ..trace import LevelScores
+from ..tree import ROOT, ancestor_mask
+
+
+@dataclass
+class TargetReading:
+    """What one target forward computed: the tokens it read, the first at `first_position`, and per token its
+    logits row (float32) and, where a source asked for them, its final hidden state."""
+
+    first_position: int
+    tokens: list[int]
+    logits: torch.Tensor
+    hidden: torch.Tensor | None = None
+
+
+class DraftRows:
+    """The distributions a sampled proposal's candidates were drawn from: for each context (ROOT or a node), the
+    row its children came from. Rows arrive in blocks, one per draft forward, and stay there: the trace gathers a
+    whole block at once instead of taking a softmax per node."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, tuple[int, int]] = {}  # context -> (block index, row)
+        self.logits_blocks: list[torch.Tensor] = []
+        self.probs_blocks: list[torch.Tensor | None] = []  # warped q; None at temperature 0
+
+    def add_block(self, contexts: list[int], logits: torch.Tensor, probs: torch.Tensor | None) -> None:
+        block = len(self.logits_blocks)
+        self.logits_blocks.append(logits)
+        self.probs_blocks.append(probs)
+        for row, context in enumerate(contexts):
+            self.rows[context] = (block, row)
+
+    def probs(self, context: int) -> torch.Tensor:
+        block, row = self.rows[context]
+        return self.probs_blocks[block][row]
+
+    def q_of(self, tokens: list[int], parents: list[int], greedy: bool) -> dict[int, float]:
+        """q of every node whose parent has a row: the warped q it was drawn from (plain softmax at T = 0)."""
+        token_ids = torch.tensor(tokens, device=self.logits_blocks[0].device) if self.logits_blocks else None
+        q: dict[int, float] = {}
+        for block, logits in enumerate(self.logits_blocks):
+            kids = [i for i, parent in enumerate(parents) if self.rows.get(parent, (None,))[0] == block]
+            if kids:
+                table = torch.softmax(logits, -1) if greedy else self.probs_blocks[block]
+                rows = torch.tensor([self.rows[parents[i]][1] for i in kids], device=table.device)
+                q.update(zip(kids, table[rows, token_ids[kids]].tolist()))
+        return q
+
+
+@dataclass
+class Proposal:
+    """One source's candidates for one step: a token tree under the step's root, parents before children.
+
+    `drawn_from` None means every candidate is deterministic given the text so far (q one-hot on it); otherwise
+    the children of a context were drawn, in node order, from its row, without replacement when
+    `without_replacement`. `mask`/`mask_rows` are the tree's ancestor mask when the source has it at hand (a slice
+    of a mask built once); `max_nodes`/`max_depth` are the largest tree the source could have proposed.
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    levels: list[int]
+    origins: list[str]
+    max_nodes: int
+    max_depth: int
+    drawn_from: DraftRows | None = None
+    without_replacement: bool = True
+    mask: torch.Tensor | None = None
+    mask_rows: list[str] | None = None
+    stop_scores: list[LevelScores] = field(default_factory=list)
+    draft_forwards: int = 0
+    # A target-rooted tree (ti-mcsd): level 1 holds the target's own picks from the distribution it computed at the
+    # root in the last step (kept here, as warped probabilities and logits, since the verify has no root row).
+    target_rooted: bool = False
+    root_logits: torch.Tensor | None = None
+    root_probs: torch.Tensor | None = None
+
+    @property
+    def depth(self) -> int:
+        return max(self.levels, default=0)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def children(self) -> dict[int, list[int]]:
+        """Children of ROOT and of every node, in node (= drawing) order."""
+        kids: dict[int, list[int]] = {ROOT: []}
+        for node, parent in enumerate(self.parents):
+            kids.setdefault(node, [])
+            kids[parent].append(node)
+        return kids
+
+    def ancestor_mask(self, device: torch.device) -> tuple[torch.Tensor, list[str]]:
+        if self.mask is None:
+            mask = ancestor_mask(self.parents)
+            self.mask = mask.to(device)
+            self.mask_rows = ["".join("1" if v else "0" for v in row) for row in mask.tolist()]
+        return self.mask, self.mask_rows
+
+
+def levels_of(parents: list[int]) -> list[int]:
+    levels: list[int] = []
+    for parent in parents:
+        levels.append(1 if parent == ROOT else levels[parent] + 1)
+    return levels
+
+
+@dataclass
+class StepOutcome:
+    """What one step decided, as every source is told it.
+
+    `reading` is the verify: the committed tokens the target had not cached (root rows), then every tree node;
+    `accepted_rows` are its rows that are now committed text. `next_logits`/`next_probs` are the target's
+    distribution after the last accepted node (after this step's rejections, when sampling): the final token of a
+    draft-rooted step was drawn from it, a target-rooted tree draws its next roots from it.
+    """
+
+    committed: list[int]
+    reading: TargetReading
+    root_rows: int
+    accepted_rows: list[int]
+    next_logits: torch.Tensor
+    next_probs: torch.Tensor | None
+
+
+class CandidateSource(ABC):
+    """A source of candidate tokens for the speculative loop."""
+
+    lossless = True             # False: the loop's output may differ from the target's (ti-mcsd with width > 1)
+    target_rooted = False       # level 1 comes from the target itself: it must read the whole prompt at prefill
+    reads_target_hidden = False  # needs the target's final hidden states with every reading
+    reads_prompt_logits = False  # needs the target's logits at every prompt position, not just the last
+
+    @property
+    @abstractmethod
+    def max_tokens(self) -> int:
+        """The most candidates on one path (what a step may add beyond the committed text, less one)."""
+
+    def start(self, committed: list[int], reading: TargetReading | None, generator: torch.Generator) -> None:
+        """A run begins: `reading` is the target's prefill over the prompt (None for a one-token prompt)."""
+
+    @abstractmethod
+    def propose(self, committed: list[int], room: int) -> Proposal:
+        """Candidates for the next step; `room` is how many new tokens the run may still commit."""
+
+    def update(self, outcome: StepOutcome, accepted: list[int]) -> None:
+        """The step is done: `accepted` are this source's own nodes on the committed path, top-down (empty when
+        it proposed nothing or nothing of it was accepted)."""
+
+
+class Fallback(CandidateSource):
+    """The first source with candidates proposes alone this step.
+
+    Why: prompt lookup before the draft model. A lookup costs microseconds and, when the text repeats itself, is
+    usually right; the draft model's tree costs a forward per level, so a step with a match skips it."""
+
+    def __init__(self, *sources: CandidateSource) -> None:
+        self.sources = sources
+        self.lossless = all(s.lossless for s in sources)
+        self.target_rooted = any(s.target_rooted for s in sources)
+        self.reads_target_hidden = any(s.reads_target_hidden for s in sources)
+        self.reads_prompt_logits = any(s.reads_prompt_logits for s in sources)
+        self.chosen: CandidateSource | None = None
+
+    @property
+    def max_tokens(self) -> int:
+        return max(s.max_tokens for s in self.sources)
+
+    def start(self, committed: list[int], reading: TargetReading | None, generator: torch.Generator) -> None:
+        for source in self.sources:
+            source.start(committed, reading, generator)
+
+    def propose(self, committed: list[int], room: int) -> Proposal:
+        for source in self.sources:
+            proposal = source.propose(committed, room)
+            if proposal.tokens or source is self.sources[-1]:
+                self.chosen = source
+                return proposal
+        raise AssertionError("unreachable")
+
+    def update(self, outcome: StepOutcome, accepted: list[int]) -> None:
+        for source in self.sources:
+            source.update(outcome, accepted if source is self.chosen else [])
