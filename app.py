@@ -25,8 +25,16 @@ import gradio as gr
 import pandas as pd
 
 import viz
-from dynasd.explorer.inputs import (CUSTOM, MAX_NEW_TOKENS_LIMIT, MAX_PROMPT_CHARS, RUN_FIELDS, Settings, UserError,
-                                    known_pairs, settings_of_trace)
+from dynasd.explorer.inputs import (
+    CUSTOM,
+    MAX_NEW_TOKENS_LIMIT,
+    MAX_PROMPT_CHARS,
+    RUN_FIELDS,
+    Settings,
+    UserError,
+    known_pairs,
+    settings_of_trace,
+)
 from dynasd.explorer.memory import start_heap_trimmer
 from dynasd.explorer.pairs import pairs_from_env
 from dynasd.explorer.recipes import RECIPES, recipe_values

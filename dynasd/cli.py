@@ -22,7 +22,8 @@ from .trace import TraceError, save_run
 # command -> module; each module has add_arguments(parser) and run(args)
 COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
-    "bench": ("dynasd.bench.command", "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
+    "bench": ("dynasd.bench.command",
+              "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
     "train-draft": ("dynasd.training.distill", "Distil a small draft from the target (generate data, train, export)."),
     "train-feature-draft": ("dynasd.training.feature_distill",
                             "Train a draft that also reads the target's hidden states (features, train, export)."),

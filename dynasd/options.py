@@ -21,11 +21,13 @@ from .sampling import SamplingConfig
 from .stopping import DEFAULT_DECISION_MODEL, STOP_POLICIES
 from .tree import TreeShape, parse_branching
 
-METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld")
+METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle")
 DRAFTING = ("sd", "mcsd", "ti-mcsd")        # methods that run a draft model
-LOOKING_UP = ("sd", "mcsd", "pld")          # methods with prompt lookup (draft-rooted trees)
+LOOKING_UP = ("sd", "mcsd", "pld", "recycle")  # methods with prompt lookup (draft-rooted trees)
+RECYCLING = ("sd", "mcsd", "pld", "recycle")   # methods that can join Token Recycling (dynasd/sources/recycling.py)
 DRAFT_KINDS = ("tokens", "features")
 DEFAULT_PLD_TOKENS = 8                      # pld's chain when its lookup is 0
+DEFAULT_RECYCLE = (4, 2, 1)                 # the recycle method's tree when its recycle option is unset
 MAX_TREE_NODES = 256                        # the verify forward's largest tree, and a loaded trace's
 MAX_SHAPE_CHARS = 200                       # a tree shape's text ("4,2,2,1")
 MAX_REF_CHARS = 300                         # a model or decision-model reference (hub id or path)
@@ -259,7 +261,8 @@ class DecoderOptions:
 
     method: str = option(
         "mcsd", Choice(METHODS), "decoding method: ar (the target alone), sd (a draft chain), mcsd (a draft tree), "
-        "ti-mcsd (target-initialized chains, lossy when width > 1), pld (prompt lookup, no draft model)",
+        "ti-mcsd (target-initialized chains, lossy when width > 1), pld (prompt lookup, no draft model), "
+        "recycle (Token Recycling: the target's own earlier predictions, no draft model)",
         METHODS, "method", "Method", "method", "radio")
     gamma: int = option(
         4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "draft chain length", ("sd",), "gamma", "γ: draft chain length",
@@ -290,6 +293,11 @@ class DecoderOptions:
     lookup_ngram: int = option(
         2, Int(1, 32), "prompt lookup: the shortest n-gram that may match", LOOKING_UP, "prompt lookup n-gram",
         "Prompt lookup: shortest matching n-gram", "advanced", "slider", "ngram", (1, 8, 1))
+    recycle: tuple[int, ...] | None = option(
+        None, Shape(optional=True), "Token Recycling: a tree of the target's own earlier top-k predictions, children "
+        "per node at each level, e.g. 4,2,1, verified with the other candidates (empty = off; the recycle method "
+        f"uses {','.join(map(str, DEFAULT_RECYCLE))} when empty)", RECYCLING, "token recycling",
+        "Token Recycling tree (empty = off)", "advanced", "textbox", "recycle")
     draft_kind: str = option(
         "tokens", Choice(DRAFT_KINDS), "tokens (the pair's draft) or features (its feature draft, which also reads "
         "the target's hidden state of the previous token, EAGLE-style; dynasd/feature_draft.py); lossless either way",
@@ -373,6 +381,8 @@ class DecoderOptions:
             return self.ti_k_config or (self.width,) + (1,) * self.depth
         if self.method == "pld":
             return (1,) * self.lookup_tokens
+        if self.method == "recycle":
+            return self.recycle or DEFAULT_RECYCLE
         return ()
 
     @property

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from dynasd.bench import command, measure, summary
-from dynasd.prompts import select_prompts
 from dynasd.bench import specs as bench_specs
 from dynasd.cli import build_parser, main
 from dynasd.options import DecoderOptions, options_from_args
+from dynasd.prompts import select_prompts
 
 PROMPTS = [
     {"question_id": 7, "category": "writing", "turns": ["Write a short poem about the sea.", "Now shorter."]},
@@ -143,7 +143,8 @@ def test_a_perturbed_method_is_detected(tiny_pair, prompts_file, tmp_path, monke
     for record in records:
         if record["method"] == "sd":
             assert record["identical_to_ar"] is False
-            assert record["differing_share"] == pytest.approx((record["compared_tokens"] - 3) / record["compared_tokens"])
+            compared = record["compared_tokens"]
+            assert record["differing_share"] == pytest.approx((compared - 3) / compared)
         else:
             assert record["identical_to_ar"] is True and record["differing_share"] == 0.0
     overall = {r["method"]: r for r in summary.summarize(records) if r["category"] == "all"}

@@ -6,7 +6,7 @@ import torch
 
 from dynasd.decoders import make_decoder
 from dynasd.models import ModelLoadError, SubsetHead, read_head_tokens, tiny_random_pair
-from dynasd.sampling import SamplingConfig
+from dynasd.options import DecoderOptions
 
 
 def test_subset_head_keeps_the_rows_it_covers_and_blocks_the_rest():
@@ -46,19 +46,19 @@ def subset_pair():
 
 
 def test_greedy_identity_with_a_subset_draft(subset_pair):
-    target_only = make_decoder("ar", subset_pair, SamplingConfig())
+    target_only = make_decoder(subset_pair, DecoderOptions(method="ar"))
     for prompt in ("hello there", "What is speculative decoding?"):
         ids = subset_pair.encode_prompt(prompt)
         reference = target_only.generate(ids, 40).new_token_ids
         for method, options in (("sd", dict(gamma=4)), ("mcsd", dict(k_config=(4, 2, 2, 1)))):
-            run = make_decoder(method, subset_pair, SamplingConfig(), **options).generate(ids, 40)
+            run = make_decoder(subset_pair, DecoderOptions(method=method, **options)).generate(ids, 40)
             assert run.new_token_ids == reference
             assert all(n.token_id % 2 == 0 for s in run.steps for n in s.nodes), "proposed outside the subset"
 
 
 def test_sampling_with_a_subset_draft_only_proposes_covered_tokens(subset_pair):
-    cfg = SamplingConfig(temperature=1.0)
-    run = make_decoder("mcsd", subset_pair, cfg, k_config=(3, 2), seed=3).generate(subset_pair.encode_prompt("hi"), 30)
+    options = DecoderOptions(method="mcsd", temperature=1.0, k_config=(3, 2), seed=3)
+    run = make_decoder(subset_pair, options).generate(subset_pair.encode_prompt("hi"), 30)
     drafted = [n for s in run.steps for n in s.nodes if n.status != "padding"]
     assert drafted and all(n.token_id % 2 == 0 and n.q > 0 for n in drafted)
 
@@ -68,15 +68,14 @@ def test_stop_scores_over_the_subset_equal_the_full_vocabulary_ones(subset_pair,
     """With a reduced head the stop policy reads the softmax over the head's tokens only (the others are 0): the
     scores, the stops and the output must be those of the full-vocabulary softmax."""
     from dynasd.decision import HARD_TOPK, DecisionModel
-    from dynasd.stopping import StopPolicy
 
     torch.manual_seed(0)
     model = DecisionModel("hard", 1 + HARD_TOPK).eval() if policy == "decision" else None
     ids = subset_pair.encode_prompt("What is speculative decoding?")
     runs = []
     for subset in (True, False):
-        decoder = make_decoder("mcsd", subset_pair, SamplingConfig(), k_config=(2, 2, 1, 1),
-                               stop=StopPolicy(policy, 0.5, model))
+        options = DecoderOptions(method="mcsd", k_config=(2, 2, 1, 1), stop=policy, threshold=0.5)
+        decoder = make_decoder(subset_pair, options, decision_model=model)
         [draft_tree] = decoder.sources
         assert draft_tree.head_ids is not None
         if not subset:

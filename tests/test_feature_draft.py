@@ -4,22 +4,22 @@ import json
 
 import pytest
 import torch
+from test_greedy_identity import PROMPTS, target_greedy
+from test_losslessness import VOCAB, assert_matches, exact_first_two, sampled_first_two
 
 from dynasd.cache import CachedModel
 from dynasd.decoders import make_decoder
 from dynasd.feature_draft import is_feature_draft
 from dynasd.models import ModelPair, load_distilled_draft, tiny_feature_draft
+from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.sources import FeatureDraftTree, TargetFeatures
-from dynasd.stopping import StopPolicy
-from test_greedy_identity import PROMPTS, target_greedy
-from test_losslessness import VOCAB, assert_matches, exact_first_two, sampled_first_two
 
 CONFIGS = [
     ("sd", dict(gamma=4)),
     ("mcsd", dict(k_config=(4, 2, 2, 1))),
-    ("mcsd", dict(k_config=(2, 1, 1, 1), stop=StopPolicy("confidence", 0.5))),
-    ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_min_ngram=1)),
+    ("mcsd", dict(k_config=(2, 1, 1, 1), stop="confidence", threshold=0.5)),
+    ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_ngram=1)),
     ("ti-mcsd", dict(width=1, depth=3)),
     ("ti-mcsd", dict(ti_k_config=(1, 3, 2))),
 ]
@@ -45,7 +45,7 @@ def test_target_features_pair_each_token_with_the_state_one_position_earlier():
 def test_greedy_identity_with_the_feature_draft(tiny_pair, method, options):
     for prompt in PROMPTS[:4]:
         ids = tiny_pair.encode_prompt(prompt)
-        run = make_decoder(method, tiny_pair, SamplingConfig(), feature_draft=True, **options).generate(ids, 40)
+        run = make_decoder(tiny_pair, DecoderOptions(method=method, draft_kind="features", **options)).generate(ids, 40)
         assert run.new_token_ids == target_greedy(tiny_pair, ids, 40)[:len(run.new_token_ids)], prompt
         assert len(run.new_token_ids) == 40 or run.finished == "eos"
         assert run.config["feature_draft"] is True
@@ -55,7 +55,7 @@ def test_the_draft_cache_holds_the_committed_text_read_with_the_targets_states(t
     """After every step, the feature draft's keys/values equal those of reading the committed tokens in one go,
     each with the target's state at the position before (a full forward's states): tree nodes the draft read
     with its own states are never kept."""
-    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(2, 2, 1), feature_draft=True)
+    decoder = make_decoder(tiny_pair, DecoderOptions(method="mcsd", k_config=(2, 2, 1), draft_kind="features"))
     decoder.start(tiny_pair.encode_prompt("Explain trees to me"), 40)
     [draft_tree] = decoder.sources
     assert isinstance(draft_tree, FeatureDraftTree)
@@ -99,7 +99,8 @@ def test_a_step_uses_the_feature_draft_not_the_token_draft(tiny_pair):
              tiny_pair.feature_draft.model.feature_fc.register_forward_hook(lambda *a: calls.__setitem__(
                  "feature", calls["feature"] + 1))]
     try:
-        make_decoder("sd", tiny_pair, SamplingConfig(), feature_draft=True).generate(tiny_pair.encode_prompt("a"), 8)
+        decoder = make_decoder(tiny_pair, DecoderOptions(method="sd", draft_kind="features"))
+        decoder.generate(tiny_pair.encode_prompt("a"), 8)
     finally:
         for hook in hooks:
             hook.remove()
@@ -109,7 +110,7 @@ def test_a_step_uses_the_feature_draft_not_the_token_draft(tiny_pair):
 def test_a_pair_without_a_feature_draft_is_refused_clearly(tiny_pair):
     pair = ModelPair(**{**vars(tiny_pair), "feature_draft": None})
     with pytest.raises(ValueError, match="no feature draft"):
-        make_decoder("sd", pair, SamplingConfig(), feature_draft=True)
+        make_decoder(pair, DecoderOptions(method="sd", draft_kind="features"))
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def small_feature_pair():
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=2)), ("mcsd", dict(k_config=(3, 2)))])
 def test_sampling_with_the_feature_draft_follows_the_target_distribution(small_feature_pair, method, options):
     cfg = SamplingConfig(temperature=1.0)
-    counts = sampled_first_two(small_feature_pair, cfg, method, dict(options, feature_draft=True))
+    counts = sampled_first_two(small_feature_pair, cfg, method, dict(options, draft_kind="features"))
     assert_matches(counts, exact_first_two(small_feature_pair, cfg))
 
 
@@ -135,9 +136,11 @@ def test_train_feature_draft_learns_and_exports_a_loadable_draft(tmp_path):
     from dynasd.models import load_pair
 
     data = tmp_path / "gen"
-    assert main(["train-draft", "--pair", "tiny-random", "--stage", "generate", "--out", str(data),
-                 "--heldout", "4", "--gen-prompts", "24", "--gen-max-new-tokens", "24", "--shard-prompts", "8",
-                 "--threads", "1"]) == 0
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([{"question": f"what is {i} plus {i + 1}?"} for i in range(28)]))
+    assert main(["train-draft", "--pair", "tiny-random", "--stage", "generate", "--prompts", str(prompts),
+                 "--out", str(data), "--heldout", "4", "--gen-prompts", "24", "--gen-max-new-tokens", "24",
+                 "--shard-prompts", "8", "--threads", "1"]) == 0
     out, export = tmp_path / "feature", tmp_path / "export"
     assert main(["train-feature-draft", "--pair", "tiny-random", "--data", str(data), "--out", str(out),
                  "--layers", "1", "--steps", "60", "--eval-every", "20", "--log-every", "20", "--lr", "3e-3",
@@ -155,7 +158,7 @@ def test_train_feature_draft_learns_and_exports_a_loadable_draft(tmp_path):
     assert is_feature_draft(draft)
     pair = ModelPair(**{**vars(load_pair("tiny-random", device="cpu")), "feature_draft": draft})
     ids = pair.encode_prompt("hello there")
-    run = make_decoder("mcsd", pair, SamplingConfig(), feature_draft=True).generate(ids, 24)
+    run = make_decoder(pair, DecoderOptions(method="mcsd", draft_kind="features")).generate(ids, 24)
     assert run.new_token_ids == target_greedy(pair, ids, 24)[:len(run.new_token_ids)]
 
 
@@ -173,20 +176,20 @@ def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
 @pytest.mark.slow
 def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_message(embedded_pair):
     """No feature draft is shipped for the embedded pair (it did not beat the token draft, docs/benchmarks.md)."""
-    from dynasd.models import has_feature_draft
     from dynasd.explorer.session import Settings, UserError, build_decoder
+    from dynasd.models import has_feature_draft
 
     assert embedded_pair.feature_draft is None and not has_feature_draft("embedded")
     with pytest.raises(UserError, match="has no feature draft"):
-        build_decoder(embedded_pair, Settings(method="sd", feature_draft=True))
+        build_decoder(embedded_pair, Settings(method="sd", draft_kind="features"))
 
 
 def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(tmp_path):
     """--init-from: the mixer's state half starts at zero, so whatever states it reads, the new draft's logits are
     the token draft's (training starts from its agreement, not below it)."""
+    from dynasd.models import load_pair
     from dynasd.training.distill import draft_from_target, export_draft
     from dynasd.training.feature_distill import build_feature_draft
-    from dynasd.models import load_pair
 
     target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
     token_draft = draft_from_target(target, [1]).eval()
@@ -208,8 +211,8 @@ def test_auto_state_scale_starts_the_mixer_with_inputs_of_equal_length():
     other at the start (the target's states can be many times longer than its token embeddings)."""
     from argparse import Namespace
 
-    from dynasd.training.feature_distill import FeatureSequence, build_feature_draft, initial_state_scale
     from dynasd.models import load_pair
+    from dynasd.training.feature_distill import FeatureSequence, build_feature_draft, initial_state_scale
 
     target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
     width = target.config.hidden_size

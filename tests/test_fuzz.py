@@ -13,8 +13,16 @@ from dynasd.explorer.inputs import UserError
 from dynasd.explorer.session import load_trace
 from dynasd.options import DecoderOptions
 from dynasd.sampling import greedy_walk, mcss_walk
-from dynasd.trace import (LevelScores, NodeTrace, RunTrace, StepTrace, TraceError, check_trace, run_from_dict,
-                          run_to_dict)
+from dynasd.trace import (
+    LevelScores,
+    NodeTrace,
+    RunTrace,
+    StepTrace,
+    TraceError,
+    check_trace,
+    run_from_dict,
+    run_to_dict,
+)
 from dynasd.tree import ROOT, TreeShape, ancestor_mask, parse_branching, path_to
 
 FUZZ = settings(derandomize=True, deadline=None, max_examples=60,
@@ -158,7 +166,7 @@ def test_mcss_walk_keeps_its_invariants(case, without_replacement, seed):
         assert all(float(probs[x]) < 1e-6 for x in rejected), "a rejected token cannot be the correction"
 
 
-# -- traces -------------------------------------------------------------------------------------------------------------
+# -- traces ---------------------------------------------------------------------------------------------------------
 
 finite = st.floats(0.0, 1.0, allow_nan=False)
 words = st.text(max_size=5)
@@ -185,7 +193,8 @@ def run_traces(draw):
             path.append(node)
         k = draw(st.integers(1, 3))
         steps.append(StepTrace(
-            index=index, context_len=draw(st.integers(1, 50)), nodes=nodes, max_nodes=n, max_depth=max(levels, default=0),
+            index=index, context_len=draw(st.integers(1, 50)), nodes=nodes, max_nodes=n,
+            max_depth=max(levels, default=0),
             live_depth=max(levels, default=0), root_rows=draw(st.integers(0, 1)),
             verify_mask=["".join(map(str, row)) for row in mask], position_ids=list(range(n)), accepted_path=path,
             committed=draw(st.lists(st.integers(0, 99), min_size=k, max_size=k)),
@@ -279,7 +288,8 @@ def greedy_reference(tiny_pair):
     def reference(prompt):
         if prompt not in cache:
             ids = tiny_pair.encode_prompt(prompt)
-            out = tiny_pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            out = tiny_pair.target.generate(torch.tensor([ids]),
+                                            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                             max_new_tokens=MAX_NEW, do_sample=False, eos_token_id=2, pad_token_id=2)
             cache[prompt] = out[0, len(ids):].tolist()
         return cache[prompt]

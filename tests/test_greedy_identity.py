@@ -3,11 +3,9 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
-from dynasd.decoders.speculative import TreeDecoder
 from dynasd.models import load_pair
+from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
-from dynasd.stopping import StopPolicy
-from dynasd.tree import TreeShape
 
 PROMPTS = ["hello there", "What is speculative decoding?", "a", "Write a poem about the sea.",
            "1, 2, 3, 4,", "THE END", "Explain trees to me", "zz top"]
@@ -21,16 +19,16 @@ CONFIGS = [
     ("mcsd", dict(k_config=(3, 1, 2))),
     ("mcsd", dict(k_config=(1, 1, 1, 1, 1))),
     ("mcsd", dict(k_config=(4, 2, 2, 1), dynamic_depth=True)),
-    ("mcsd", dict(k_config=(4, 2, 2, 1), stop=StopPolicy("confidence", 0.5))),
-    ("mcsd", dict(k_config=(2, 2, 2, 2, 2), stop=StopPolicy("confidence", 0.9))),
+    ("mcsd", dict(k_config=(4, 2, 2, 1), stop="confidence", threshold=0.5)),
+    ("mcsd", dict(k_config=(2, 2, 2, 2, 2), stop="confidence", threshold=0.9)),
     ("ti-mcsd", dict(width=1, depth=3)),
-    ("ti-mcsd", dict(width=1, depth=5, stop=StopPolicy("confidence", 0.6))),
+    ("ti-mcsd", dict(width=1, depth=5, stop="confidence", threshold=0.6)),
     ("ti-mcsd", dict(ti_k_config=(1, 3, 2))),
     ("sd", dict(gamma=3, lookup=6)),
-    ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_min_ngram=1)),
-    ("mcsd", dict(k_config=(4, 2, 2, 1), lookup=8, stop=StopPolicy("confidence", 0.5))),
+    ("mcsd", dict(k_config=(2, 2, 1), lookup=4, lookup_ngram=1)),
+    ("mcsd", dict(k_config=(4, 2, 2, 1), lookup=8, stop="confidence", threshold=0.5)),
     ("pld", dict(lookup=8)),
-    ("pld", dict(lookup=3, lookup_min_ngram=1)),
+    ("pld", dict(lookup=3, lookup_ngram=1)),
 ]
 
 
@@ -51,7 +49,7 @@ def references():
 @pytest.mark.parametrize("method,options", CONFIGS, ids=[f"{m}-{o}" for m, o in CONFIGS])
 def test_tiny_random_greedy_identity(tiny_pair, references, method, options):
     for prompt in PROMPTS:
-        decoder = make_decoder(method, tiny_pair, SamplingConfig(), **options)
+        decoder = make_decoder(tiny_pair, DecoderOptions(method=method, **options))
         run = decoder.generate(tiny_pair.encode_prompt(prompt), 48, prompt_text=prompt)
         assert run.new_token_ids == references[prompt], prompt
         assert run.lossless
@@ -61,17 +59,22 @@ def test_tiny_random_greedy_identity(tiny_pair, references, method, options):
 # method "recycle" the shape is the recycled tree's template; otherwise `recycle` adds one.
 RECYCLE_CONFIGS = [
     ("recycle", (2, 1, 1), dict()),
-    ("recycle", (4, 2, 1), dict(lookup=4, lookup_min_ngram=1)),
+    ("recycle", (4, 2, 1), dict(lookup=4, lookup_ngram=1)),
     ("pld", (1,) * 6, dict(lookup=6, recycle=(3, 2))),
     ("mcsd", (4, 2, 2, 1), dict(recycle=(4, 2, 1))),
-    ("mcsd", (2, 1, 1, 1), dict(lookup=8, recycle=(2, 1, 1), dynamic_depth=True, stop=StopPolicy("confidence", 0.5))),
-    ("sd", (1,) * 4, dict(lookup=4, recycle=(1, 1, 1, 1), feature_draft=True)),
-    ("mcsd", (3, 1, 2), dict(recycle=(3, 3), without_replacement=False)),
+    ("mcsd", (2, 1, 1, 1), dict(lookup=8, recycle=(2, 1, 1), dynamic_depth=True, stop="confidence", threshold=0.5)),
+    ("sd", (1,) * 4, dict(lookup=4, recycle=(1, 1, 1, 1), draft_kind="features")),
+    ("mcsd", (3, 1, 2), dict(recycle=(3, 3), with_replacement=True)),
 ]
 
 
-def recycle_decoder(pair, method, branching, options, sampling=SamplingConfig(), seed=0) -> TreeDecoder:
-    return TreeDecoder(pair, sampling, TreeShape(tuple(branching)), method, seed=seed, **options)
+def recycle_decoder(pair, method, branching, options, cfg=SamplingConfig(), seed=0):
+    """The decoder of a (method, tree, options) case through the options table: `branching` is the method's own
+    tree (the recycle method's template, sd's chain, mcsd's shape, pld's lookup chain)."""
+    own_tree = {"recycle": dict(recycle=tuple(branching)), "sd": dict(gamma=len(branching)),
+                "mcsd": dict(k_config=tuple(branching)), "pld": dict(lookup=len(branching))}[method]
+    return make_decoder(pair, DecoderOptions(method=method, temperature=cfg.temperature, top_k=cfg.top_k,
+                                             top_p=cfg.top_p, seed=seed, **{**own_tree, **options}))
 
 
 @pytest.mark.parametrize("method,branching,options", RECYCLE_CONFIGS,
@@ -88,15 +91,15 @@ def test_tiny_random_greedy_identity_with_recycling(tiny_pair, references, metho
 
 def test_speculation_actually_happens(tiny_pair):
     """Guard against a decoder that is 'identical' because it never accepts a draft token."""
-    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(4, 2, 2, 1))
+    decoder = make_decoder(tiny_pair, DecoderOptions(method="mcsd", k_config=(4, 2, 2, 1)))
     run = decoder.generate(tiny_pair.encode_prompt(PROMPTS[1]), 48)
     assert run.summary()["tokens_per_target_forward"] > 1.5
     assert any(o == "draft" for s in run.steps for o in s.committed_origins)
 
 
 def test_dynamic_depth_changes_depth_between_steps(tiny_pair):
-    decoder = make_decoder("mcsd", tiny_pair, SamplingConfig(), k_config=(2, 2, 2, 2, 2),
-                           stop=StopPolicy("confidence", 0.5))
+    options = DecoderOptions(method="mcsd", k_config=(2, 2, 2, 2, 2), stop="confidence", threshold=0.5)
+    decoder = make_decoder(tiny_pair, options)
     run = decoder.generate(tiny_pair.encode_prompt(PROMPTS[3]), 48)
     depths = {s.live_depth for s in run.steps}
     assert len(depths) > 1, depths
@@ -110,7 +113,7 @@ def test_target_initialized_width_above_one_is_lossy_and_its_deviation_is_measur
     deviations = []
     for prompt in PROMPTS:
         ids = tiny_pair.encode_prompt(prompt)
-        run = make_decoder("ti-mcsd", tiny_pair, SamplingConfig(), width=3, depth=3).generate(ids, 48)
+        run = make_decoder(tiny_pair, DecoderOptions(method="ti-mcsd", width=3, depth=3)).generate(ids, 48)
         assert not run.lossless
         ref = target_greedy(tiny_pair, ids, 48)
         same = next((i for i, (a, b) in enumerate(zip(run.new_token_ids, ref)) if a != b), min(len(ref), 48))
@@ -121,7 +124,7 @@ def test_target_initialized_width_above_one_is_lossy_and_its_deviation_is_measur
 
 def test_overshoot_is_truncated_to_max_new_tokens(tiny_pair):
     for n in (1, 2, 5, 13):
-        run = make_decoder("mcsd", tiny_pair, SamplingConfig()).generate(tiny_pair.encode_prompt("a"), n)
+        run = make_decoder(tiny_pair, DecoderOptions(method="mcsd")).generate(tiny_pair.encode_prompt("a"), n)
         assert len(run.new_token_ids) == n and run.finished == "length"
         assert sum(len(s.committed) for s in run.steps) == n
 
@@ -131,15 +134,15 @@ EMBEDDED_PROMPTS = ["What is the capital of France?", "Write a haiku about autum
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=4)), ("mcsd", dict(k_config=(4, 2, 2, 1))),
-                                            ("mcsd", dict(k_config=(2, 2, 1), stop=StopPolicy("confidence", 0.3))),
+                                            ("mcsd", dict(k_config=(2, 2, 1), stop="confidence", threshold=0.3)),
                                             ("ti-mcsd", dict(width=1, depth=3)),
-                                            ("pld", dict(lookup=8, lookup_min_ngram=1)),
-                                            ("sd", dict(gamma=2, lookup=4, lookup_min_ngram=1))])
+                                            ("pld", dict(lookup=8, lookup_ngram=1)),
+                                            ("sd", dict(gamma=2, lookup=4, lookup_ngram=1))])
 def test_embedded_greedy_identity(embedded_pair, method, options):
     for prompt in EMBEDDED_PROMPTS:
         ids = embedded_pair.encode_prompt(prompt)
         ref = target_greedy(embedded_pair, ids, 24)
-        run = make_decoder(method, embedded_pair, SamplingConfig(), **options).generate(ids, 24)
+        run = make_decoder(embedded_pair, DecoderOptions(method=method, **options)).generate(ids, 24)
         assert run.new_token_ids == ref, (prompt, embedded_pair.decode(run.new_token_ids), embedded_pair.decode(ref))
 
 
@@ -147,7 +150,7 @@ def test_embedded_greedy_identity(embedded_pair, method, options):
 @pytest.mark.parametrize("method,branching,options", [
     ("recycle", (2, 1, 1, 1), dict()),
     ("mcsd", (2, 1, 1, 1), dict(lookup=8, recycle=(2, 1, 1, 1), dynamic_depth=True,
-                                stop=StopPolicy("confidence", 0.4)))])
+                                stop="confidence", threshold=0.4))])
 def test_embedded_greedy_identity_with_recycling(embedded_pair, method, branching, options):
     for prompt in EMBEDDED_PROMPTS:
         ids = embedded_pair.encode_prompt(prompt)

@@ -17,7 +17,7 @@ from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import InPlaceLayer, in_place_cache
 from dynasd.kernels.lean_forward import lean_forward
 from dynasd.models import tiny_llama, tiny_random_pair
-from dynasd.sampling import SamplingConfig
+from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
 
 REPO = Path(__file__).resolve().parent.parent
@@ -140,7 +140,7 @@ def test_decoders_run_on_the_runtime_attached_to_the_model():
 
     for name in calls:
         attach_runtime(getattr(pair, name), Runtime(forward=counting(name)))
-    run = make_decoder("mcsd", pair, SamplingConfig(), k_config=(2, 1, 1)).generate(pair.encode_prompt("hi"), 20)
+    run = make_decoder(pair, DecoderOptions(method="mcsd", k_config=(2, 1, 1))).generate(pair.encode_prompt("hi"), 20)
     prefill = 1
     assert calls["target"] == prefill + sum(step.target_forwards for step in run.steps)
     assert calls["draft"] == prefill + sum(step.draft_forwards for step in run.steps)

@@ -9,7 +9,7 @@ from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import in_place_cache
 from dynasd.kernels.lean_forward import _fused_projections, lean_forward, supports
 from dynasd.models import load_pair, tiny_llama, tiny_random_pair
-from dynasd.sampling import SamplingConfig
+from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
 
 # Both on the in-place cache: only the forward function differs.
@@ -83,6 +83,6 @@ def test_decoders_on_the_lean_forward_stay_greedy_identical():
     pair = load_pair("tiny-random", device="cpu")
     assert all(runtime_of(model).forward is lean_forward for model in (pair.target, pair.draft, pair.feature_draft))
     ids = pair.encode_prompt("What is speculative decoding?")
-    reference = make_decoder("ar", pair, SamplingConfig()).generate(ids, 30).new_token_ids
+    reference = make_decoder(pair, DecoderOptions(method="ar")).generate(ids, 30).new_token_ids
     for method, options in (("sd", dict(gamma=4)), ("mcsd", dict(k_config=(3, 2, 1)))):
-        assert make_decoder(method, pair, SamplingConfig(), **options).generate(ids, 30).new_token_ids == reference
+        assert make_decoder(pair, DecoderOptions(method=method, **options)).generate(ids, 30).new_token_ids == reference

@@ -5,7 +5,7 @@ import pytest
 
 from dynasd.decoders import make_decoder
 from dynasd.lookup import NgramIndex
-from dynasd.sampling import SamplingConfig
+from dynasd.options import DecoderOptions
 from dynasd.trace import run_from_dict, run_to_dict
 
 
@@ -39,7 +39,7 @@ def test_no_proposal_without_an_earlier_occurrence():
 
 def test_lookup_steps_skip_the_draft_and_are_recorded(tiny_pair):
     prompt = tiny_pair.encode_prompt("the cat sat on the mat. the cat sat on the mat. the cat")
-    run = make_decoder("sd", tiny_pair, SamplingConfig(), gamma=3, lookup=6).generate(prompt, 40)
+    run = make_decoder(tiny_pair, DecoderOptions(method="sd", gamma=3, lookup=6)).generate(prompt, 40)
     lookup_steps = [s for s in run.steps if s.nodes and s.nodes[0].origin == "lookup"]
     assert lookup_steps, "the prompt repeats itself: lookup must fire"
     for step in lookup_steps:
@@ -56,7 +56,7 @@ def test_lookup_steps_skip_the_draft_and_are_recorded(tiny_pair):
 
 def test_lookup_never_proposes_past_max_new_tokens(tiny_pair):
     prompt = tiny_pair.encode_prompt("abababababababababab")
-    decoder = make_decoder("sd", tiny_pair, SamplingConfig(), gamma=2, lookup=16, lookup_min_ngram=1)
+    decoder = make_decoder(tiny_pair, DecoderOptions(method="sd", gamma=2, lookup=16, lookup_ngram=1))
     run = decoder.generate(prompt, 5)
     assert len(run.new_token_ids) <= 5
     assert all(len(s.nodes) <= 5 for s in run.steps)
@@ -64,18 +64,18 @@ def test_lookup_never_proposes_past_max_new_tokens(tiny_pair):
 
 def test_lookup_is_refused_where_it_makes_no_sense(tiny_pair):
     with pytest.raises(ValueError, match="ti-mcsd"):
-        make_decoder("ti-mcsd", tiny_pair, SamplingConfig(), width=1, depth=2, lookup=4)
+        make_decoder(tiny_pair, DecoderOptions(method="ti-mcsd", width=1, depth=2, lookup=4))
     with pytest.raises(ValueError):
-        make_decoder("sd", tiny_pair, SamplingConfig(), lookup=-1)
+        make_decoder(tiny_pair, DecoderOptions(method="sd", lookup=-1))
     with pytest.raises(ValueError, match="limit"):
-        make_decoder("sd", tiny_pair, SamplingConfig(), lookup=10_000)
+        make_decoder(tiny_pair, DecoderOptions(method="sd", lookup=10_000))
 
 
 def test_lookup_steps_are_drawn_and_explained(tiny_pair):
     import viz
 
     prompt = tiny_pair.encode_prompt("the cat sat on the mat. the cat sat on the mat. the cat")
-    run = make_decoder("pld", tiny_pair, SamplingConfig(), lookup=5).generate(prompt, 30)
+    run = make_decoder(tiny_pair, DecoderOptions(method="pld", lookup=5)).generate(prompt, 30)
     assert run.config["lookup"] == 5 and run.lossless
     index = next(i for i, s in enumerate(run.steps) if s.nodes)
     tree = viz.tree_figure(run.steps[index]).to_dict()

@@ -7,16 +7,17 @@ of freedom), and almost surely when it is concentrated on a few cells, as real b
 outcome reproducible. A deliberately biased method must fail the same test.
 """
 import itertools
+from dataclasses import asdict
 
 import pytest
 import torch
 from scipy.stats import chisquare
 
 from dynasd.decoders import make_decoder
-from dynasd.decoders.speculative import TreeDecoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
+from dynasd.options import DecoderOptions
 from dynasd.sampling import Draws, SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
-from dynasd.tree import ROOT, TreeShape
+from dynasd.tree import ROOT
 
 VOCAB = 4
 SAMPLES = 10_000
@@ -43,7 +44,9 @@ def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> to
 
 
 def sampled_first_two(pair, cfg, method, options, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
-    return sampled_first_two_of(lambda seed: make_decoder(method, pair, cfg, seed=seed, **options), samples, prompt)
+    return sampled_first_two_of(
+        lambda seed: make_decoder(pair, DecoderOptions(method=method, seed=seed, **asdict(cfg), **options)),
+        samples, prompt)
 
 
 def sampled_first_two_of(decoder_for_seed, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
@@ -70,7 +73,7 @@ CASES = [
     ("sd", dict(gamma=2), SamplingConfig(temperature=1.0)),
     ("sd", dict(gamma=2), SamplingConfig(temperature=0.8, top_p=0.8)),
     ("mcsd", dict(k_config=(3, 2)), SamplingConfig(temperature=1.0)),
-    ("mcsd", dict(k_config=(3, 2), without_replacement=False), SamplingConfig(temperature=1.0)),
+    ("mcsd", dict(k_config=(3, 2), with_replacement=True), SamplingConfig(temperature=1.0)),
     ("mcsd", dict(k_config=(3, 1)), SamplingConfig(temperature=0.9, top_k=2, top_p=0.95)),  # 3 siblings, 2 tokens
     ("ti-mcsd", dict(width=1, depth=2), SamplingConfig(temperature=1.0)),
 ]
@@ -100,15 +103,15 @@ def test_a_draft_blind_to_half_the_vocabulary_stays_lossless(small_pair):
 # in a 4-token vocabulary it fires at most later steps too.
 LOOKUP_PROMPT = [1, 2, 3, 1]
 LOOKUP_CASES = [
-    ("sd", dict(gamma=2, lookup=3, lookup_min_ngram=1), SamplingConfig(temperature=1.0)),
-    ("mcsd", dict(k_config=(3, 1), lookup=2, lookup_min_ngram=1), SamplingConfig(temperature=0.8, top_p=0.9)),
+    ("sd", dict(gamma=2, lookup=3, lookup_ngram=1), SamplingConfig(temperature=1.0)),
+    ("mcsd", dict(k_config=(3, 1), lookup=2, lookup_ngram=1), SamplingConfig(temperature=0.8, top_p=0.9)),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method,options,cfg", LOOKUP_CASES, ids=[f"{m}-{o}-{c}" for m, o, c in LOOKUP_CASES])
 def test_prompt_lookup_keeps_the_target_distribution(small_pair, method, options, cfg):
-    run = make_decoder(method, small_pair, cfg, **options).generate(LOOKUP_PROMPT, 2)
+    run = make_decoder(small_pair, DecoderOptions(method=method, **asdict(cfg), **options)).generate(LOOKUP_PROMPT, 2)
     assert run.steps[0].nodes[0].origin == "lookup"  # the case exercises what it claims to
     counts = sampled_first_two(small_pair, cfg, method, options, prompt=LOOKUP_PROMPT)
     assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
@@ -120,13 +123,18 @@ RECYCLE_CASES = [
     ("recycle", (2, 1), dict(), SamplingConfig(temperature=1.0)),
     ("recycle", (3, 2), dict(), SamplingConfig(temperature=0.8, top_k=3)),
     ("mcsd", (2, 1), dict(recycle=(2, 1)), SamplingConfig(temperature=1.0)),
-    ("mcsd", (2, 1), dict(recycle=(2, 2), lookup=2, lookup_min_ngram=1), SamplingConfig(temperature=0.9, top_p=0.9)),
-    ("mcsd", (3, 1), dict(recycle=(1, 1), without_replacement=False), SamplingConfig(temperature=1.0)),
+    ("mcsd", (2, 1), dict(recycle=(2, 2), lookup=2, lookup_ngram=1), SamplingConfig(temperature=0.9, top_p=0.9)),
+    ("mcsd", (3, 1), dict(recycle=(1, 1), with_replacement=True), SamplingConfig(temperature=1.0)),
 ]
 
 
-def recycle_decoder(pair, method, branching, options, cfg, seed=0) -> TreeDecoder:
-    return TreeDecoder(pair, cfg, TreeShape(tuple(branching)), method, seed=seed, **options)
+def recycle_decoder(pair, method, branching, options, cfg=SamplingConfig(), seed=0):
+    """The decoder of a (method, tree, options) case through the options table: `branching` is the method's own
+    tree (the recycle method's template, sd's chain, mcsd's shape, pld's lookup chain)."""
+    own_tree = {"recycle": dict(recycle=tuple(branching)), "sd": dict(gamma=len(branching)),
+                "mcsd": dict(k_config=tuple(branching)), "pld": dict(lookup=len(branching))}[method]
+    return make_decoder(pair, DecoderOptions(method=method, temperature=cfg.temperature, top_k=cfg.top_k,
+                                             top_p=cfg.top_p, seed=seed, **{**own_tree, **options}))
 
 
 @pytest.mark.slow

@@ -9,8 +9,21 @@ import pytest
 from dynasd.bench import specs as bench_specs
 from dynasd.cli import build_parser
 from dynasd.explorer.recipes import RECIPES
-from dynasd.options import (MAX_TREE_NODES, METHODS, OPTIONS, Choice, DecoderOptions, Flag, Float, Int,
-                            OptionsError, Ref, Shape, options_from_args, options_of_run)
+from dynasd.options import (
+    MAX_TREE_NODES,
+    METHODS,
+    OPTIONS,
+    Choice,
+    DecoderOptions,
+    Flag,
+    Float,
+    Int,
+    OptionsError,
+    Ref,
+    Shape,
+    options_from_args,
+    options_of_run,
+)
 
 
 def bad_values(option) -> list:

@@ -51,7 +51,7 @@ def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tr
     the same prompts, with and without prompt lookup; wider or deeper trees can only raise the ceiling."""
     from dynasd.decoders import make_decoder
     from dynasd.models import load_pair
-    from dynasd.sampling import SamplingConfig
+    from dynasd.options import DecoderOptions
 
     texts = ["hello there, hello there, hello", "count to five: one two three"]
     prompts = tmp_path / "prompts.jsonl"
@@ -74,7 +74,8 @@ def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tr
         for column, lookup in ((0, 0), (1, 4)):
             tokens = forwards = 0
             for text in texts:
-                run = make_decoder("sd", pair, SamplingConfig(0.0), gamma=depth, lookup=lookup).generate(
+                options = DecoderOptions(method="sd", temperature=0.0, gamma=depth, lookup=lookup)
+                run = make_decoder(pair, options).generate(
                     pair.encode_prompt(text), 24)
                 tokens, forwards = tokens + len(run.new_token_ids), forwards + run.target_forwards
             assert rows[1, depth][column] == pytest.approx(tokens / forwards, abs=0.006), (depth, lookup)

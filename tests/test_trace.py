@@ -34,7 +34,8 @@ def test_step_traces_are_consistent(sampled_run):
             assert step.nodes[i].u is not None and step.nodes[i].u * step.nodes[i].q_test <= step.nodes[i].p_test
         rejected = [node for node in step.nodes if node.status == "rejected"]
         assert all(node.u * node.q_test > node.p_test for node in rejected)
-        assert step.committed_origins[-1] in ("bonus", "correction") or len(step.committed) < len(step.accepted_path) + 1
+        final_sampled = step.committed_origins[-1] in ("bonus", "correction")
+        assert final_sampled or len(step.committed) < len(step.accepted_path) + 1
         assert step.target_forwards == 1 and step.draft_forwards == step.live_depth
 
 

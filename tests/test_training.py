@@ -32,7 +32,8 @@ from dynasd.training.teacher import InverseCdfSampling, target_argmax_labels
 
 # The shipped draft (v7) agreed with the target on 0.480 of the answer positions of FIXED_PROMPTS when it was
 # exported (0.506 / 0.517 on the two held-out sets, see dynasd/assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
-# held-out; v5: 0.388, v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the bar keeps a
+# held-out; v5: 0.388, v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the
+# bar keeps a
 # margin.
 AGREEMENT_BAR = 0.44
 # Short prompts written for this test (not from the training prompts).
@@ -48,7 +49,8 @@ def read_log(path: Path) -> list[dict]:
 def prompt_file(tmp_path):
     path = tmp_path / "prompts.json"
     path.write_text(json.dumps([{"question": f"what is {i} plus {i + 1}?"} for i in range(24)]
-                               + [{"goal": f"how to count to {i}", "correct_answer": " ".join(map(str, range(1, i + 2)))}
+                               + [{"goal": f"how to count to {i}",
+                                   "correct_answer": " ".join(map(str, range(1, i + 2)))}
                                   for i in range(12)]))
     return path
 

@@ -1,13 +1,14 @@
 """Figure builders draw exactly what the trace says: nodes, colours, mask cells, slices and text."""
 import copy
 import json
+from dataclasses import asdict
 
 import pytest
 
 import viz
 from dynasd.decoders import make_decoder
+from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
-from dynasd.stopping import StopPolicy
 from dynasd.trace import run_from_dict, run_to_dict
 from viz.mask import ACCEPTED_ROW, ATTENDS, BLOCKED, UNUSED, mask_view
 from viz.style import ORIGIN_NAMES, STATUS_COLORS, STATUS_NAMES, THIS_STEP
@@ -17,7 +18,7 @@ PROMPT = "hello there"
 
 
 def run_of(pair, method, steps=None, max_new_tokens=32, sampling=SamplingConfig(), **options):
-    decoder = make_decoder(method, pair, sampling, **options)
+    decoder = make_decoder(pair, DecoderOptions(method=method, **asdict(sampling), **options))
     decoder.start(pair.encode_prompt(PROMPT), max_new_tokens, PROMPT)
     while not decoder.done and (steps is None or len(decoder.run.steps) < steps):
         decoder.step()
@@ -29,7 +30,7 @@ def runs(tiny_pair):
     return {
         "mcsd": run_of(tiny_pair, "mcsd", k_config=(4, 2, 2, 1)),
         "sampled": run_of(tiny_pair, "mcsd", k_config=(3, 2, 2), sampling=SamplingConfig(temperature=1.0)),
-        "dynamic": run_of(tiny_pair, "mcsd", k_config=(4, 2, 2, 1), stop=StopPolicy("confidence", 0.3)),
+        "dynamic": run_of(tiny_pair, "mcsd", k_config=(4, 2, 2, 1), stop="confidence", threshold=0.3),
         "ti": run_of(tiny_pair, "ti-mcsd", width=3, depth=3),
         "ar": run_of(tiny_pair, "ar", max_new_tokens=6),
         "big": run_of(tiny_pair, "mcsd", steps=2, k_config=(4, 4, 4, 2)),

@@ -17,8 +17,16 @@ import plotly.graph_objects as go
 from dynasd.trace import StepTrace
 from dynasd.tree import TreeShape, ancestor_mask
 
-from .style import (MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, MASK_UNUSED, SLICE_OUTLINE, TOP_LEGEND,
-                    base_layout, show_token)
+from .style import (
+    MASK_ACCEPTED,
+    MASK_ATTENDS,
+    MASK_BLOCKED,
+    MASK_UNUSED,
+    SLICE_OUTLINE,
+    TOP_LEGEND,
+    base_layout,
+    show_token,
+)
 
 BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED = 0, 1, 2, 3  # cell values; UNUSED = in the max mask, not drafted
 CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted row",

@@ -34,8 +34,17 @@ from ..options import DecoderOptions, add_model_arguments, add_option_arguments,
 from ..prompts import select_prompts
 from ..stopping import load_decision_model
 from .measure import ForwardClock, Measured, make_method_decoder, run_method
-from .specs import (DEFAULT_METHODS, HF_ASSISTED, OPTION_HELP, REFERENCE, MethodSpec, _split_methods,
-                    decoder_options, parse_methods, parse_temperatures)
+from .specs import (
+    DEFAULT_METHODS,
+    HF_ASSISTED,
+    OPTION_HELP,
+    REFERENCE,
+    MethodSpec,
+    _split_methods,
+    decoder_options,
+    parse_methods,
+    parse_temperatures,
+)
 from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tables, summarize
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,7 @@
 """Fidelity and the summary: pure functions of the run records, and the printed tables."""
 from __future__ import annotations
 
-
 from .specs import REFERENCE
-
 
 ACCEPTANCE_DENOMINATOR = "draft levels attempted (one per draft level of a step's live tree; target roots excluded)"
 FIDELITY_AT_SAMPLING = "T>0: outputs are random samples, so token identity with ar is not a fidelity measure"

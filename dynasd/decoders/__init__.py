@@ -30,7 +30,8 @@ def make_decoder(pair: ModelPair, options: DecoderOptions, decision_model: Decis
                               without_replacement=not options.with_replacement,
                               dynamic_depth=options.dynamic_depth or options.stop != "none", stop=stop,
                               lookup=options.lookup_tokens, lookup_min_ngram=options.lookup_ngram,
-                              feature_draft=options.draft_kind == "features")
+                              feature_draft=options.draft_kind == "features",
+                              recycle=() if options.method == "recycle" else options.recycle or ())
     _record_options(decoder, options)
     return decoder
 

@@ -33,8 +33,18 @@ from ..cache import CachedModel
 from ..feature_draft import is_feature_draft
 from ..models import ModelPair
 from ..sampling import SamplingConfig, WalkResult, argmax_rows, greedy_walk, logits_to_probs, mcss_walk, sample_one
-from ..sources import (CandidateSource, CandidateTree, DraftTree, Fallback, FeatureDraftTree, PromptLookup,
-                       StepOutcome, TargetReading, TargetRootedTree, TokenRecycling)
+from ..sources import (
+    CandidateSource,
+    CandidateTree,
+    DraftTree,
+    Fallback,
+    FeatureDraftTree,
+    PromptLookup,
+    StepOutcome,
+    TargetReading,
+    TargetRootedTree,
+    TokenRecycling,
+)
 from ..stopping import StopPolicy
 from ..trace import NodeTrace, StepTrace
 from ..tree import ROOT, TreeShape

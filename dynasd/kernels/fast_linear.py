@@ -5,7 +5,8 @@ from memory is the real cost, the same for 1 row as for 16. MKL's `F.linear(x, W
 row (and up to 3), but jumps 2-3x from 4 rows on (a different kernel); `x @ W.T` on a contiguous transposed copy
 grows slowly with the rows and is the fastest layout for 32 rows and more (prefill). For 2-24 rows the compiled
 kernel in panel_linear.cpp, which streams the weight once whatever the row count, beats both: whole target, two
-threads, weights from memory (docs/benchmarks.md, Intel Xeon, 2026-12-01): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms, 16 rows
+threads, weights from memory (docs/benchmarks.md, Intel Xeon, 2026-12-01): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms,
+16 rows
 48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27). With AVX-512 one pass over the weights
 takes up to 14 rows (2026-12-01: a verify of 9-14 rows, tree nodes + the root token, 10-13% faster than
 in passes of 8 + the rest). Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs MKL is
@@ -102,7 +103,8 @@ def mkl_is_tuned_here() -> bool:
     Why: MKL takes slower code paths on other vendors' CPUs. Measured on an AMD EPYC with AVX-512 (2026-12-01, two
     threads, 30 weights of 1536 x 576 from memory), F.linear / x @ W.T / the kernel: 1 row 10.3 / 6.1 / 3.3 ms;
     24 rows 17.4 / 19.0 / 7.7; 44 rows (mcsd 4,2,2,1) 20.0 / 21.5 / 12.2; 256 rows (a prefill) 95.9 / 95.5 / 67.4.
-    On the Intel Xeon measured before (2026-12-01) MKL was the faster for 1 row (whole target 25 vs 27 ms) and from 32 rows
+    On the Intel Xeon measured before (2026-12-01) MKL was the faster for 1 row (whole target 25 vs 27 ms) and from
+    32 rows
     on, hence PANEL_ROWS there."""
     return _cpu_vendor() == "GenuineIntel"
 
