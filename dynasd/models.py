@@ -222,7 +222,7 @@ def _load_gguf(path: Path, dtype: torch.dtype):
 
 def truncated_copy(target: torch.nn.Module, layers: int) -> torch.nn.Module:
     """The target's first `layers` decoder layers with its final norm and head: a draft that needs no training
-    (and is a poor one; see measurements.md)."""
+    (and a poor one: untrained, its first 8 layers agree with the full target on about 5% of tokens)."""
     config = target.config.__class__.from_dict(target.config.to_dict())
     config.num_hidden_layers = layers
     draft = target.__class__(config)

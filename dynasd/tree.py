@@ -83,7 +83,7 @@ class TreeShape:
 
 
 def parse_branching(text: str) -> tuple[int, ...]:
-    """'4,2,2,1' -> (4, 2, 2, 1); raises ValueError with a readable message."""
+    """'2,2,1' -> (2, 2, 1); raises ValueError with a readable message."""
     if not str(text).strip():
         raise ValueError("empty tree shape")
     parts = [p.strip() for p in str(text).split(",")]

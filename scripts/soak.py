@@ -2,8 +2,8 @@
 created and abandoned while memory is watched. Prints the figures and exits non-zero if any check failed.
 
     .venv/bin/python scripts/soak.py                      # 500 sessions, 16 at once (several minutes on 2 cores)
-    .venv/bin/python scripts/soak.py --sessions 60 --concurrent 8    # a quick look
-    .venv/bin/python scripts/soak.py --memory-only --sessions 500    # the server's memory alone, see below
+    .venv/bin/python scripts/soak.py --sessions=60 --concurrent=8    # a quick look
+    .venv/bin/python scripts/soak.py --memory-only --sessions=500    # the server's memory alone, see below
 
 The app runs in this process (tiny-random pair, `app.serve(block=False)`) so that faults can be injected into one
 session's model calls; clients talk to it over HTTP with gradio_client, one client session per browser tab.
@@ -52,7 +52,7 @@ def import_app():
 
 STATUS, TEXT, SCRUBBER = 7, 0, 9
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
-CONFIGS = [dict(method="mcsd", k_config="4,2,2,1"), dict(method="sd", gamma=3), dict(method="ar"),
+CONFIGS = [dict(method="mcsd", k_config="3,2,1"), dict(method="sd", gamma=3), dict(method="ar"),
            dict(method="ti-mcsd", width=1, depth=3),
            dict(method="mcsd", k_config="2,2,2", dynamic_depth=True, stop="confidence", threshold=0.5),
            dict(method="mcsd", k_config="3,1,2"), dict(method="ti-mcsd", width=3, depth=2),

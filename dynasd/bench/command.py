@@ -14,7 +14,7 @@ method, temperature and category, plus category "all"), meta.json (what was run,
 
 Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, pld, hf-assisted, each optionally followed by
 `:key=value` options and/or a `+dyn` suffix; a comma followed by a digit continues the previous option, so
-`mcsd:k=4,2,2,1:stop=confidence:th=0.3,ar` is two methods. The decoder option flags (--gamma, --k-config, ...)
+`mcsd:k=2,2,1:stop=confidence:th=0.3,ar` is two methods. The decoder option flags (--gamma, --k-config, ...)
 set every method that reads them; a method's own options override them. See bench/specs.py and docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N prompts per category, by question_id")
     p.add_argument("--methods", default=DEFAULT_METHODS,
                    help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, with variants such as "
-                        "mcsd:k=4,2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). Options: "
+                        "mcsd:k=2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). Options: "
                         + "; ".join(f"{key}: {meaning}" for key, meaning in OPTION_HELP.items()))
     p.add_argument("--temperatures", default=None, help="comma-separated, e.g. 0,0.7 (default: --temperature)")
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -1,4 +1,4 @@
-"""The bench's method syntax: `mcsd:k=4,2,2,1:stop=confidence` -> a MethodSpec, and the DecoderOptions it runs.
+"""The bench's method syntax: `mcsd:k=2,2,1:stop=confidence` -> a MethodSpec, and the DecoderOptions it runs.
 
 A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus two
 that are the bench's own: `kernels` (which loaded pair runs the method) and, for transformers' assisted
@@ -73,7 +73,7 @@ class MethodSpec:
 
 
 def _split_methods(text: str) -> list[str]:
-    """Split on commas, except a comma followed by a digit, which continues a list value such as k=4,2,2,1."""
+    """Split on commas, except a comma followed by a digit, which continues a list value such as k=2,2,1."""
     items: list[str] = []
     for piece in text.split(","):
         piece = piece.strip()
@@ -85,7 +85,7 @@ def _split_methods(text: str) -> list[str]:
 
 
 def parse_method(text: str) -> MethodSpec:
-    """'mcsd:k=4,2,2,1:stop=confidence' -> MethodSpec; 'mcsd+dyn' is 'mcsd:stop=confidence'. Each value is checked
+    """'mcsd:k=2,2,1:stop=confidence' -> MethodSpec; 'mcsd+dyn' is 'mcsd:stop=confidence'. Each value is checked
     on its own here; `decoder_options` checks them together."""
     label = text.strip()
     head, *parts = label.split(":")
