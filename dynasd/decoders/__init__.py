@@ -32,16 +32,8 @@ def make_decoder(pair: ModelPair, options: DecoderOptions, decision_model: Decis
                               lookup=options.lookup_tokens, lookup_min_ngram=options.lookup_ngram,
                               feature_draft=options.draft_kind == "features",
                               recycle=() if options.method == "recycle" else options.recycle or ())
-    _record_options(decoder, options)
+    decoder.options = options
     return decoder
-
-
-def _record_options(decoder: Decoder, options: DecoderOptions) -> None:
-    """RunTrace.config is the decoder's own description (its tree, which the figures redraw) plus the options it
-    was made from. The decoder classes write the first part in config(); the second is added here, where the
-    options are known, so the decoders' constructors stay as they are."""
-    describe = decoder.config
-    decoder.config = lambda: {**describe(), "options": options.to_record()}  # type: ignore[method-assign]
 
 
 __all__ = ["ARDecoder", "Decoder", "RequestError", "TreeDecoder", "make_decoder"]

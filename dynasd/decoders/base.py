@@ -25,6 +25,9 @@ class Decoder(ABC):
         self.run: RunTrace | None = None
         self.committed: list[int] = []
         self.max_new_tokens = 0
+        # The DecoderOptions it was made from (set by make_decoder): a run's trace records them, so a saved run
+        # gives them back (options.options_of_run).
+        self.options = None
 
     # -- what subclasses provide -------------------------------------------------------------------------------
     @property
@@ -64,7 +67,8 @@ class Decoder(ABC):
         self.generator = torch.Generator(device=self.pair.device).manual_seed(self.seed)
         self.committed = list(prompt_ids)
         self.max_new_tokens = max_new_tokens
-        self.run = RunTrace(method=self.method, config=self.config(), pair=self.pair.name,
+        config = self.config() if self.options is None else {**self.config(), "options": self.options.to_record()}
+        self.run = RunTrace(method=self.method, config=config, pair=self.pair.name,
                             draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
                             prompt_ids=list(prompt_ids))
         started = time.perf_counter()
