@@ -87,7 +87,7 @@ def explorer_inprocess():
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import app  # the repository root is on sys.path (pyproject.toml: pythonpath)
-    from dynasd.explorer.session import PairCache
+    from dynasd.explorer.pairs import PairCache
 
     app.PAIRS = PairCache(allow_custom=True, device="cpu")
     port = free_port()
