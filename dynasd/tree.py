@@ -72,11 +72,7 @@ class TreeShape:
     @cached_property
     def children(self) -> dict[int, list[int]]:
         """Children of every node and of ROOT, in drafting order."""
-        kids: dict[int, list[int]] = {ROOT: []}
-        for node, parent in enumerate(self.parents):
-            kids.setdefault(node, [])
-            kids[parent].append(node)
-        return kids
+        return children_of(self.parents)
 
     def nodes_at(self, level: int) -> range:
         return range(self.level_starts[level - 1], self.level_starts[level])
@@ -120,3 +116,12 @@ def path_to(node: int, parents: tuple[int, ...] | list[int]) -> list[int]:
         path.append(node)
         node = parents[node]
     return path[::-1]
+
+
+def children_of(parents) -> dict[int, list[int]]:
+    """Children of ROOT and of every node of a tree given by its parent list, in node order."""
+    kids: dict[int, list[int]] = {ROOT: []}
+    for node, parent in enumerate(parents):
+        kids.setdefault(node, [])
+        kids[parent].append(node)
+    return kids

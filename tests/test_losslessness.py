@@ -12,6 +12,7 @@ from dataclasses import asdict
 import pytest
 import torch
 from scipy.stats import chisquare
+from test_greedy_identity import recycle_decoder
 
 from dynasd.decoders import make_decoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
@@ -126,15 +127,6 @@ RECYCLE_CASES = [
     ("mcsd", (2, 1), dict(recycle=(2, 2), lookup=2, lookup_ngram=1), SamplingConfig(temperature=0.9, top_p=0.9)),
     ("mcsd", (3, 1), dict(recycle=(1, 1), with_replacement=True), SamplingConfig(temperature=1.0)),
 ]
-
-
-def recycle_decoder(pair, method, branching, options, cfg=SamplingConfig(), seed=0):
-    """The decoder of a (method, tree, options) case through the options table: `branching` is the method's own
-    tree (the recycle method's template, sd's chain, mcsd's shape, pld's lookup chain)."""
-    own_tree = {"recycle": dict(recycle=tuple(branching)), "sd": dict(gamma=len(branching)),
-                "mcsd": dict(k_config=tuple(branching)), "pld": dict(lookup=len(branching))}[method]
-    return make_decoder(pair, DecoderOptions(method=method, temperature=cfg.temperature, top_k=cfg.top_k,
-                                             top_p=cfg.top_p, seed=seed, **{**own_tree, **options}))
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..trace import LevelScores
-from ..tree import ROOT, ancestor_mask
+from ..tree import ROOT, ancestor_mask, children_of
 
 
 @dataclass
@@ -104,11 +104,7 @@ class Proposal:
 
     def children(self) -> dict[int, list[int]]:
         """Children of ROOT and of every node, in node (= drawing) order."""
-        kids: dict[int, list[int]] = {ROOT: []}
-        for node, parent in enumerate(self.parents):
-            kids.setdefault(node, [])
-            kids[parent].append(node)
-        return kids
+        return children_of(self.parents)
 
     def ancestor_mask(self, device: torch.device) -> tuple[torch.Tensor, list[str]]:
         if self.mask is None:
