@@ -1,6 +1,8 @@
 """The benchmark harness: it runs every method end to end, writes well-formed outputs, and its fidelity fields
 tell an exact method from one that changes a token."""
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -298,13 +300,12 @@ def test_acceptance_denominator_counts_draft_levels_only(bench_run):
 
 
 def speedup_bounds(summary):
-    """scripts/speedup_bounds.py's function (scripts/ is not a package)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from speedup_bounds import speedup_bounds as bounds
-
-    return bounds(summary)
+    """scripts/speedup_bounds.py's function, loaded by path (scripts/ is not a package; no sys.path edit)."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "speedup_bounds.py"
+    spec = importlib.util.spec_from_file_location("speedup_bounds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.speedup_bounds(summary)
 
 
 def test_speedup_bounds_script_starts_from_the_bench_speedup_and_bounds_it_from_above(bench_run):
