@@ -150,8 +150,8 @@ def test_every_recipe_runs_and_sets_only_method_controls():
 def test_compare_runs_every_method_and_lossless_ones_match_ar():
     pairs = PairCache(loader=CountingLoader())
     runs = dict(compare_methods(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello"))
-    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd", "pld"]
-    assert runs["sd"].text == runs["mcsd"].text == runs["pld"].text == runs["ar"].text
+    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle"]
+    assert runs["sd"].text == runs["mcsd"].text == runs["pld"].text == runs["recycle"].text == runs["ar"].text
     assert not runs["ti-mcsd"].lossless
 
 
@@ -258,8 +258,8 @@ def test_compare_tab_runs_every_method(connect):
     table, plot, status = client.predict(prompt="hello", pair="tiny-random", max_new_tokens=16,
                                          api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
-    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld"}
-    assert rows["sd"]["same text as ar"] == rows["mcsd"]["same text as ar"] == rows["pld"]["same text as ar"] == "yes"
+    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle"}
+    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle"))
     assert rows["mcsd"]["tokens / target forward"] > 1.0
     assert len(plot_json(plot)["data"]) == 2 and "all methods" in status
 

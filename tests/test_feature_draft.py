@@ -7,9 +7,10 @@ import torch
 from test_greedy_identity import PROMPTS, target_greedy
 from test_losslessness import VOCAB, assert_matches, exact_first_two, sampled_first_two
 
-from dynasd.cache import CachedModel
+from dynasd.cache import CachedModel, Runtime, stock_forward
 from dynasd.decoders import make_decoder
 from dynasd.feature_draft import is_feature_draft
+from dynasd.kernels.lean_forward import lean_forward
 from dynasd.models import ModelPair, load_distilled_draft, tiny_feature_draft
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
@@ -80,9 +81,8 @@ def test_the_lean_forward_reads_features_as_transformers_forward_does(tiny_pair)
     tokens = tiny_pair.encode_prompt("zz top")
     features = torch.randn(len(tokens), draft.config.hidden_size, generator=torch.Generator().manual_seed(0))
     results = []
-    for lean in (True, False):
-        model = CachedModel(draft, need_hidden=True, lean=lean)
-        assert model.lean == lean
+    for forward in (lean_forward, stock_forward):
+        model = CachedModel(draft, need_hidden=True, runtime=Runtime(forward=forward))
         results.append(model.forward(tokens, [], None, [], keep_logits=2, features=features, keep_hidden=3))
     (lean_logits, lean_hidden), (stock_logits, stock_hidden) = results
     assert lean_hidden.shape[0] == 3 and torch.equal(lean_logits, stock_logits)
