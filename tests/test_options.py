@@ -114,7 +114,7 @@ def test_a_method_refuses_the_options_it_does_not_read_and_for_method_drops_them
         mixed.validate()
     assert info.value.problems == ["ti-mcsd takes no gamma (it is for sd)",
                                    "ti-mcsd takes no tree shape (it is for mcsd)",
-                                   "ti-mcsd takes no prompt lookup (it is for sd, mcsd, pld)"]
+                                   "ti-mcsd takes no prompt lookup (it is for sd, mcsd, pld, recycle)"]
     kept = mixed.for_method()
     assert kept.validate() == DecoderOptions(method="ti-mcsd", width=2)
     assert mixed.for_method("sd") == DecoderOptions(method="sd", gamma=7, lookup=4)

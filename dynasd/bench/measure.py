@@ -17,7 +17,7 @@ class ForwardClock:
     """Counts and times every forward call of the target and the draft: from the input embedding's start to the
     output layer's end (hooks on those two modules; on the whole model where it has no such pair).
 
-    Why not the whole model: our decoders run its layers through dynasd/lean_forward.py, which skips the model's
+    Why not the whole model: our decoders run its layers through dynasd/kernels/lean_forward.py, which skips the model's
     own forward, while every path calls the embedding first and the output layer last. The hooks see transformers'
     assisted generation exactly as they see our decoders, so the draft/verify split is measured the same way for
     every method. On CUDA each forward is synchronized so its time is real.
