@@ -12,7 +12,7 @@ from dynasd.decoders import make_decoder
 from dynasd.explorer.inputs import UserError
 from dynasd.explorer.session import load_trace
 from dynasd.options import DecoderOptions
-from dynasd.sampling import greedy_walk, mcss_walk
+from dynasd.sampling import Draws, greedy_walk, mcss_walk
 from dynasd.trace import (
     LevelScores,
     NodeTrace,
@@ -145,8 +145,10 @@ def test_greedy_walk_accepts_exactly_the_targets_argmax_chain(case):
 def test_mcss_walk_keeps_its_invariants(case, without_replacement, seed):
     shape, tokens, p, q = case
     generator = torch.Generator().manual_seed(seed)
-    walk = mcss_walk(ROOT, lambda c: shape.children[c], tokens, lambda c: p[c], lambda c: q[c],
-                     without_replacement, generator)
+    def draws(c):
+        return [Draws(shape.children[c], q[c], without_replacement)] if shape.children[c] else []
+
+    walk = mcss_walk(ROOT, draws, tokens, lambda c: p[c], generator)
     assert_chain(walk.path, shape)
     assert [t.node for t in walk.tests if t.accepted] == walk.path
     for test in walk.tests:
