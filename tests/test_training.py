@@ -16,7 +16,7 @@ from dynasd.models import (
     load_distilled_draft,
     tiny_random_pair,
 )
-from dynasd.sampling import SamplingConfig
+from dynasd.options import DecoderOptions
 from dynasd.stopping import StopPolicy, make_stop_policy
 from dynasd.training.agreement import agreement
 from dynasd.training.onpolicy import training_prompts
@@ -291,7 +291,7 @@ def test_embedded_pair_uses_the_shipped_draft_and_stays_greedy_identical(embedde
         expected = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                         max_new_tokens=24, do_sample=False)[0, len(ids):].tolist()
         for method in ("sd", "mcsd"):
-            trace = make_decoder(method, pair, SamplingConfig(temperature=0.0), gamma=4).generate(ids, 24)
+            trace = make_decoder(pair, DecoderOptions(method=method, gamma=4).for_method()).generate(ids, 24)
             assert trace.new_token_ids == expected[:len(trace.new_token_ids)]
             assert len(trace.new_token_ids) == len(expected) or pair.tokenizer.eos_token_id in expected
 
