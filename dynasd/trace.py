@@ -25,6 +25,7 @@ PROPOSED_ORIGINS = ("draft", "lookup", "recycled")  # candidates the target test
 TRACE_FORMAT = "dynasd-trace/1"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 MAX_TRACE_STEPS = 4096         # the app itself never makes more than its max-new-tokens limit
+MAX_RESIDUAL_TOKENS = 32       # tokens a step's residual record may list
 
 
 class TraceError(ValueError):
@@ -56,6 +57,22 @@ class LevelScores:
 
 
 @dataclass
+class ResidualTrace:
+    """Where the walk's last rejection happened (T > 0): the target's p, the q the first candidate there was drawn
+    from, and the residual the correction token was sampled from, over the few tokens that carry the picture (the
+    largest of each, and the correction). Enough to draw why speculative sampling is exact without storing whole
+    vocabularies; `rejections` says how many candidates the residual has removed (one per rejected sibling)."""
+
+    context: int                          # node after which the correction was sampled (-1 = the root)
+    token_ids: list[int]
+    tokens: list[str]
+    p: list[float]
+    q: list[float]
+    residual: list[float]
+    rejections: int = 1
+
+
+@dataclass
 class StepTrace:
     index: int
     context_len: int                      # committed tokens (prompt included) before this step
@@ -81,6 +98,8 @@ class StepTrace:
     accept_seconds: float = 0.0
     draft_forwards: int = 0
     target_forwards: int = 0
+    tested: list[int] = field(default_factory=list)  # node indices in the order the walk tested them
+    residual: ResidualTrace | None = None  # at a correction when sampling; None at T = 0 or after a bonus
 
 
 @dataclass
@@ -156,6 +175,8 @@ def _step_from(obj: dict) -> StepTrace:
     _expect(isinstance(obj.get("stop_scores", []), list), "step.stop_scores must be a list")
     obj["nodes"] = [_node_from(n) for n in obj["nodes"]]
     obj["stop_scores"] = [LevelScores(**_check_fields(LevelScores, s)) for s in obj.get("stop_scores", [])]
+    if obj.get("residual") is not None:
+        obj["residual"] = ResidualTrace(**_check_fields(ResidualTrace, obj["residual"]))
     step = StepTrace(**obj)
     n = len(step.nodes)
     where = f"step {step.index}"
@@ -238,6 +259,15 @@ def check_trace(run: RunTrace) -> None:
                 f"{where}: the accepted path is not a chain from the root")
         _expect(step.final_parent is None or -1 <= step.final_parent < n, f"{where}: bad final_parent")
         _expect(all(0 <= t for t in step.committed), f"{where}: negative token id")
+        _expect(all(0 <= i < n for i in step.tested) and len(set(step.tested)) == len(step.tested),
+                f"{where}: bad test order")
+        if step.residual is not None:
+            r = step.residual
+            _expect(len(r.token_ids) == len(r.tokens) == len(r.p) == len(r.q) == len(r.residual)
+                    <= MAX_RESIDUAL_TOKENS, f"{where}: bad residual lists")
+            _expect(-1 <= r.context < n and r.rejections >= 1, f"{where}: bad residual context")
+            _expect(all(math.isfinite(v) and -1e-6 <= v <= 1.0 + 1e-6 for v in r.p + r.q + r.residual),
+                    f"{where}: residual probabilities outside [0, 1]")
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,9 +46,11 @@ from ..sources import (
     TokenRecycling,
 )
 from ..stopping import StopPolicy
-from ..trace import NodeTrace, StepTrace
+from ..trace import NodeTrace, ResidualTrace, StepTrace
 from ..tree import ROOT, TreeShape
 from .base import Decoder
+
+RESIDUAL_TOP = 6  # a step's residual record keeps the 6 largest tokens of p, of q and of the residual
 
 
 @dataclass
@@ -259,7 +261,33 @@ class TreeDecoder(Decoder):
             stop_policy=self.stop.name if self.dynamic_depth else "none",
             threshold=self.stop.threshold if self.dynamic_depth else None, stop_scores=tree.stop_scores,
             draft_seconds=draft_seconds, verify_seconds=verify_seconds,
-            accept_seconds=time.perf_counter() - verified_at, draft_forwards=tree.draft_forwards, target_forwards=1)
+            accept_seconds=time.perf_counter() - verified_at, draft_forwards=tree.draft_forwards, target_forwards=1,
+            tested=[t.node for w in walked.walks for t in w.tests],
+            residual=self._residual_trace(tree, verified, walked))
+
+    def _residual_trace(self, tree: CandidateTree, verified: Verified, walked: Walked) -> ResidualTrace | None:
+        """p, q and the residual at the node where the walk's last rejection sent the correction token (T > 0).
+
+        Recorded only then (at T = 0 greedy takes the target's argmax and there is no residual), over the few
+        largest tokens of each distribution and the correction itself, so a trace stays compact."""
+        walk = walked.walks[0]
+        if self.sampling.greedy or tree.target_rooted or not walk.final_had_children or walk.final_probs is None:
+            return None
+        context = walk.final_context
+        row = verified.row(context)
+        p = tree.root_probs if row is None else verified.probs[row]
+        groups = tree.draws(context)
+        q = groups[0].q
+        correction = walked.committed[-1]
+        chosen = {correction}
+        for dist in (p, q, walk.final_probs):
+            chosen.update(torch.topk(dist, min(RESIDUAL_TOP, dist.shape[-1])).indices.tolist())
+        ids = sorted(chosen, key=lambda t: -float(p[t]))
+        index = torch.tensor(ids, device=p.device)
+        rejections = sum(not t.accepted and tree.parents[t.node] == context for t in walk.tests)
+        return ResidualTrace(context=context, token_ids=ids, tokens=self.pair.token_strings(ids),
+                             p=p[index].tolist(), q=q[index].tolist(), residual=walk.final_probs[index].tolist(),
+                             rejections=max(rejections, 1))
 
     def _node_traces(self, tree: CandidateTree, verified: Verified, walked: Walked) -> list[NodeTrace]:
         """p and q of every node (warped distributions; plain softmax at temperature 0), its test and status."""
