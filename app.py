@@ -530,7 +530,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                         mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot")
                         with gr.Accordion("What am I seeing? (mask)", open=True):
                             gr.Markdown(MASK_HELP, elem_classes="explain")
-                with gr.Tabs():
+                with gr.Tabs() as tabs:
                     with gr.Tab("Decisions"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
@@ -574,6 +574,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                           inputs_kwargs=controls, api_name="compare")
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
         load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace")
+        learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
         recipe.input(on_recipe, [recipe], [*shown, status], api_visibility="private", queue=False)
         controls["method"].change(on_method_change, [controls["method"]],
                                   [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
@@ -582,6 +583,350 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                 [controls["target"], controls["draft"], controls["draft_kind"]],
                                 api_visibility="private")
     return demo
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Learn: teaching views of the step on show (guided phases, the residual, the acceptance test, the cost model,
+# two methods on one step, an empirical losslessness check, shareable links and example traces). Everything here
+# is wired in learn_section(), called once from build_app; the figures are viz/residual.py, guided.py, cost.py,
+# losslessness.py, the arithmetic dynasd/explorer/cost.py, losslessness.py, side_by_side.py and share.py.
+
+from dynasd.explorer import cost as cost_model  # noqa: E402
+from dynasd.explorer import losslessness, share, side_by_side  # noqa: E402
+from dynasd.explorer.inputs import check_prompt  # noqa: E402
+from dynasd.explorer.session import build_decoder, encode  # noqa: E402
+from viz.cost import cost_figure, cost_markdown  # noqa: E402
+from viz.guided import guided_figure, step_phases  # noqa: E402
+from viz.losslessness import losslessness_figure, losslessness_markdown  # noqa: E402
+from viz.residual import acceptance_figure, residual_explanation, residual_figure  # noqa: E402
+
+LEARN_HELP = """
+**Learn one step at a time.** Each view below explains the step on show (the step slider on the left). **Guided
+step** replays it phase by phase: **→** / **←** (or the buttons) go to the next / previous phase, **Shift + →**
+presses **Step**. **Residual** shows why sampling stays exact when a candidate is rejected, **Acceptance test** the
+draw behind every decision. **Cost model** explains the speed-up on this device; **Side by side** runs two methods
+from the same prefix; **Losslessness** samples the next token hundreds of times and compares it with the target.
+"""
+
+# Keyboard shortcuts: a page-load script (Blocks.load with js only). Keys typed into a text box are left alone.
+LEARN_KEYS_JS = """
+() => {
+  if (window.__dynasdLearnKeys) return;
+  window.__dynasdLearnKeys = true;
+  document.addEventListener('keydown', (event) => {
+    const target = event.target;
+    const tag = target && target.tagName ? target.tagName.toLowerCase() : '';
+    if (tag === 'input' || tag === 'textarea' || tag === 'select' || (target && target.isContentEditable)) return;
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const click = (id) => { const b = document.getElementById(id); if (b) { b.click(); event.preventDefault(); } };
+    if (event.key === 'ArrowRight' && event.shiftKey) click('step-btn');
+    else if (event.key === 'ArrowRight') click('learn-next');
+    else if (event.key === 'ArrowLeft') click('learn-prev');
+  });
+}
+"""
+
+# The link box receives "?query" from Python; the browser knows the page's own address and completes it.
+FULL_LINK_JS = """
+(query) => (typeof query === 'string' && query.startsWith('?'))
+  ? window.location.origin + window.location.pathname + query : query
+"""
+
+
+def _learn_step(session: Session, index) -> tuple:
+    """(run, index, step) of the step on show, or a UserError saying what to do first."""
+    run = session.run
+    if run is None or not run.steps:
+        raise UserError("nothing to explain yet: press Step or Run (or replay an example) first")
+    index = max(0, min(int(index or 0), len(run.steps) - 1))
+    return run, index, run.steps[index]
+
+
+def _greedy(run) -> bool:
+    return float(run.config.get("temperature", 0.0)) == 0.0
+
+
+def _guided_views(run, index: int, phase) -> tuple:
+    step = run.steps[index]
+    phases = step_phases(step)
+    at = max(0, min(int(phase or 0), len(phases) - 1))
+    shown = phases[at]
+    figure = guided_figure(step, shown, viz.root_token(run, index), lossy=not run.lossless)
+    text = f"**Phase {at + 1} of {len(phases)}: {shown.title}.** {shown.text}"
+    slider = gr.Slider(minimum=0, maximum=max(len(phases) - 1, 1), value=at, step=1, interactive=len(phases) > 1,
+                       label=f"Phase ({at + 1} of {len(phases)})")
+    return figure, text, slider
+
+
+def on_learn(session_id, index, phase=0):
+    """Every Learn view of the step on show: the guided step at `phase`, the residual and the acceptance test."""
+    session = SESSIONS.get(session_id)
+    try:
+        run, index, step = _learn_step(session, index)
+        greedy = _greedy(run)
+        return (*_guided_views(run, index, phase), residual_figure(step, greedy), residual_explanation(step, greedy),
+                acceptance_figure(step, greedy), _status(f"Explaining step {index}.", "ok"), session.id)
+    except UserError as exc:
+        return (None, "", gr.update(), None, "", None, _status(str(exc), "warn"), session.id)
+    except Exception as exc:
+        return (None, "", gr.update(), None, "", None, _status(str(_unexpected(exc)), "error"), session.id)
+
+
+def on_phase(session_id, index, phase):
+    session = SESSIONS.get(session_id)
+    try:
+        run, index, _ = _learn_step(session, index)
+        return (*_guided_views(run, index, phase), session.id)
+    except UserError as exc:
+        return (None, _status(str(exc), "warn"), gr.update(), session.id)
+
+
+def _learn_failure(exc: Exception, outputs: int, session_id) -> tuple:
+    """`outputs` empty views, then the message in the Learn status line (and a toast)."""
+    if not isinstance(exc, (UserError, SessionFailed)):
+        exc = _unexpected(exc)
+    gr.Warning(str(exc))
+    return (None,) * outputs + (_status(str(exc), "warn"), session_id)
+
+
+@gpu
+def on_cost(session_id, index, calibrate, **controls):
+    """The cost model of the run on show: a calibrated verify cost when asked (runs the target), else the run's
+    own verify times."""
+    session = SESSIONS.get(session_id)
+    try:
+        run, index, _ = _learn_step(session, index)
+        shape = cost_model.run_shape(run)
+        calibration = None
+        if calibrate:
+            settings = session.settings or settings_from(controls)
+            pair = PAIRS.get(settings)
+            context = (list(run.prompt_ids) + list(run.new_token_ids))[-256:]
+            with PAIRS.lock_for(pair):
+                calibration = cost_model.calibrate(pair.target, context)
+        costs = cost_model.costs_from(shape, calibration)
+        where = "calibrated on this device" if calibration else "from this run's own verify times"
+        return (cost_figure(shape, costs), cost_markdown(shape, costs),
+                _status(f"Cost model of this {run.method} run ({where}).", "ok"), session.id)
+    except ValueError as exc:  # UserError included: a run too short, a bad setting
+        return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 2, session.id)
+    except Exception as exc:
+        return _learn_failure(exc, 2, session.id)
+
+
+@gpu
+def on_side_by_side(session_id, index, method_a, method_b, **controls):
+    """Two methods from the prefix of the step on show (or from the prompt when there is no run)."""
+    session = SESSIONS.get(session_id)
+    try:
+        settings = session.settings if session.run is not None and not session.replay else None
+        settings = settings or settings_from(controls)
+        run, index, _ = _learn_step(session, index)
+        prefix = side_by_side.prefix_before(run, index)
+        runs = side_by_side.side_by_side(PAIRS, settings, (method_a, method_b), prefix, run.prompt)
+        views = []
+        for method, one in runs.items():
+            story = viz.step_story(one, 0)
+            if not one.lossless:
+                story = "**LOSSY** (ti-mcsd, width > 1). " + story
+            views += [viz.tree_figure(one.steps[0], viz.root_token(one, 0), lossy=not one.lossless),
+                      f"**{method}** · {len(one.steps[0].committed)} token(s) for one target forward. {story}"]
+        return (*views, _status(f"{method_a} and {method_b} from the prefix of step {index}.", "ok"), session.id)
+    except Exception as exc:
+        return _learn_failure(exc, 4, session.id)
+
+
+@gpu
+def on_losslessness(session_id, prompt, lossless_method, samples, **controls):
+    """The first token after the prompt, sampled `samples` times by a lossless method and by ti-mcsd, against p."""
+    session = SESSIONS.get(session_id)
+    try:
+        settings = settings_from(controls)
+        if settings.temperature == 0:
+            raise UserError("set the temperature above 0 (Sampling): at temperature 0 every method is greedy and "
+                            "there is nothing random to compare")
+        samples = int(samples)
+        if not 1 <= samples <= losslessness.MAX_SAMPLES:
+            raise UserError(f"samples must lie in [1, {losslessness.MAX_SAMPLES}]")
+        methods = list(dict.fromkeys([lossless_method, "ti-mcsd"]))
+        pair = PAIRS.get(settings)
+        ids = encode(pair, check_prompt(prompt))
+        probs = losslessness.target_next_probs(pair.target, ids, settings.options.sampling)
+        checks, lossless = {}, {}
+        for method in methods:
+            decoder = build_decoder(pair, settings, method)
+            with PAIRS.lock_for(pair):
+                draws = losslessness.sample_first_tokens(losslessness.decoder_first_token(decoder, ids), samples,
+                                                         seed=settings.seed)
+            checks[method], lossless[method] = losslessness.check_samples(draws, probs), decoder.lossless
+        labels = dict(zip(checks[methods[0]].token_ids,
+                          pair.token_strings([t for t in checks[methods[0]].token_ids if t >= 0])))
+        # every check bins the same way (the bins depend on p and n only)
+        return (losslessness_figure(checks, labels), losslessness_markdown(checks, lossless),
+                _status(f"{samples} samples per method.", "ok"), session.id)
+    except Exception as exc:
+        return _learn_failure(exc, 2, session.id)
+
+
+def on_link(session_id, prompt, index, **controls):
+    """A link to this prompt, these settings and the step on show ('?query'; the browser completes it)."""
+    session = SESSIONS.get(session_id)
+    try:
+        run = session.run
+        step = int(index) if run is not None and run.steps else None
+        return "?" + share.link_query(prompt, controls, step), _status("Link ready: copy it.", "ok"), session.id
+    except Exception as exc:
+        if not isinstance(exc, UserError):
+            exc = _unexpected(exc)
+        return "", _status(str(exc), "warn"), session.id
+
+
+def on_open_link(request: gr.Request):
+    """On page load: a link's prompt and settings go to the controls, its step to the 'linked step' box."""
+    try:
+        prompt, settings, step = share.settings_of_query(dict(request.query_params) if request else {})
+    except UserError as exc:
+        return _control_updates() + (gr.update(), _status(str(exc), "warn"))
+    if prompt is None and settings is None:
+        return _control_updates() + (gr.update(), gr.update())
+    return (_control_updates(prompt, settings) + (gr.update(value=step or 0),
+            _status("Opened a shared link: press **Run to the linked step**.", "ok")))
+
+
+@gpu
+def on_goto_step(session_id, prompt, target_step, **controls):
+    """Start (or continue) the run of these settings until it has the linked step, then show that step."""
+    session = SESSIONS.get(session_id)
+    try:
+        _busy_guard(session)
+        target_step = int(target_step or 0)
+        if not 0 <= target_step <= share.MAX_LINK_STEP:
+            raise UserError(f"the step must lie in [0, {share.MAX_LINK_STEP}]")
+        with session.lock:
+            settings = settings_from(controls)
+            if session.replay or not session.matches(settings, prompt):
+                session.start(PAIRS, settings, prompt)
+            while len(session.run.steps) <= target_step and not session.done:
+                session.step(PAIRS)
+        shown = min(target_step, len(session.run.steps) - 1)
+        note = "" if shown == target_step else f" (the run finished after step {shown})"
+        return render(session, shown, status=_status(f"Showing step {shown}{note}.", "ok"))
+    except Exception as exc:
+        return _failed(session, exc)
+
+
+def on_example(session_id, name):
+    """Replay a shipped example trace: no model is needed; its prompt and settings go to the controls."""
+    session = SESSIONS.get(session_id)
+    try:
+        _busy_guard(session)
+        run = share.load_example(name)
+        with session.lock:
+            session.load(run)
+            views = render(session, 0, status=_status(
+                f"Replaying the example '{name}': {len(run.steps)} steps of {run.method} on {run.pair}; no model "
+                "needed. Drag the step slider.", "ok"))
+        return views + _control_updates(run.prompt, settings_of_trace(run))
+    except Exception as exc:
+        return _failed(session, exc) + _control_updates()
+
+
+def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, controls: dict, views: list) -> None:
+    """The Learn tab, added as the last of the page's `tabs`, and its events (each endpoint has an api_name)."""
+    shown = [controls[name] for name in CONTROL_NAMES]
+    examples = list(share.example_traces())
+    with tabs, gr.Tab("Learn") as tab:
+        gr.Markdown(LEARN_HELP, elem_classes="explain")
+        learn_status = gr.Markdown("", elem_id="learn-status")
+        with gr.Tabs():
+            with gr.Tab("Guided step"):
+                with gr.Row():
+                    prev_btn = gr.Button("← previous phase", elem_id="learn-prev", size="sm")
+                    next_btn = gr.Button("next phase →", elem_id="learn-next", size="sm", variant="primary")
+                    explain_btn = gr.Button("Explain the step on show", elem_id="learn-explain", size="sm")
+                phase = gr.Slider(0, 1, value=0, step=1, label="Phase", elem_id="learn-phase")
+                phase_text = gr.Markdown("", elem_id="learn-phase-text")
+                guided_plot = gr.Plot(label="The step, phase by phase", elem_id="learn-guided-plot")
+            with gr.Tab("Residual"):
+                residual_text = gr.Markdown("", elem_classes="explain", elem_id="learn-residual-text")
+                residual_plot = gr.Plot(label="p, q and the residual at the rejection", elem_id="learn-residual-plot")
+            with gr.Tab("Acceptance test"):
+                gr.Markdown("Each sampled test draws **u** uniformly in [0, 1) and keeps the candidate iff "
+                            "**u < min(1, p/q)**: a token the target likes at least as much as the draft is always "
+                            "kept, one it likes less is kept in proportion p/q.", elem_classes="explain")
+                acceptance_plot = gr.Plot(label="min(1, p/q) and u per test", elem_id="learn-acceptance-plot")
+            with gr.Tab("Cost model"):
+                with gr.Row():
+                    calibrate = gr.Checkbox(value=True, label="calibrate the verify cost on this device",
+                                            info="times the target over 1..64 rows (a second or two); off: the "
+                                                 "run's own verify times")
+                    cost_btn = gr.Button("Explain the speed-up of this run", elem_id="learn-cost-btn")
+                cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text")
+                cost_plot = gr.Plot(label="Expected speed-up over ar", elem_id="learn-cost-plot")
+            with gr.Tab("Side by side"):
+                with gr.Row():
+                    method_a = gr.Dropdown(list(METHODS), value="sd", label="Method A", elem_id="learn-method-a")
+                    method_b = gr.Dropdown(list(METHODS), value="mcsd", label="Method B", elem_id="learn-method-b")
+                    pair_btn = gr.Button("Both from the prefix of the step on show", elem_id="learn-pair-btn")
+                with gr.Row(equal_height=False):
+                    with gr.Column(min_width=320):
+                        tree_a = gr.Plot(label="Method A", elem_id="learn-tree-a")
+                        story_a = gr.Markdown("")
+                    with gr.Column(min_width=320):
+                        tree_b = gr.Plot(label="Method B", elem_id="learn-tree-b")
+                        story_b = gr.Markdown("")
+            with gr.Tab("Losslessness"):
+                gr.Markdown("Samples the **first token after the prompt** many times, one speculative step each "
+                            "with a different seed, and compares the counts with the target's own p (temperature "
+                            "and top-k/top-p from *Sampling*; set the temperature above 0).", elem_classes="explain")
+                with gr.Row():
+                    lossless_method = gr.Dropdown([m for m in METHODS if m not in ("ar", "ti-mcsd")], value="sd",
+                                                  label="Lossless method (checked next to ti-mcsd)")
+                    samples = gr.Slider(50, losslessness.MAX_SAMPLES, value=300, step=50, label="Samples per method")
+                    check_btn = gr.Button("Check", elem_id="learn-check-btn")
+                check_text = gr.Markdown("", elem_id="learn-check-text")
+                check_plot = gr.Plot(label="First token: observed vs p", elem_id="learn-check-plot")
+            with gr.Tab("Share and examples"):
+                with gr.Row():
+                    link_btn = gr.Button("Make a link to this prompt, these settings and this step",
+                                         elem_id="learn-link-btn")
+                    link = gr.Textbox(label="Link (copy it)", buttons=["copy"], elem_id="learn-link",
+                                      interactive=False)
+                with gr.Row():
+                    linked_step = gr.Number(0, precision=0, label="Linked step", minimum=0)
+                    goto_btn = gr.Button("Run to the linked step", elem_id="learn-goto-btn")
+                with gr.Row():
+                    example = gr.Dropdown(examples, value=examples[0] if examples else None,
+                                          label="Example traces (replay at once, no model needed)")
+                    example_btn = gr.Button("Replay the example", elem_id="learn-example-btn")
+
+    learn_views = [guided_plot, phase_text, phase, residual_plot, residual_text, acceptance_plot, learn_status,
+                   session_id]
+    explain_btn.click(on_learn, [session_id, scrubber], learn_views, api_name="learn_step")
+    tab.select(on_learn, [session_id, scrubber], learn_views, api_visibility="private")
+    phase_views = [guided_plot, phase_text, phase, session_id]
+    phase.input(on_phase, [session_id, scrubber, phase], phase_views, api_name="learn_phase",
+                trigger_mode="always_last")
+    next_btn.click(lambda sid, i, p: on_phase(sid, i, int(p or 0) + 1), [session_id, scrubber, phase], phase_views,
+                   api_visibility="private")
+    prev_btn.click(lambda sid, i, p: on_phase(sid, i, int(p or 0) - 1), [session_id, scrubber, phase], phase_views,
+                   api_visibility="private")
+    cost_btn.click(on_cost, [session_id, scrubber, calibrate], [cost_plot, cost_text, learn_status, session_id],
+                   inputs_kwargs=controls, api_name="cost_model")
+    pair_btn.click(on_side_by_side, [session_id, scrubber, method_a, method_b],
+                   [tree_a, story_a, tree_b, story_b, learn_status, session_id], inputs_kwargs=controls,
+                   api_name="side_by_side")
+    check_btn.click(on_losslessness, [session_id, prompt, lossless_method, samples],
+                    [check_plot, check_text, learn_status, session_id], inputs_kwargs=controls,
+                    api_name="losslessness")
+    link_btn.click(on_link, [session_id, prompt, scrubber], [link, learn_status, session_id], inputs_kwargs=controls,
+                   api_name="share_link")
+    link.change(None, [link], [link], js=FULL_LINK_JS, api_visibility="private")
+    goto_btn.click(on_goto_step, [session_id, prompt, linked_step], views, inputs_kwargs=controls,
+                   api_name="goto_step")
+    example_btn.click(on_example, [session_id, example], views + [prompt, *shown], api_name="load_example")
+    demo.load(on_open_link, None, [prompt, *shown, linked_step, learn_status], api_visibility="private")
+    demo.load(None, js=LEARN_KEYS_JS)
 
 
 def main(argv: list[str] | None = None) -> None:

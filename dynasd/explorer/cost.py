@@ -1,0 +1,173 @@
+"""What a step costs on this device, and the speed-up over ar that follows from it.
+
+A step costs its draft forwards plus one verify forward over `rows` positions; ar pays one single-row target
+forward per token. So
+
+    speed-up = tokens per step * t_ar / (t_draft + t_verify(rows))
+
+On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are read once either way), so wide
+trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
+slower than ar even when it commits more tokens per step. The functions below are plain arithmetic (tests pin
+them on hand-made numbers); `calibrate` is the only one that runs a model.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..trace import RunTrace
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Seconds on one device: one ar step, and the verify forward as a line in its rows."""
+
+    ar_s: float                 # one single-row target forward (an ar step)
+    verify_base_s: float        # t_verify(rows) = verify_base_s + verify_per_row_s * rows
+    verify_per_row_s: float
+    draft_per_forward_s: float  # one draft forward (one tree level)
+
+    def verify_s(self, rows: int) -> float:
+        return self.verify_base_s + self.verify_per_row_s * rows
+
+    def step_s(self, rows: int, draft_forwards: int) -> float:
+        return self.draft_per_forward_s * draft_forwards + self.verify_s(rows)
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope); a single distinct x gives a flat line through the mean."""
+    if not xs or len(xs) != len(ys):
+        raise ValueError("fit_line needs as many y values as x values, at least one")
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return mean_y, 0.0
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
+    return mean_y - slope * mean_x, slope
+
+
+def expected_speedup(tokens_per_step: float, step_s: float, ar_s: float) -> float:
+    """Tokens per step, each of which would have cost ar one ar_s, over the seconds the step took."""
+    if step_s <= 0 or ar_s <= 0:
+        raise ValueError("step and ar times must be positive")
+    return tokens_per_step * ar_s / step_s
+
+
+def chain_tokens_per_step(acceptance: float, depth: int) -> float:
+    """Expected tokens a step commits on a chain of `depth` candidates each accepted with probability
+    `acceptance` (independently): 1 + a + a^2 + ... + a^depth (the accepted prefix plus the bonus/correction)."""
+    if not 0.0 <= acceptance <= 1.0 or depth < 0:
+        raise ValueError("acceptance must lie in [0, 1] and depth be non-negative")
+    return sum(acceptance ** i for i in range(depth + 1))
+
+
+def break_even_acceptance(depth: int, step_s: float, ar_s: float, tolerance: float = 1e-6) -> float | None:
+    """The acceptance at which a depth-`depth` chain with this step cost matches ar; None if even acceptance 1
+    does not pay (the step costs more than depth + 1 ar steps)."""
+    needed = step_s / ar_s
+    if needed <= 1.0:
+        return 0.0
+    if chain_tokens_per_step(1.0, depth) < needed:
+        return None
+    low, high = 0.0, 1.0
+    while high - low > tolerance:  # tokens per step grows with acceptance: bisect
+        mid = (low + high) / 2
+        low, high = (mid, high) if chain_tokens_per_step(mid, depth) < needed else (low, mid)
+    return high
+
+
+def break_even_row_cost(tokens_per_step: float, rows: int, draft_s: float, verify_base_s: float,
+                        ar_s: float) -> float | None:
+    """The per-row verify cost at which this step shape matches ar (None: the draft alone already costs more)."""
+    budget = tokens_per_step * ar_s - draft_s - verify_base_s
+    if budget <= 0 or rows <= 0:
+        return None
+    return budget / rows
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a run's own steps say: their average tokens, verify rows, draft forwards and measured times."""
+
+    steps: int
+    tokens_per_step: float
+    rows: float
+    draft_forwards: float
+    acceptance: float
+    depth: int
+    draft_per_forward_s: float | None
+    verify_rows: list[int]
+    verify_seconds: list[float]
+    tokens_per_s: float
+
+
+def run_shape(run: RunTrace) -> RunShape:
+    """The averages of a run's steps; the first step is left out when there are others (it pays warm-up)."""
+    steps = run.steps[1:] if len(run.steps) > 1 else run.steps
+    if not steps:
+        raise ValueError("the run has no steps yet")
+    n = len(steps)
+    draft_forwards = sum(s.draft_forwards for s in steps)
+    draft_seconds = sum(s.draft_seconds for s in steps)
+    rows = [s.root_rows + len(s.nodes) for s in steps]
+    seconds = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for s in steps)
+    return RunShape(
+        steps=n, tokens_per_step=sum(len(s.committed) for s in steps) / n, rows=sum(rows) / n,
+        draft_forwards=draft_forwards / n, acceptance=run.summary()["acceptance_rate"],
+        depth=max((s.live_depth for s in steps), default=0),
+        draft_per_forward_s=draft_seconds / draft_forwards if draft_forwards else None,
+        verify_rows=rows, verify_seconds=[s.verify_seconds for s in steps],
+        tokens_per_s=sum(len(s.committed) for s in steps) / seconds if seconds > 0 else 0.0)
+
+
+def costs_from(shape: RunShape, calibration: dict[int, float] | None) -> StepCosts:
+    """Step costs from a calibration (rows -> seconds of one target forward) when there is one, else from the
+    run's own verify times (the line through them; with one row count only, a flat line) and ar = that line at
+    one row."""
+    if calibration:
+        rows = sorted(calibration)
+        base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
+        ar_s = calibration.get(1, base + per_row)
+    else:
+        base, per_row = fit_line([float(r) for r in shape.verify_rows], shape.verify_seconds)
+        ar_s = base + per_row
+    ar_s = max(ar_s, 1e-9)
+    return StepCosts(ar_s=ar_s, verify_base_s=base, verify_per_row_s=max(per_row, 0.0),
+                     draft_per_forward_s=shape.draft_per_forward_s or 0.0)
+
+
+CALIBRATION_ROWS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def calibrate(model: torch.nn.Module, context_ids: list[int], rows: tuple[int, ...] = CALIBRATION_ROWS,
+              repeats: int = 3) -> dict[int, float]:
+    """Median seconds of one target forward over `rows` new positions behind a cached context, per row count:
+    the verify forward's cost as a function of its rows, measured on this device and these kernels."""
+    from ..cache import CachedModel
+
+    if not context_ids:
+        raise ValueError("calibration needs a context of at least one token")
+    cached = CachedModel(model)
+    device = cached.device
+    with torch.inference_mode():
+        cached.forward(list(context_ids), [], None, [], keep_logits=1)
+        base = cached.cached_len
+        token = context_ids[-1]
+        timings: dict[int, float] = {}
+        for n in rows:
+            mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+            runs = []
+            for _ in range(repeats):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                started = time.perf_counter()
+                cached.forward([], [token] * n, mask, list(range(base, base + n)), keep_logits=n)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                runs.append(time.perf_counter() - started)
+                cached.keep_path([], base)
+            timings[n] = sorted(runs)[len(runs) // 2]
+    return timings

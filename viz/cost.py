@@ -1,0 +1,106 @@
+"""The cost model in one chart: expected speed-up over ar as a function of the acceptance rate, for this step
+shape on this device and for the same shape with free verify rows (roughly a GPU), with this run's predicted and
+measured speed-ups marked. The break-even line at 1 is where drafting stops paying."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dynasd.explorer.cost import (
+    RunShape,
+    StepCosts,
+    break_even_acceptance,
+    break_even_row_cost,
+    chain_tokens_per_step,
+    expected_speedup,
+)
+
+from .style import STATUS_COLORS, TOP_LEGEND, base_layout
+
+CURVE_POINTS = 41
+
+
+def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
+    """Every number the chart and its text show, computed once."""
+    rows = max(round(shape.rows), 1)
+    draft_forwards = round(shape.draft_forwards)
+    step_s = costs.step_s(rows, draft_forwards)
+    free_rows_s = costs.draft_per_forward_s * draft_forwards + costs.ar_s
+    return dict(
+        rows=rows, draft_forwards=draft_forwards, step_s=step_s, free_rows_s=free_rows_s,
+        predicted=expected_speedup(shape.tokens_per_step, step_s, costs.ar_s),
+        measured=shape.tokens_per_s * costs.ar_s,
+        free_rows=expected_speedup(shape.tokens_per_step, free_rows_s, costs.ar_s),
+        break_even_acceptance=break_even_acceptance(shape.depth, step_s, costs.ar_s),
+        break_even_row_cost=break_even_row_cost(shape.tokens_per_step, rows,
+                                                costs.draft_per_forward_s * draft_forwards,
+                                                costs.verify_base_s, costs.ar_s))
+
+
+def cost_markdown(shape: RunShape, costs: StepCosts) -> str:
+    """The arithmetic behind the chart, with this run's numbers in it."""
+    n = cost_numbers(shape, costs)
+    ms = 1000.0
+    lines = [
+        f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here. This run's steps "
+        f"verify **{n['rows']} rows** and run **{n['draft_forwards']} draft forwards** "
+        f"({costs.draft_per_forward_s * ms:.2f} ms each), so a step costs "
+        f"{n['draft_forwards']} × {costs.draft_per_forward_s * ms:.2f} + "
+        f"({costs.verify_base_s * ms:.2f} + {n['rows']} × {costs.verify_per_row_s * ms:.3f}) ms = "
+        f"**{n['step_s'] * ms:.2f} ms**, i.e. **{n['step_s'] / costs.ar_s:.1f} ar steps**.",
+        f"It commits **{shape.tokens_per_step:.2f} tokens per step** (acceptance {shape.acceptance:.2f}), so the "
+        f"expected speed-up is {shape.tokens_per_step:.2f} / {n['step_s'] / costs.ar_s:.2f} = "
+        f"**{n['predicted']:.2f}×**; measured from this run's wall time: **{n['measured']:.2f}×**.",
+        f"With free verify rows (verify = one ar step, close to a GPU for small trees) the same steps would give "
+        f"**{n['free_rows']:.2f}×**: the difference is what the {n['rows']} verify rows cost on this device.",
+    ]
+    if n["break_even_acceptance"] is None:
+        lines.append(f"**No acceptance rate pays** at depth {shape.depth}: even accepting everything commits "
+                     f"{shape.depth + 1} tokens, fewer than the {n['step_s'] / costs.ar_s:.1f} ar steps a step costs. "
+                     "A narrower tree (fewer rows) or a cheaper draft would.")
+    else:
+        lines.append(f"A chain of depth {shape.depth} with this step cost breaks even at acceptance "
+                     f"**{n['break_even_acceptance']:.2f}**.")
+    if n["break_even_row_cost"] is None:
+        lines.append("The draft forwards alone cost more than the tokens they win: fewer levels would pay.")
+    else:
+        lines.append(f"At these tokens per step it pays while a verify row costs under "
+                     f"**{n['break_even_row_cost'] * ms:.3f} ms** (now {costs.verify_per_row_s * ms:.3f} ms).")
+    return "\n\n".join(lines)
+
+
+def cost_figure(shape: RunShape, costs: StepCosts) -> go.Figure:
+    """Speed-up over ar against acceptance, for a chain of the run's depth at this device's step cost and with
+    free verify rows; markers: this run's predicted and measured speed-up at its observed acceptance."""
+    n = cost_numbers(shape, costs)
+    alphas = [i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
+    depth = shape.depth
+
+    def curve(step_s: float) -> list[float]:
+        return [round(expected_speedup(chain_tokens_per_step(a, depth), step_s, costs.ar_s), 4) for a in alphas]
+
+    traces = [
+        go.Scatter(x=alphas, y=curve(n["step_s"]), mode="lines", name=f"this device ({n['rows']} verify rows)",
+                   line=dict(color=STATUS_COLORS["rejected"], width=2),
+                   hovertemplate="acceptance %{x:.2f}: %{y:.2f}×<extra></extra>"),
+        go.Scatter(x=alphas, y=curve(n["free_rows_s"]), mode="lines", name="free verify rows (GPU-like)",
+                   line=dict(color=STATUS_COLORS["bonus"], width=2, dash="dash"),
+                   hovertemplate="acceptance %{x:.2f}: %{y:.2f}×<extra></extra>"),
+        go.Scatter(x=[shape.acceptance], y=[round(n["predicted"], 4)], mode="markers", name="this run: expected",
+                   marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"],
+                               line=dict(color="#000", width=1)),
+                   hovertemplate="expected %{y:.2f}× at acceptance %{x:.2f}<extra></extra>"),
+        go.Scatter(x=[shape.acceptance], y=[round(n["measured"], 4)], mode="markers", name="this run: measured",
+                   marker=dict(size=12, symbol="x", color="#222"),
+                   hovertemplate="measured %{y:.2f}×<extra></extra>"),
+    ]
+    top = max(max(curve(n["free_rows_s"])), n["measured"], n["predicted"], 1.2) * 1.1
+    layout = base_layout(f"Expected speed-up over ar, depth {depth}: {n['step_s'] / costs.ar_s:.1f} ar steps per "
+                         "step here", height=360)
+    layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
+                  shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
+                               line=dict(color="#666", dash="dot"))],
+                  annotations=[dict(xref="paper", x=0.0, y=1, yanchor="bottom", xanchor="left", showarrow=False,
+                                    text="break-even: as fast as ar", font=dict(size=11, color="#666"))],
+                  xaxis=dict(title="acceptance rate (per draft level)", range=[0, 1], gridcolor="#eee"),
+                  yaxis=dict(title="speed-up over ar (×)", range=[0, top], gridcolor="#eee", automargin=True))
+    return go.Figure(data=traces, layout=layout)

@@ -1,0 +1,105 @@
+"""One step replayed phase by phase: each draft level appears, then the verify mask, then the walk tests the
+candidates one at a time, then the commit.
+
+A phase is a view of the recorded step cut at a moment in time: the tree holds only what existed then (later
+levels absent, untested nodes grey, no bonus or correction yet), so the same tree figure draws every phase.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import plotly.graph_objects as go
+
+from dynasd.trace import StepTrace
+
+from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, base_layout, show_token
+from .tree import tree_figure
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: str          # "draft", "mask", "test" or "commit"
+    title: str
+    text: str
+    level: int = 0     # draft: the levels drafted so far
+    tests: int = 0     # test: how many tests have happened, this one included
+
+
+def step_phases(step: StepTrace) -> list[Phase]:
+    """The phases of a step in the order they happen."""
+    depth = max((node.level for node in step.nodes), default=0)
+    phases = []
+    for level in range(1, depth + 1):
+        width = sum(node.level == level for node in step.nodes)
+        roots = level == 1 and step.nodes and step.nodes[0].origin == "target_root"
+        source = "the target's own top tokens (from the previous verify)" if roots else "the draft"
+        phases.append(Phase("draft", f"Draft level {level}", f"{width} candidate(s) at level {level}, from {source}"
+                            + (" in one forward over the level above" if level > 1 else "") + ".", level=level))
+    rows = len(step.nodes) + step.root_rows
+    phases.append(Phase("mask", "Verify", f"One target forward over {rows} rows scores every candidate at once; "
+                        "the mask lets each see only itself and its ancestors.", level=depth))
+    tested = step.tested or [i for i, node in enumerate(step.nodes) if node.status in ("accepted", "rejected")]
+    for count, i in enumerate(tested, start=1):
+        node = step.nodes[i]
+        kept = node.status in ("accepted", "unchosen")
+        if node.u is not None and node.q_test:
+            rule = (f"u = {node.u:.3f} {'<' if kept else '≥'} min(1, p/q) = "
+                    f"{min(1.0, (node.p_test or 0.0) / node.q_test):.3f}")
+        else:
+            rule = "it is the target's argmax" if kept else "it is not the target's argmax"
+        phases.append(Phase("test", f"Test {count} of {len(tested)}: node {i}",
+                            f"Node {i} ({show_token(node.token, 16)}, level {node.level}) is "
+                            f"{'accepted' if kept else 'rejected'}: {rule}.", level=depth, tests=count))
+    tokens = "".join(step.committed_tokens)
+    phases.append(Phase("commit", "Commit", f"{len(step.committed)} token(s) committed: "
+                        f"{show_token(tokens, 60)}. The accepted path stays in the cache; the rest is dropped.",
+                        level=depth, tests=len(tested)))
+    return phases
+
+
+def step_at_phase(step: StepTrace, phase: Phase) -> StepTrace:
+    """The step as it stood at `phase`: nodes up to the drafted level, statuses only for tests already made."""
+    if phase.kind == "commit":
+        return step
+    # Nodes are numbered level by level, so the levels drafted so far are a prefix and parents stay valid.
+    shown = next((i for i, node in enumerate(step.nodes) if node.level > phase.level), len(step.nodes))
+    done = set((step.tested or [])[:phase.tests]) if phase.kind == "test" else set()
+    nodes = [replace(node, status=node.status if i in done else "not_reached", u=node.u if i in done else None)
+             for i, node in enumerate(step.nodes[:shown])]
+    path = [i for i in step.accepted_path if i in done]
+    return replace(step, nodes=nodes, accepted_path=path, final_parent=None,
+                   verify_mask=[row[:len(nodes)] for row in step.verify_mask[:len(nodes)]])
+
+
+def guided_figure(step: StepTrace, phase: Phase, root: str | None, lossy: bool = False) -> go.Figure:
+    """The tree at a draft, test or commit phase; the verify mask at the mask phase."""
+    if phase.kind == "mask":
+        return mask_phase_figure(step, root)
+    figure = tree_figure(step_at_phase(step, phase), root, lossy=lossy)
+    figure.update_layout(title=dict(text=f"Step {step.index} · {phase.title}"))
+    return figure
+
+
+def mask_phase_figure(step: StepTrace, root: str | None) -> go.Figure:
+    """The verify mask, compact: one column for the committed text (everyone sees it), then the tree block; rows
+    of the accepted path green. Cells carry no hover text, which keeps a 200-node mask to a few kilobytes (the
+    Verify mask panel has the detailed view)."""
+    path = set(step.accepted_path)
+    z = [[1] + [(2 if i in path else 1) if cell == "1" else 0 for cell in row]
+         for i, row in enumerate(step.verify_mask)]
+    labels = [show_token(root or "root", 8)] + [f"{i}·{show_token(n.token, 6)}" for i, n in enumerate(step.nodes)]
+    show = len(labels) <= 48
+    figure = go.Figure(go.Heatmap(
+        z=z, x=list(range(len(labels))), y=list(range(1, len(labels))), zmin=0, zmax=2, showscale=False,
+        colorscale=[[0.0, MASK_BLOCKED], [0.33, MASK_BLOCKED], [0.34, MASK_ATTENDS], [0.66, MASK_ATTENDS],
+                    [0.67, MASK_ACCEPTED], [1.0, MASK_ACCEPTED]],
+        xgap=1, ygap=1, hoverinfo="skip"))
+    layout = base_layout(f"Step {step.index} · Verify: who may see whom (rows score, columns are seen)",
+                         height=min(900, 220 + 14 * len(labels)))
+    ticks = dict(tickmode="array", tickvals=list(range(len(labels))) if show else None,
+                 ticktext=labels if show else None, automargin=True)
+    layout.update(xaxis=dict(side="top", tickangle=-60, **ticks),
+                  yaxis=dict(autorange="reversed", **{**ticks, "tickvals": list(range(1, len(labels))) if show
+                                                      else None, "ticktext": labels[1:] if show else None}),
+                  margin=dict(l=10, r=10, b=10, t=130))
+    return figure.update_layout(layout)
