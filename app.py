@@ -924,7 +924,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
     link.change(None, [link], [link], js=FULL_LINK_JS, api_visibility="private")
     goto_btn.click(on_goto_step, [session_id, prompt, linked_step], views, inputs_kwargs=controls,
                    api_name="goto_step")
-    example_btn.click(on_example, [session_id, example], views + [prompt, *shown], api_name="load_example")
+    example_btn.click(on_example, [session_id, example], views + [prompt, *shown], api_name="replay_example")
     demo.load(on_open_link, None, [prompt, *shown, linked_step, learn_status], api_visibility="private")
     demo.load(None, js=LEARN_KEYS_JS)
 

@@ -67,8 +67,10 @@ def test_a_shared_link_and_the_shipped_examples(connect):
     assert "Showing step 2" in views[STATUS]
     bad = client.predict("hello", 1, **dict(TINY, k_config="4,x"), api_name="/goto_step")
     assert bad[STATUS].startswith("⚠") and "tree shape" in bad[STATUS]
-    replay = client.predict("mcsd-greedy", api_name="/load_example")
+    replay = client.predict("mcsd-greedy", api_name="/replay_example")
     assert "Replaying the example" in replay[STATUS]
-    assert "Rayleigh" in json.dumps(replay[0])
-    missing = client.predict("nope", api_name="/load_example")
-    assert "no example trace named" in missing[STATUS]
+    prompt = replay[10]  # after the 10 views (the session state is not sent): the prompt box, set to the run's
+    assert (prompt.get("value") if isinstance(prompt, dict) else prompt).startswith("Explain why the sky is blue")
+    assert "The" in json.dumps(replay[0]), "the generated text of step 0 is on show"
+    with pytest.raises(Exception, match="not in the list of choices"):  # the dropdown refuses unknown names
+        client.predict("nope", api_name="/replay_example")
