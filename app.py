@@ -882,7 +882,9 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                 with gr.Row():
                     lossless_method = gr.Dropdown([m for m in METHODS if m not in ("ar", "ti-mcsd")], value="sd",
                                                   label="Lossless method (checked next to ti-mcsd)")
-                    samples = gr.Slider(50, losslessness.MAX_SAMPLES, value=300, step=50, label="Samples per method")
+                    samples = gr.Slider(50, losslessness.MAX_SAMPLES, value=100, step=50, label="Samples per method",
+                                        info="each sample is one prefill and one step; raise it to see ti-mcsd's "
+                                             "skew (a few hundred on tiny-random)")
                     check_btn = gr.Button("Check", elem_id="learn-check-btn")
                 check_text = gr.Markdown("", elem_id="learn-check-text")
                 check_plot = gr.Plot(label="First token: observed vs p", elem_id="learn-check-plot")

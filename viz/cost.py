@@ -101,6 +101,7 @@ def cost_figure(shape: RunShape, costs: StepCosts) -> go.Figure:
                                line=dict(color="#666", dash="dot"))],
                   annotations=[dict(xref="paper", x=0.0, y=1, yanchor="bottom", xanchor="left", showarrow=False,
                                     text="break-even: as fast as ar", font=dict(size=11, color="#666"))],
-                  xaxis=dict(title="acceptance rate (per draft level)", range=[0, 1], gridcolor="#eee"),
+                  xaxis=dict(title=dict(text="acceptance rate (per draft level)", standoff=6), range=[0, 1],
+                             gridcolor="#eee", automargin=True),
                   yaxis=dict(title="speed-up over ar (×)", range=[0, top], gridcolor="#eee", automargin=True))
     return go.Figure(data=traces, layout=layout)
