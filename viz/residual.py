@@ -86,14 +86,15 @@ def residual_figure(step: StepTrace, greedy: bool) -> go.Figure:
     if correction in residual.token_ids:
         i = residual.token_ids.index(correction)
         annotations.append(dict(x=labels[i], y=max(residual.p[i], residual.q[i], residual.residual[i]),
-                                text="★ sampled correction", showarrow=True, arrowhead=2, ay=-28,
+                                text="★ sampled correction", showarrow=True, arrowhead=2, ax=48, ay=-14,
+                                xanchor="left",
                                 font=dict(color=RESIDUAL_COLOR, size=12)))
     layout = base_layout(title, height=360)
     top = max(residual.p + residual.q + residual.residual + [0.05])
     layout.update(barmode="group", bargap=0.2, legend=TOP_LEGEND, annotations=annotations,
                   margin=dict(l=10, r=10, b=10, t=110),
                   xaxis=dict(tickangle=-45, automargin=True, title="the largest tokens of p, q and the residual"),
-                  yaxis=dict(title="probability", range=[0, min(1.05, top * 1.25)], gridcolor="#eee",
+                  yaxis=dict(title="probability", range=[0, top * 1.2], gridcolor="#eee",
                              automargin=True))
     return go.Figure(data=traces, layout=layout)
 
@@ -136,7 +137,7 @@ def acceptance_figure(step: StepTrace, greedy: bool) -> go.Figure:
                    hovertext=hover, hoverinfo="text"),
     ]
     layout = base_layout(title, height=330)
-    layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
+    layout.update(bargap=0.6 if len(rows) < 4 else 0.25, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   xaxis=dict(title="tested candidates, in test order", tickangle=-45, automargin=True),
                   yaxis=dict(range=[0, 1.05], gridcolor="#eee", automargin=True))
     return go.Figure(data=traces, layout=layout)
