@@ -706,7 +706,12 @@ def on_cost(session_id, index, calibrate, **controls):
                 calibration = cost_model.calibrate(pair.target, context)
         costs = cost_model.costs_from(shape, calibration)
         where = "calibrated on this device" if calibration else "from this run's own verify times"
-        return (cost_figure(shape, costs), cost_markdown(shape, costs),
+        text = cost_markdown(shape, costs)
+        if not calibration and len(set(shape.verify_rows)) == 1:
+            text = ("**Every step of this run verified the same number of rows**, so its own times cannot tell the "
+                    "cost of a row from the cost of a forward: the numbers below treat rows as free (ar = one "
+                    "verify). Tick *calibrate* to measure the row cost on this device.\n\n" + text)
+        return (cost_figure(shape, costs), text,
                 _status(f"Cost model of this {run.method} run ({where}).", "ok"), session.id)
     except ValueError as exc:  # UserError included: a run too short, a bad setting
         return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 2, session.id)
