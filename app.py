@@ -731,7 +731,8 @@ def on_side_by_side(session_id, index, method_a, method_b, **controls):
         runs = side_by_side.side_by_side(PAIRS, settings, (method_a, method_b), prefix, run.prompt)
         views = []
         for method, one in runs.items():
-            story = viz.step_story(one, 0)
+            one.steps[0].index = index  # the one step is the run on show's step `index`, taken another way
+            story = viz.step_story(one, 0).replace("**Step 0.**", f"**Step {index}.**", 1)
             if not one.lossless:
                 story = "**LOSSY** (ti-mcsd, width > 1). " + story
             views += [viz.tree_figure(one.steps[0], viz.root_token(one, 0), lossy=not one.lossless),
