@@ -575,7 +575,7 @@ CSS = """
   .gradio-container { padding: 4px !important; }
   #intro { font-size: 0.85em; }
   #intro h1 { font-size: 1.3em; margin: 0; }
-  #intro p:not(:first-of-type) { display: none; }
+  #intro p:not(:last-of-type) { display: none; }
   #main-row { flex-direction: column; }
   #controls-column { display: contents; }
   #top-controls { order: 0; }
@@ -682,7 +682,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             controls[name] = option_control(OPTIONS[name], default_pair)
                         controls["max_new_tokens"] = gr.Slider(1, MAX_NEW_TOKENS_LIMIT,
                                                                value=RUN_FIELDS["max_new_tokens"], step=1,
-                                                               label="Max new tokens")
+                                                               label="Max new tokens", elem_id="max-new-tokens")
                     with gr.Accordion("Advanced", open=False):
                         for name in options_in("advanced"):
                             controls[name] = option_control(OPTIONS[name], default_pair)
@@ -694,25 +694,25 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                 story = gr.Markdown("", elem_id="story", label="story")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=1, min_width=360):
-                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot")
+                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot", show_label=False)
                         with gr.Accordion("What am I seeing? (tree)", open=True):
                             gr.Markdown(TREE_HELP, elem_classes="explain")
                     with gr.Column(scale=1, min_width=360):
-                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot")
+                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot", show_label=False)
                         with gr.Accordion("What am I seeing? (mask)", open=True):
                             gr.Markdown(MASK_HELP, elem_classes="explain")
                 with gr.Tabs():
                     with gr.Tab("Decisions"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot")
-                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot")
+                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot", show_label=False)
+                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot", show_label=False)
                             gr.Markdown(DECISIONS_HELP, elem_classes="explain")
                     with gr.Tab("Summary"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
                                 summary = gr.Markdown("", elem_id="summary", label="summary")
-                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot")
+                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot", show_label=False)
                             gr.Markdown(SUMMARY_HELP, elem_classes="explain")
                     with gr.Tab("Compare"):
                         with gr.Row(equal_height=False):
@@ -721,7 +721,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                                         elem_id="compare-btn")
                                 compare_status = gr.Markdown("", label="compare status")
                                 compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
-                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot")
+                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                             gr.Markdown(COMPARE_HELP, elem_classes="explain")
                     with gr.Tab("Trace"):
                         with gr.Row(equal_height=False):

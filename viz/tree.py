@@ -194,7 +194,8 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
     depth = max((x for x, _ in pos.values()), default=0)
     rows = max((y for _, y in pos.values()), default=0) + 1
     accepted = len(step.accepted_path)
-    title = (f"Step {step.index}: {len(step.nodes)} candidates, {accepted} accepted, "
+    # two short lines rather than one long one, which a phone-wide panel cut off
+    title = (f"Step {step.index}: {len(step.nodes)} candidates<br>{accepted} accepted, "
              f"{len(step.committed)} token{'s' if len(step.committed) != 1 else ''} committed")
     if lossy:
         title += "<br>LOSSY method: the text may differ from the target's"  # own line: never cut off
