@@ -77,10 +77,17 @@ class Page:
 
         self.driver, self.by = driver, By
         self.wait = WebDriverWait(driver, WAIT_S, poll_frequency=0.01)
+        self.unresponsive = 0  # reads the page did not answer within the script timeout (busy drawing)
 
     def text(self, elem_id: str) -> str:
-        return self.driver.execute_script(
-            "const e = document.getElementById(arguments[0]); return e ? e.innerText : ''", elem_id)
+        from selenium.common.exceptions import TimeoutException
+
+        try:
+            return self.driver.execute_script(
+                "const e = document.getElementById(arguments[0]); return e ? e.innerText : ''", elem_id)
+        except TimeoutException:
+            self.unresponsive += 1
+            return ""
 
     def click(self, elem_id: str) -> float:
         self.driver.execute_script("document.getElementById(arguments[0]).click()", elem_id)
@@ -173,7 +180,8 @@ def measure_run(page: Page, app, before: set[str], stop_after_s: float | None) -
             break
         time.sleep(0.02)
     ended = time.perf_counter()
-    result = dict(max_lag_steps=lag, server_steps=len(session.run.steps) if session.run else 0,
+    result = dict(max_lag_steps=lag, page_unresponsive_reads=page.unresponsive,
+                  server_steps=len(session.run.steps) if session.run else 0,
                   server_done_s=server_done, page_done_s=ended - started, final_status=page.text("status")[:120])
     if stop_clicked is not None:
         result.update(stop_latency_s=ended - stop_clicked if "Stopped" in page.text("status") else None,
@@ -201,7 +209,9 @@ def main(argv: list[str] | None = None) -> None:
         page = Page(driver)
         page.wait.until(lambda d: d.find_elements(page.by.ID, "step-btn"))
         numbers.update(measure_steps(page, args.clicks))
+        print(f"steps: {numbers}", file=sys.stderr, flush=True)
         numbers["run"] = measure_run(page, app, before, None)
+        print(f"run: {numbers['run']}", file=sys.stderr, flush=True)
         numbers["run_stopped"] = measure_run(page, app, before, args.stop_after)
     finally:
         driver.quit()

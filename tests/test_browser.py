@@ -130,7 +130,8 @@ def _shown_step(browser) -> int | None:
 
 def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
     """Run draws step after step; Stop ends it within a step, the status says so and stays idle (no step is drawn
-    after it), and a second Stop says nothing is running instead of waiting for ever."""
+    after it), and a second Stop says nothing is running instead of waiting for ever. On the way: a temperature
+    typed above the slider's range is announced where it is typed, not silently replaced."""
     import time
 
     from selenium.webdriver.common.by import By
@@ -144,6 +145,9 @@ def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
     browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()  # the accordion holding the budget
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#max-new-tokens input[type=number]"))
     _set_slider(browser, "max-new-tokens", 512)
+    _set_slider(browser, "temperature", 5)  # above the slider's range: it is clamped, and the page says so
+    note = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#temperature .clamp-note"))
+    assert "5 is outside" in note[0].text and "set to 2" in note[0].text
     browser.find_element(By.ID, "run-btn").click()
     wait.until(lambda _: (_shown_step(browser) or 0) >= 3)
     assert "Running" in status()
