@@ -55,7 +55,8 @@ except ImportError:
 
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
-STREAM_EVERY_S = 0.08  # Run sends at most one update per this many seconds (and always the last step)
+STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
+CUSTOM_RECIPE = "custom (set by hand)"  # the Recipe box's value once a method control is changed by hand
 
 EXAMPLES = [
     "Explain why the sky is blue in two sentences.",
@@ -100,15 +101,19 @@ position. After the target's single check:
 - <span style="color:#2e9e44">●</span> **accepted**: the target agreed; the thick green line is the path kept.
 - <span style="color:#d64541">●</span> **rejected**: tested and refused.
   <span style="color:#9b7fcf">●</span> **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
-- <span style="color:#b9b9b9">●</span> **not reached**: below a rejected node, never tested.
+- <span style="color:#b9b9b9">●</span> **not reached**: below a node that was not accepted, never tested.
+  <span style="color:#a9cdb1">●</span> **not tested**: a sibling was accepted first, so the walk went on from it.
 - ■ square nodes came from **prompt lookup** (pld, or sd/mcsd with lookup on): copied from an earlier place in the
   text, so their q is 1 and a node is accepted with probability p.
 - <span style="color:#2f7fd1">★</span> **bonus** or <span style="color:#f08a24">★</span> **correction**: the
-  target's own token, sampled after the last accepted node. One is added every step, so a step never commits
-  fewer than one token.
+  target's own token, sampled after the last accepted node. The lossless methods add one every step, so a step
+  never commits fewer than one token. ti-mcsd adds none: it commits the winning chain, root included.
 
 Hover a node for p (target probability), q (draft probability), p/q and the random draw u: a candidate is
-accepted when u ≤ p/q (at temperature 0: when it is the target's top token).
+accepted when u ≤ p'/q' (at temperature 0: when it is the target's top token). **p' and q'** are p and q after
+the siblings tested before it were rejected: the residual max(p − q, 0) and q without them, each renormalised;
+for the first sibling they equal p and q. A correction token is drawn from that residual, so its hover gives
+**p_residual**, not the target's p.
 """
 
 MASK_HELP = """
@@ -132,8 +137,9 @@ stopping early saves draft work.
 SUMMARY_HELP = """
 **What am I seeing?** *Left*: how many tokens each step committed, by origin. *Right*: tokens written so far (green)
 against target forwards spent (grey); autoregressive decoding spends one forward per token (dashed red), so the
-gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up; tokens/s depends
-on this machine (on a CPU the draft is not much cheaper than the target, so wall time gains are small).
+gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up. **Tokens / s
+(decoding)** counts the steps' time only (draft + verify + accept) and depends on this machine; the prompt's
+prefill is reported apart, once, because it is paid before the first step whatever the method.
 """
 
 COMPARE_HELP = """
@@ -141,6 +147,13 @@ COMPARE_HELP = """
 method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
 *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
 random draws differ (they agree in distribution, not token by token).
+
+**Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
+the CPU is busy computing, not waiting for memory, so verifying the 45 rows of the default 4,2,2,1 tree costs
+several single-token forwards, and each of the tree's 4 draft forwards is not free either. A wide tree then
+saves target forwards (tokens / target forward > 1) yet loses time (tokens / s below ar). On a GPU, one forward
+over 45 rows costs about as much as over one, which is where trees pay. On a CPU narrow trees win: see the
+recipe *Fastest lossless on a CPU*.
 """
 
 TRACE_HELP = """
@@ -161,6 +174,10 @@ SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)
 CONTROL_NAMES = tuple(RUN_FIELDS) + tuple(OPTIONS)
 # controls shown only for the methods that read them (draft_kind follows the pair: on_pair_change)
 SHOWN_BY_METHOD = tuple(name for name, o in OPTIONS.items() if o.methods != METHODS and name != "draft_kind")
+
+
+# the controls a recipe may set: changing one by hand turns the Recipe box to "custom"
+RECIPE_CONTROLS = tuple(name for name, o in OPTIONS.items() if o.group != "sampling")
 
 
 def settings_from(controls: dict) -> Settings:
@@ -219,12 +236,19 @@ def _failed(session: Session, exc: Exception) -> tuple:
         exc = _unexpected(exc)
     kind = "error" if isinstance(exc, SessionFailed) else "warn"
     message = str(exc)
+    if isinstance(exc, FinishedRun):  # not a mistake: no toast, and the step being looked at stays on show
+        return tuple(gr.skip() for _ in range(7)) + (_status(message[0].upper() + message[1:] + ".", "info"),
+                                                     gr.skip(), gr.skip(), session.id)
     gr.Warning(message)
     try:
         return render(session, status=_status(message, kind))
     except Exception as render_exc:  # the run on show cannot be drawn (a hostile trace?): show nothing instead
         _unexpected(render_exc)
         return _empty_views(session.id, _status(message, kind))
+
+
+class FinishedRun(UserError):
+    """Step or Run pressed once on a finished run: the run and the step on show stay as they are."""
 
 
 def _unexpected(exc: Exception) -> SessionFailed:
@@ -236,7 +260,7 @@ def _unexpected(exc: Exception) -> SessionFailed:
 
 
 def _busy_guard(session: Session) -> None:
-    if session.running:
+    if session.run_in_progress:
         raise UserError("a Run is in progress in this session: press Stop first")
 
 
@@ -244,16 +268,45 @@ def _busy_guard(session: Session) -> None:
 # event handlers
 
 def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
-    """Start a new run when there is none, the settings or prompt changed, or the last run finished. A failed
+    """Start a new run when there is none, or the settings or prompt changed. A finished run is not replaced
+    silently: the first Step or Run after it says so (it stays on show), the second starts the new run. A failed
     session stays failed (and says so) until Reset or a change of settings or prompt."""
     if session.error and session.settings == settings and session.prompt == prompt:
         raise SessionFailed(session.error)
     if session.matches(settings, prompt) and not session.done and not session.error:
         return ""
-    reason = ("settings changed: started a new run" if session.run is not None and not session.done
-              and not session.replay else "started a new run")
+    if session.matches(settings, prompt) and session.done and not session.restart_asked:
+        session.restart_asked = True
+        raise FinishedRun(f"this run is finished ({len(session.run.steps)} steps, still on show: use the step "
+                        "slider). Press again to start a new run with these settings; it replaces this one "
+                        "(save it under Trace file first to keep it)")
+    replaced = session.run is not None and not session.replay
+    reason = ("settings changed: started a new run" if replaced and not session.done
+              else "started a new run in place of the finished one" if replaced else "started a new run")
     session.start(PAIRS, settings, prompt)
-    return reason
+    return f"{reason}; {_start_costs(session)}"
+
+
+def _start_costs(session: Session) -> str:
+    """What starting the run cost, said once, because no step's time includes it."""
+    loaded = f"loading the models took {session.load_seconds:.1f} s, " if session.load_seconds >= 0.05 else ""
+    tokens = len(session.run.prompt_ids)
+    return f"{loaded}prefill of {tokens} prompt tokens took {session.prefill_seconds * 1000:.0f} ms"
+
+
+def _loading_notice(settings: Settings) -> tuple | None:
+    """An update that says the models are loading, for the first use of a pair (it can take tens of seconds on
+    a CPU, and without it the page showed nothing until the first step was done)."""
+    if settings.pair_key in PAIRS.loaded():
+        return None
+    return tuple(gr.skip() for _ in range(7)) + (
+        _status(f"Loading the model pair **{settings.pair_key[:80]}** (first use: this can take a while on a "
+                "CPU)…"),) + tuple(gr.skip() for _ in range(3))
+
+
+def _step_time(step) -> str:
+    ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
+    return f"Step {step.index} took {ms:.0f} ms (draft + verify + accept; prefill not included)."
 
 
 @gpu
@@ -261,21 +314,82 @@ def on_step(session_id, prompt, **controls):
     session = SESSIONS.get(session_id)
     try:
         _busy_guard(session)
+        settings = settings_from(controls)
+        notice = _loading_notice(settings)
+        if notice is not None:
+            yield notice[:-1] + (session.id,)
         with session.lock:
-            settings = settings_from(controls)
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
-        ms = (step.draft_seconds + step.verify_seconds + step.accept_seconds) * 1000
-        status = f"Step {step.index} took {ms:.0f} ms." + (f" ({note})" if note else "")
+        status = _step_time(step) + (f" ({note})" if note else "")
         if session.done:
             status += " The run is finished."
-        return render(session, status=_status(status, "ok"))
+        yield render(session, status=_status(status, "ok"))
     except Exception as exc:
-        return _failed(session, exc)
+        yield _failed(session, exc)
+
+
+def _run_finished_status(session: Session, run) -> str:
+    summary = run.summary()
+    verb = "Stopped" if session.stop_requested and not run.finished else "Done"
+    return _status(f"{verb} after {summary['steps']} steps: {summary['new_tokens']} tokens, "
+                   f"{summary['tokens_per_target_forward']:.2f} tokens per target forward.", "ok")
+
+
+@gpu
+def on_run_begin(session_id, prompt, tick, **controls):
+    """The browser's Run: start (or continue) the run, take its first step and hand the page a new `tick`. The
+    page asks for each next step (on_run_next) only after it has applied this one, so a slow page slows the run
+    down instead of falling behind it: the server used to finish a run seconds before the page had drawn it,
+    and Stop arrived after the end."""
+    session = SESSIONS.get(session_id)
+    try:
+        settings = settings_from(controls)
+        notice = _loading_notice(settings)
+        if notice is not None:
+            yield notice + (gr.skip(),)
+        with session.lock:
+            _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
+            note = _ensure_run(session, settings, prompt)
+            session.stop_requested = False
+            step = session.step(PAIRS)
+            session.paced_at = time.monotonic() if not session.done else None
+        if session.done:
+            yield render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
+            return
+        running = f"Running… step {step.index}" + (f" ({note})" if note else "")
+        yield render(session, status=_status(running)) + ((tick or 0) + 1,)
+    except Exception as exc:
+        session.paced_at = None
+        yield _failed(session, exc) + (gr.skip(),)
+
+
+@gpu
+def on_run_next(session_id, tick):
+    """One more step of a browser-paced Run (see on_run_begin), or its end: Stop, Reset, or the run finished."""
+    session = SESSIONS.get(session_id)
+    if session.paced_at is None:  # Reset, a loaded trace or a new Step replaced the run: nothing more to draw
+        return tuple(gr.skip() for _ in range(12))
+    try:
+        with session.lock:
+            run = session.run
+            if session.stop_requested or run is None or run.finished:
+                session.paced_at = None
+                return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
+            step = session.step(PAIRS)
+            session.paced_at = None if session.done else time.monotonic()
+        if session.done:
+            return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
+        return render(session, status=_status(f"Running… step {step.index}")) + ((tick or 0) + 1,)
+    except Exception as exc:
+        session.paced_at = None
+        return _failed(session, exc) + (gr.skip(),)
 
 
 @gpu
 def on_run(session_id, prompt, **controls):
+    """The Run of API clients: a stream of updates, at most one per STREAM_EVERY_S, until done or Stop (checked
+    between steps). The browser's Run button is paced by the page instead (on_run_begin)."""
     session = SESSIONS.get(session_id)
     try:
         with session.lock:
@@ -299,24 +413,26 @@ def on_run(session_id, prompt, **controls):
         finally:
             session.running = False
             session.touch()
-        summary = run.summary()
-        verb = "Stopped" if session.stop_requested and not run.finished else "Done"
-        yield render(session, status=_status(
-            f"{verb} after {summary['steps']} steps: {summary['new_tokens']} tokens, "
-            f"{summary['tokens_per_target_forward']:.2f} tokens per target forward.", "ok"))
+        yield render(session, status=_run_finished_status(session, run))
     except Exception as exc:
         yield _failed(session, exc)
 
 
 def on_stop(session_id):
+    """Stop takes effect before the next step. With nothing running it says so, and the status does not wait
+    for an end that will never come."""
     session = SESSIONS.get(session_id)
+    if not session.run_in_progress:
+        where = (f" (the run on show is finished: {len(session.run.steps)} steps)" if session.done
+                 else " (Run to start one, Step to take one step)")
+        return _status("Nothing is running: nothing to stop" + where + "."), session.id
     session.stop_requested = True
     return _status("Stopping after the current step…"), session.id
 
 
 def on_reset(session_id):
     session = SESSIONS.get(session_id)
-    if session.running:
+    if session.run_in_progress:
         session.stop_requested = True
     with session.lock:
         session.reset()
@@ -409,18 +525,26 @@ def on_load(session_id, path):
 
 
 def on_recipe(name: str | None):
-    """Set the method controls to a recipe; the pair, prompt and sampling controls stay as they are."""
+    """Set the method controls to a recipe; the pair, prompt and sampling controls stay as they are. A recipe
+    that turns dynamic depth on opens that section, so the settings it changed are in sight.
+    Returns the control updates, the status and the Dynamic depth accordion."""
     unchanged = _control_updates()[1:]  # [0] is the prompt box, which a recipe leaves alone
-    if not name:
-        return unchanged + (gr.update(),)
+    if not name or name == CUSTOM_RECIPE:
+        return unchanged + (gr.update(), gr.update())
     try:
         values = {key: OPTIONS[key].record(value) for key, value in recipe_values(name).items()}
     except ValueError as exc:
-        return unchanged + (_status(str(exc), "warn"),)
+        return unchanged + (_status(str(exc), "warn"), gr.update())
     shown = ", ".join(f"{OPTIONS[key].title} {value}" for key, value in values.items())
     return (tuple(gr.update(value=values[control]) if control in values else gr.update()
                   for control in CONTROL_NAMES)
-            + (_status(f"Recipe set ({shown}). Press **Step** or **Run**.", "ok"),))
+            + (_status(f"Recipe set ({shown}). Press **Step** or **Run**.", "ok"),
+               gr.update(open=True) if values.get("dynamic_depth") else gr.update()))
+
+
+def on_control_edited():
+    """A method control changed by hand: the controls no longer are the recipe on show."""
+    return CUSTOM_RECIPE
 
 
 def on_method_change(method: str):
@@ -440,7 +564,46 @@ def on_pair_change(pair: str):
 
 CSS = """
 #dynasd-text { font-family: ui-monospace, monospace; }
+/* every token is its own span: a hairline between pieces shows where the tokenizer cut ("Ray" + "leigh") */
+#dynasd-text .textfield .token { margin: 1px 1px; box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.35); }
 .explain { font-size: 0.92em; }
+.clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
+#run-buttons { flex-wrap: nowrap; gap: 6px; }
+#run-buttons button { min-width: 0; padding-left: 4px; padding-right: 4px; }
+/* a phone: prompt, buttons and status on top, then the results, then the settings */
+@media (max-width: 640px) {
+  .gradio-container { padding: 4px !important; }
+  #intro { font-size: 0.85em; }
+  #intro h1 { font-size: 1.3em; margin: 0; }
+  #intro p:not(:last-of-type) { display: none; }
+  #main-row { flex-direction: column; }
+  #controls-column { display: contents; }
+  #top-controls { order: 0; }
+  #results-column { order: 1; }
+  #settings-column { order: 2; }
+  #example-prompts, #top-controls .gallery { display: none; }
+  .js-plotly-plot .modebar { display: none !important; }
+}
+"""
+
+# Sliders clamp a typed value to their range without a word (Gradio's own behaviour): this note says what
+# was typed and what it became, next to the slider, so a run at 2.0 after typing 5 is no surprise.
+CLAMP_NOTE_JS = """
+<script>
+document.addEventListener("change", (event) => {
+  const box = event.target;
+  if (!(box instanceof HTMLInputElement) || box.type !== "number") return;
+  const block = box.closest(".block");
+  const range = block && block.querySelector("input[type=range]");
+  if (!range) return;
+  const typed = parseFloat(box.value), low = parseFloat(range.min), high = parseFloat(range.max);
+  let note = block.querySelector(".clamp-note");
+  if (Number.isNaN(typed) || (typed >= low && typed <= high)) { if (note) note.remove(); return; }
+  if (!note) { note = document.createElement("div"); note.className = "clamp-note"; block.appendChild(note); }
+  const used = Math.min(Math.max(typed, low), high);
+  note.textContent = `${typed} is outside ${low} to ${high}: set to ${used}.`;
+}, true);
+</script>
 """
 
 
@@ -474,85 +637,93 @@ def option_control(o: Option, pair: str) -> gr.Component:
 def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
     with gr.Blocks(title="DynaSD Explorer") as demo:
         session_id = gr.State(None)
-        gr.Markdown(INTRO)
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=1, min_width=320):
-                prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], lines=3, max_lines=8)
-                gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
-                with gr.Row():
-                    step_btn = gr.Button("Step", variant="primary", elem_id="step-btn")
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run-btn")
-                with gr.Row():
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-                    reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn")
-                status = gr.Markdown(_status("Press **Step** or **Run** to start."), elem_id="status")
-                scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
-                                     interactive=False, elem_id="scrubber")
-                controls: dict[str, gr.Component] = {}
-                with gr.Accordion("Model and method", open=True):
-                    controls["pair"] = gr.Dropdown(
-                        pair_choices(), value=default_pair, label="Model pair (target + draft)",
-                        info="tiny-random: instant toy pair; presets need the Hugging Face hub")
-                    controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)",
-                                                    value=default_target, visible=default_pair == CUSTOM)
-                    controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
-                                                   visible=default_pair == CUSTOM)
-                    recipe = gr.Dropdown(list(RECIPES), value=None, label="Recipe", elem_id="recipe",
-                                         info="set the method controls to a paper's configuration or the fastest "
-                                              "one measured on a CPU")
-                    for name in options_in("method"):
-                        controls[name] = option_control(OPTIONS[name], default_pair)
-                        if name == "method":
-                            method_help = gr.Markdown(METHOD_HELP[OPTIONS["method"].default], elem_classes="explain")
-                with gr.Accordion("Dynamic depth", open=False):
-                    for name in options_in("dynamic"):
-                        controls[name] = option_control(OPTIONS[name], default_pair)
-                with gr.Accordion("Sampling", open=False):
-                    for name in options_in("sampling"):
-                        controls[name] = option_control(OPTIONS[name], default_pair)
-                    controls["max_new_tokens"] = gr.Slider(1, MAX_NEW_TOKENS_LIMIT, value=RUN_FIELDS["max_new_tokens"],
-                                                           step=1, label="Max new tokens")
-                with gr.Accordion("Advanced", open=False):
-                    for name in options_in("advanced"):
-                        controls[name] = option_control(OPTIONS[name], default_pair)
-            with gr.Column(scale=3):
+        gr.Markdown(INTRO, elem_id="intro")
+        with gr.Row(equal_height=False, elem_id="main-row"):
+            with gr.Column(scale=1, min_width=320, elem_id="controls-column"):
+                # two columns inside: on a phone (CSS) the first stays on top, the results come next and the
+                # settings last, so Step and the figures are in reach without scrolling past every control
+                with gr.Column(elem_id="top-controls"):
+                    prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], lines=3, max_lines=8, elem_id="prompt-box")
+                    # one row of four, on a phone too (CSS), right under the prompt: Step must not need a scroll
+                    with gr.Row(elem_id="run-buttons"):
+                        step_btn = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=60)
+                        run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=60)
+                        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=60)
+                        reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn", min_width=60)
+                    status = gr.Markdown(_status("Press **Step** or **Run** to start."), elem_id="status",
+                                         label="status")
+                    scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
+                                         interactive=False, elem_id="scrubber")
+                    gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
+                with gr.Column(elem_id="settings-column"):
+                    controls: dict[str, gr.Component] = {}
+                    with gr.Accordion("Model and method", open=True):
+                        controls["pair"] = gr.Dropdown(
+                            pair_choices(), value=default_pair, label="Model pair (target + draft)",
+                            info="tiny-random: instant toy pair; presets need the Hugging Face hub")
+                        controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)",
+                                                        value=default_target, visible=default_pair == CUSTOM)
+                        controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
+                                                       visible=default_pair == CUSTOM)
+                        recipe = gr.Dropdown([CUSTOM_RECIPE, *RECIPES], value=CUSTOM_RECIPE, label="Recipe",
+                                             elem_id="recipe",
+                                             info="set the method controls to a paper's configuration or the fastest "
+                                                  "one measured on a CPU")
+                        for name in options_in("method"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+                            if name == "method":
+                                method_help = gr.Markdown(METHOD_HELP[OPTIONS["method"].default],
+                                                          elem_classes="explain")
+                    with gr.Accordion("Dynamic depth", open=False) as dynamic_section:
+                        for name in options_in("dynamic"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+                    with gr.Accordion("Sampling", open=False):
+                        for name in options_in("sampling"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+                        controls["max_new_tokens"] = gr.Slider(1, MAX_NEW_TOKENS_LIMIT,
+                                                               value=RUN_FIELDS["max_new_tokens"], step=1,
+                                                               label="Max new tokens", elem_id="max-new-tokens")
+                    with gr.Accordion("Advanced", open=False):
+                        for name in options_in("advanced"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+            with gr.Column(scale=3, elem_id="results-column"):
                 text = gr.HighlightedText(label="Generated text (colour = where each token came from)",
                                           color_map=viz.text_color_map(), show_legend=True,
                                           show_inline_category=False, combine_adjacent=False,
                                           elem_id="dynasd-text")
-                story = gr.Markdown("", elem_id="story")
+                story = gr.Markdown("", elem_id="story", label="story")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=1, min_width=360):
-                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot")
+                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot", show_label=False)
                         with gr.Accordion("What am I seeing? (tree)", open=True):
                             gr.Markdown(TREE_HELP, elem_classes="explain")
                     with gr.Column(scale=1, min_width=360):
-                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot")
+                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot", show_label=False)
                         with gr.Accordion("What am I seeing? (mask)", open=True):
                             gr.Markdown(MASK_HELP, elem_classes="explain")
                 with gr.Tabs() as tabs:
                     with gr.Tab("Decisions"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot")
-                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot")
+                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot", show_label=False)
+                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot", show_label=False)
                             gr.Markdown(DECISIONS_HELP, elem_classes="explain")
-                    with gr.Tab("Run summary"):
+                    with gr.Tab("Summary"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                summary = gr.Markdown("", elem_id="summary")
-                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot")
+                                summary = gr.Markdown("", elem_id="summary", label="summary")
+                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot", show_label=False)
                             gr.Markdown(SUMMARY_HELP, elem_classes="explain")
                     with gr.Tab("Compare"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                compare_btn = gr.Button("Compare ar, sd, mcsd, ti-mcsd and pld on this prompt",
+                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} on this prompt",
                                                         elem_id="compare-btn")
-                                compare_status = gr.Markdown("")
+                                compare_status = gr.Markdown("", label="compare status")
                                 compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
-                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot")
+                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                             gr.Markdown(COMPARE_HELP, elem_classes="explain")
-                    with gr.Tab("Trace file"):
+                    with gr.Tab("Trace"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
                                 save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
@@ -565,7 +736,16 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
-        run_btn.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
+        # Run in the page: one step per event, the next asked for when the page has applied the last (a tick
+        # State whose change is the request), so the display keeps pace and Stop lands within a step.
+        run_tick = gr.State(0)
+        run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
+                      api_visibility="private")
+        run_tick.change(on_run_next, [session_id, run_tick], views + [run_tick], api_visibility="private",
+                        show_progress="hidden")
+        # Run for API clients: a stream of updates (there is no page to pace it)
+        run_api = gr.Button("Run (API)", visible=False)
+        run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number
@@ -575,7 +755,9 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
         load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace")
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
-        recipe.input(on_recipe, [recipe], [*shown, status], api_visibility="private", queue=False)
+        recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False)
+        for name in RECIPE_CONTROLS:
+            controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
         controls["method"].change(on_method_change, [controls["method"]],
                                   [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
                                   api_visibility="private")
@@ -966,7 +1148,8 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
     start_heap_trimmer()  # abandoned sessions' freed memory goes back to the OS (flat RSS in the soak)
     demo.queue(default_concurrency_limit=16).launch(
-        server_name=host, server_port=port, css=CSS, max_file_size="20mb", footer_links=["api"],
+        server_name=host, server_port=port, css=CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",
+        footer_links=["api"],
         prevent_thread_lock=not block, quiet=not block,
         # Gradio keeps each browser session's component values (our figures among them) for its 10,000 most
         # recent sessions: ~0.5 MB each, so abandoned tabs would grow memory for hours. Keep it in line with

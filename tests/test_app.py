@@ -138,12 +138,14 @@ def test_every_recipe_runs_and_sets_only_method_controls():
         session.start(pairs, replace(user, **values), "hello")
         assert session.step(pairs).committed, name  # a step commits at least one token
         assert session.decoder.lossless == (values["method"] != "ti-mcsd"), name
-        *updates, status = app.on_recipe(name)
+        *updates, status, dynamic_section = app.on_recipe(name)
+        assert (dynamic_section.get("open") is True) == bool(values.get("dynamic_depth")), \
+            "a recipe that turns on dynamic depth opens that section"
         changed = {control: update["value"] for control, update in zip(app.CONTROL_NAMES, updates)
                    if "value" in update}
         assert changed == {key: OPTIONS[key].record(value) for key, value in values.items()}, name
         assert status.startswith("✓"), name
-    *updates, status = app.on_recipe("no such recipe")
+    *updates, status, _ = app.on_recipe("no such recipe")
     assert all("value" not in update for update in updates) and "unknown recipe" in status
 
 
@@ -189,7 +191,10 @@ def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
     assert tree["layout"]["title"]["text"].startswith("Step 1: 44 candidates")
     assert len(json.dumps(tree)) < 100_000
     heat = plot_json(second[OUT["mask"]])["data"][0]
-    assert heat["type"] == "heatmap" and len(heat["z"]) == 45  # root row + 44 nodes
+    # root row + 44 nodes, sent as a typed array that Gradio passes through to plotly.js
+    assert heat["type"] == "heatmap" and heat["z"]["dtype"] == "u1" and heat["z"]["shape"] == "45, 46"
+    figures = sum(len(second[OUT[name]]["plot"]) for name in ("tree", "mask", "pq", "stop", "timeline"))
+    assert figures <= 60_000, f"one update sends {figures} bytes of figures"
     text = spans(second)
     assert len(text) > len(spans(first)) >= 1
     assert any(s["class_or_confidence"].endswith("this step") for s in text)
@@ -234,6 +239,50 @@ def test_stop_ends_a_run_early(connect):
     final = job.result()
     assert "Stopped" in final[OUT["status"]]
     assert sum(len(s["token"]) for s in spans(final)) < 512
+
+
+def test_stop_with_nothing_running_says_so_and_leaves_the_status_idle(connect):
+    client = connect()
+    assert "Nothing is running" in client.predict(api_name="/stop")
+    client.predict(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=4, api_name="/run")
+    after = client.predict(api_name="/stop")
+    assert "Nothing is running" in after and "finished" in after, "a Stop after the end does not wait for one"
+    assert "Step 0" in client.predict(prompt="other", **TINY, api_name="/step")[OUT["status"]]
+
+
+def test_a_step_after_the_end_asks_before_replacing_the_finished_run(connect):
+    client = connect()
+    done = client.predict(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=6, api_name="/run")
+    steps = done[OUT["scrubber"]]["maximum"] + 1
+    client.predict(0, api_name="/show_step")
+    asked = client.predict(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=6, api_name="/step")
+    assert "finished" in asked[OUT["status"]] and "Press again" in asked[OUT["status"]]
+    assert value(asked[OUT["tree"]]) is None, "the figures are left as they are (the step on show stays)"
+    kept = client.predict(1, api_name="/show_step")
+    assert kept[OUT["scrubber"]]["maximum"] + 1 == steps, "the finished run is still there"
+    again = client.predict(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=6, api_name="/step")
+    assert "Step 0 took" in again[OUT["status"]] and "in place of the finished one" in again[OUT["status"]]
+
+
+def test_step_times_leave_out_the_prefill_and_say_so(connect):
+    client = connect()
+    import re
+
+    status = client.predict(prompt="word " * 100, **TINY, api_name="/step")[OUT["status"]]
+    assert "Step 0 took" in status and "prefill not included" in status, status
+    assert re.search(r"prefill of \d{3} prompt tokens took \d+ ms", status), "the prefill is reported once, apart"
+    later = client.predict(prompt="word " * 100, **TINY, api_name="/step")[OUT["status"]]
+    assert "Step 1 took" in later and "prefill of" not in later
+
+
+def test_every_api_endpoint_names_its_inputs_and_outputs(connect):
+    info = connect().view_api(print_info=False, return_format="dict")
+    for name, endpoint in info["named_endpoints"].items():
+        for part in ("parameters", "returns"):
+            for item in endpoint[part]:
+                label = item.get("label") or item.get("parameter_name") or ""
+                assert label and not label.startswith("value_"), (name, part, item)
+    assert "/run" in info["named_endpoints"] and "/step" in info["named_endpoints"]
 
 
 def test_reset_clears_the_run(connect):

@@ -107,3 +107,89 @@ def test_a_recipe_sets_the_method_controls(browser, explorer_url):
         return text if "Step 0" in text else False
 
     assert "Step 0: 4 candidates" in wait.until(drawn_tree_title)
+
+
+def _set_slider(browser, elem_id: str, value) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(str(value), Keys.TAB)
+
+
+def _shown_step(browser) -> int | None:
+    """The step on show, from the scrubber's label 'Step on show (k of n)'."""
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    match = re.search(r"\((\d+) of (\d+)\)", browser.find_element(By.ID, "scrubber").text)
+    return int(match.group(1)) if match else None
+
+
+def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
+    """Run draws step after step; Stop ends it within a step, the status says so and stays idle (no step is drawn
+    after it), and a second Stop says nothing is running instead of waiting for ever. On the way: a temperature
+    typed above the slider's range is announced where it is typed, not silently replaced."""
+    import time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
+    browser.get(explorer_url)
+    status = lambda: browser.find_element(By.ID, "status").text  # noqa: E731
+    wait.until(ready.element_to_be_clickable((By.ID, "run-btn")))
+    browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()  # the accordion holding the budget
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#max-new-tokens input[type=number]"))
+    _set_slider(browser, "max-new-tokens", 512)
+    _set_slider(browser, "temperature", 5)  # above the slider's range: it is clamped, and the page says so
+    note = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#temperature .clamp-note"))
+    assert "5 is outside" in note[0].text and "set to 2" in note[0].text
+    browser.find_element(By.ID, "run-btn").click()
+    wait.until(lambda _: (_shown_step(browser) or 0) >= 3)
+    assert "Running" in status()
+    browser.find_element(By.ID, "stop-btn").click()
+    wait.until(lambda _: "Stopped after" in status())
+    stopped_at = _shown_step(browser)
+    steps = int(status().split("Stopped after ")[1].split(" steps")[0])
+    assert stopped_at == steps - 1, "the page shows the last step the server took"
+    time.sleep(2.0)
+    assert _shown_step(browser) == stopped_at and "Stopped after" in status(), "nothing runs after Stop"
+    browser.find_element(By.ID, "stop-btn").click()
+    wait.until(lambda _: "Nothing is running" in status())
+    browser.find_element(By.ID, "step-btn").click()  # the stopped run continues one step
+    wait.until(lambda _: f"Step {stopped_at + 1} took" in status())
+
+
+def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_url, tmp_path):
+    """At 412 x 915 (a phone): Step is above the fold, the results start right below the status, every tab is a
+    visible button, and the figures fit the screen's width. The screenshot is for a person to look at."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.set_window_size(412, 915)
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(explorer_url)
+    step = wait.until(ready.element_to_be_clickable((By.ID, "step-btn")))
+    rect = lambda elem_id: browser.execute_script(  # noqa: E731
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, right: r.right};", elem_id)
+    viewport = browser.execute_script("return window.innerHeight")
+    assert rect("step-btn")["bottom"] <= viewport, "Step is above the fold"
+    step.click()
+    wait.until(lambda _: "Step 0:" in browser.find_element(By.ID, "tree-plot").text)
+    assert rect("dynasd-text")["top"] - rect("status")["bottom"] < 200, "the results follow the status"
+    assert rect("tree-plot")["right"] <= 412 + 1, "the tree fits the screen's width"
+    tabs = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.is_displayed()]
+    assert {"Decisions", "Summary", "Compare", "Trace"} <= set(tabs), tabs
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(tmp_path / "phone-top.png"))
+    browser.execute_script("document.getElementById('tree-plot').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "phone-tree.png"))
+    browser.execute_script("document.getElementById('mask-plot').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "phone-mask.png"))
+    print(f"phone screenshots: {tmp_path}")

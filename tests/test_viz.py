@@ -10,9 +10,11 @@ from dynasd.decoders import make_decoder
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import run_from_dict, run_to_dict
+from viz.decisions import no_scores_reason
 from viz.mask import ACCEPTED_ROW, ATTENDS, BLOCKED, UNUSED, mask_view
 from viz.style import ORIGIN_NAMES, STATUS_COLORS, STATUS_NAMES, THIS_STEP
-from viz.tree import ROOT, tidy_layout, tree_graph
+from viz.text import shown_piece
+from viz.tree import ROOT, drawn_status, tidy_layout, tree_graph
 
 PROMPT = "hello there"
 
@@ -54,7 +56,7 @@ def test_tree_draws_every_node_once_in_its_status_colour(runs):
         drawn = [i for t in node_traces(fig) for i in t.customdata]
         assert sorted(drawn) == list(range(len(step.nodes))), (name, step.index)
         for t in node_traces(fig):
-            statuses = {step.nodes[i].status for i in t.customdata}
+            statuses = {drawn_status(step, i) for i in t.customdata}
             assert len(statuses) == 1, "one trace per status, so the legend is truthful"
             status = statuses.pop()
             assert t.name == STATUS_NAMES[status]
@@ -138,7 +140,8 @@ def test_duplicate_tokens_keep_distinct_rows(runs):
     fig = viz.mask_figure(step)
     heat = fig.data[0]
     rows = step.root_rows + len(step.nodes)
-    assert list(heat.y) == list(range(rows)), "integer axes: one row per position"
+    assert heat.y is None and len(heat.z) == rows, "integer axes (the default): one row per position"
+    assert list(fig.layout.yaxis.tickvals) == list(range(rows))
     assert len(set(fig.layout.yaxis.ticktext)) == len(fig.layout.yaxis.ticktext) == rows
     assert len({tuple(row) for row in heat.z}) > 1  # rows were not merged into one
 
@@ -212,10 +215,12 @@ def test_compare_rows_flag_text_that_differs_from_ar(runs, tiny_pair):
 def test_text_spans_reproduce_the_generated_text(runs, tiny_pair):
     for name, run in runs.items():
         spans = viz.text_spans(run)
-        assert "".join(token for token, _ in spans) == "".join(t for s in run.steps for t in s.committed_tokens)
+        exact = viz.text_spans(run, visible=False)
+        assert "".join(token for token, _ in exact) == "".join(t for s in run.steps for t in s.committed_tokens)
         # the view shows every token; the decoded text hides special ones such as <s>
         special = set(tiny_pair.tokenizer.all_special_tokens)
-        assert "".join(token for token, _ in spans if token not in special) == run.text, name
+        assert "".join(token for token, _ in exact if token not in special) == run.text, name
+        assert [token for token, _ in spans] == [shown_piece(token) for token, _ in exact]
         origins = [o for s in run.steps for o in s.committed_origins]
         assert [label.removesuffix(THIS_STEP) for _, label in spans] == [ORIGIN_NAMES[o] for o in origins]
         marked = [label for _, label in spans if label.endswith(THIS_STEP)]
@@ -250,3 +255,114 @@ def test_a_saved_trace_replays_to_the_same_figures(runs):
         assert viz.tree_figure(a).to_json() == viz.tree_figure(b).to_json()
         assert viz.mask_figure(a).to_json() == viz.mask_figure(b).to_json()
     assert viz.text_spans(run) == viz.text_spans(replayed)
+
+
+def test_the_text_panel_shows_spaces_and_piece_boundaries_like_the_tree():
+    assert shown_piece(" Ray") == "␣Ray" and shown_piece("leigh") == "leigh", "a word piece has no ␣: not a word"
+    assert shown_piece("\n") == "↵\n", "a newline is shown and still breaks the line"
+    assert shown_piece("") == "∅"
+
+
+# -- payload: what one update of the explorer sends ------------------------------------------------------------------
+
+PAYLOAD_CAP = 60_000  # bytes of figure JSON per update; a Run redraws them every step in the browser
+
+
+def update_payload(run, index) -> int:
+    step = run.steps[index]
+    root, max_rows = viz.root_token(run, index), viz.max_mask_rows(run.config, step.max_nodes)
+    figures = [viz.tree_figure(step, root), viz.mask_figure(step, max_rows, root_label=root),
+               viz.pq_figure(step), viz.stop_figure(step), viz.timeline_figure(run, index)]
+    return sum(len(f.to_json()) for f in figures)
+
+
+def test_one_update_of_the_default_tree_stays_under_the_payload_cap(runs):
+    """The default mcsd 4,2,2,1 tree (44 nodes, a 45 x 46 mask) and the dynamic-depth run, whose mask draws the
+    max tree: every step's five figures together fit the cap (they were ~170 kB, the mask 137 kB of it)."""
+    for name in ("mcsd", "dynamic", "sampled"):
+        run = runs[name]
+        sizes = [update_payload(run, i) for i in range(len(run.steps))]
+        assert max(sizes) <= PAYLOAD_CAP, (name, sizes)
+
+
+def test_the_mask_is_sent_as_a_typed_array(runs):
+    """plotly.py sends numpy cells as base64 (`bdata`), which Gradio passes through and plotly.js decodes; a
+    regression to nested lists would triple the mask's size."""
+    heat = json.loads(viz.mask_figure(runs["mcsd"].steps[1]).to_json())["data"][0]
+    assert set(heat["z"]) >= {"dtype", "bdata"} and heat["z"]["dtype"] == "u1"
+
+
+# -- titles, legends and notes say what happened -------------------------------------------------------------------
+
+def test_the_mask_title_counts_only_the_rows_the_target_scored(runs):
+    run = runs["dynamic"]
+    max_rows = viz.max_mask_rows(run.config, run.steps[0].max_nodes)
+    shallow = next(s for s in run.steps if s.nodes and len(s.nodes) < 44)
+    title = viz.mask_figure(shallow, max_rows).layout.title.text
+    assert f"{shallow.root_rows + len(shallow.nodes)} rows scored" in title
+    assert f"{len(shallow.nodes)} of 44 nodes drafted" in title
+    empty = copy.deepcopy(shallow)
+    empty.nodes, empty.verify_mask, empty.accepted_path, empty.live_depth = [], [], [], 0
+    title = viz.mask_figure(empty, max_rows).layout.title.text
+    assert "no candidates" in title and "plain step" in title and "rows scored" not in title
+
+
+def test_siblings_after_an_accepted_node_are_not_called_below_a_rejection(runs):
+    found = 0
+    for _, step in all_steps(runs):
+        for i, node in enumerate(step.nodes):
+            if node.status != "not_reached":
+                continue
+            siblings = [n for j, n in enumerate(step.nodes) if n.parent == node.parent and j != i]
+            expected = "skipped" if any(n.status == "accepted" for n in siblings) else "not_reached"
+            assert drawn_status(step, i) == expected
+            found += expected == "skipped"
+    assert found, "the greedy runs leave untested siblings of accepted nodes"
+    assert "below" not in STATUS_NAMES["skipped"]
+
+
+def test_the_stop_panel_never_claims_a_draft_where_there_is_none(runs):
+    ar = runs["ar"].steps[0]
+    assert "nothing was drafted" in no_scores_reason(ar)
+    lookup = copy.deepcopy(runs["mcsd"].steps[0])
+    lookup.draft_forwards = 0
+    assert "prompt lookup" in no_scores_reason(lookup) and "draft builds" not in no_scores_reason(lookup)
+    assert "full tree" in no_scores_reason(runs["mcsd"].steps[0])
+
+
+def test_a_lossy_commit_below_the_target_top_choice_is_called_out(runs):
+    from viz.tree import off_target_commit
+
+    departed = [(s, off_target_commit(s)) for s in runs["ti"].steps if off_target_commit(s)]
+    kept = [s for s in runs["ti"].steps if s.nodes and not off_target_commit(s)]
+    assert departed and kept, "the ti run should have both kinds of step"
+    step, (chosen, top) = departed[0]
+    assert step.nodes[chosen].p < step.nodes[top].p
+    notes = [a.text for a in viz.tree_figure(step, lossy=True).layout.annotations]
+    assert any(f"p = {step.nodes[chosen].p:.3f}" in t and f"p = {step.nodes[top].p:.3f}" in t for t in notes)
+    assert "Off the target's choice" in viz.step_story(runs["ti"], step.index)
+    assert not viz.tree_figure(kept[0], lossy=True).layout.annotations
+    title = viz.tree_figure(step, lossy=True).layout.title.text
+    assert "<br>LOSSY" in title, "the lossy warning has its own line, so a narrow panel does not cut it"
+
+
+def test_the_timeline_draws_the_ar_line_once_named_for_both(runs):
+    fig = viz.timeline_figure(runs["mcsd"])
+    names = [t.name for t in fig.data if t.type == "scatter"]
+    assert names == ["tokens committed = target forwards AR would need", "target forwards used"]
+
+
+def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
+    from viz.timeline import ACCEPTED_LENGTH, LEVEL_RATE, TOKENS_PER_S, summary_numbers
+
+    run = runs["mcsd"]
+    row = viz.compare_rows({"mcsd": run})[0]
+    numbers = summary_numbers(run)
+    decoding = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for s in run.steps)
+    assert numbers["tokens_per_s"] == pytest.approx(len(run.new_token_ids) / decoding)
+    assert numbers["prefill_seconds"] == pytest.approx(run.seconds - decoding, abs=1e-9)
+    assert row[TOKENS_PER_S] == round(numbers["tokens_per_s"], 1)
+    text = viz.summary_markdown(run)
+    assert row[LEVEL_RATE] in text and row[LEVEL_RATE].endswith("%"), "one format: a percentage"
+    assert f"{numbers['accepted_length']:.2f}" in text and ACCEPTED_LENGTH in text
+    assert "2 methods" in viz.compare_figure(viz.compare_rows({"mcsd": run, "ar": runs["ar"]})).layout.title.text

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from dynasd.trace import StepTrace
 
-from .style import STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
+from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
 
 LABELS_UP_TO_NODES = 48
 
@@ -26,7 +26,7 @@ def pq_figure(step: StepTrace) -> go.Figure:
                          marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes]),
                      hovertext=hover, hoverinfo="text"),
               go.Bar(x=xs, y=[node.q if node.q is not None else 0.0 for node in step.nodes],
-                     name="q: draft probability", hovertext=hover, hoverinfo="text",
+                     name="q: draft probability", hoverinfo="skip",  # the p bar's hover has q too
                      marker=dict(color="rgba(0,0,0,0)", line=dict(color="#444", width=1.2)))]
     # level boundaries (shapes and annotations built as lists: one layout update instead of one per line)
     shapes = [dict(type="line", x0=i - 0.5, x1=i - 0.5, y0=0, y1=1, yref="paper",
@@ -41,9 +41,10 @@ def pq_figure(step: StepTrace) -> go.Figure:
         annotations.append(dict(text="no candidates this step (autoregressive decoding)", showarrow=False,
                                 x=0.5, y=0.5, xref="paper", yref="paper"))
     show = n <= LABELS_UP_TO_NODES
-    layout = base_layout(f"Step {step.index}: p (filled, status colour) vs q (outline) per candidate", height=340)
+    layout = base_layout(f"Step {step.index}: p vs q per candidate<br>p filled (status colour), q outlined",
+                         height=340 + LEGEND_ROOM)
     layout.update(shapes=shapes, annotations=annotations, barmode="group", bargap=0.25,
-                  legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=100),
+                  legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
                   xaxis=dict(tickmode="array", tickvals=xs if show else None, ticktext=labels if show else None,
                              tickangle=-60, range=[-0.6, max(n, 1) - 0.4], automargin=True),
                   yaxis=dict(title="probability", range=[0, 1.05], automargin=True, gridcolor="#eee"))
@@ -80,14 +81,26 @@ def stop_figure(step: StepTrace) -> go.Figure:
                                 showarrow=False, text=f"threshold {step.threshold:.2f}",
                                 font=dict(color=STATUS_COLORS["rejected"])))
     if not step.stop_scores:
-        why = ("no stop policy: the draft always builds the full tree" if step.stop_policy == "none"
-               else "no level was scored (the tree has a single level, or its roots come from the target)")
+        why = no_scores_reason(step)
         annotations.append(dict(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"))
     depth = max(step.max_depth, 1)
-    layout = base_layout(f"Step {step.index}: early-stop scores per draft level ({step.stop_policy})", height=300)
+    layout = base_layout(f"Step {step.index}: early-stop scores per draft level<br>stop policy: {step.stop_policy}",
+                         height=300 + LEGEND_ROOM)
     layout.update(shapes=shapes, annotations=annotations, legend=TOP_LEGEND,
-                  margin=dict(l=10, r=10, b=10, t=100),
+                  margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
                   xaxis=dict(title="after draft level", tickmode="array", tickvals=list(range(1, depth + 1)),
                              range=[0.5, depth + 0.5], automargin=True),
                   yaxis=dict(title="score", range=[0, 1.05], automargin=True, gridcolor="#eee"))
     return go.Figure(data=traces, layout=layout)
+
+
+def no_scores_reason(step: StepTrace) -> str:
+    """Why a step has no stop scores, in terms of what the method did: a step with no draft model (ar, or
+    candidates from prompt lookup only) has nothing to end early."""
+    if not step.nodes:
+        return "no candidates this step: nothing was drafted, so there is nothing to stop"
+    if step.draft_forwards == 0:
+        return "no draft model this step (the candidates came from prompt lookup): nothing to stop early"
+    if step.stop_policy == "none":
+        return "no stop policy: the draft builds the full tree"
+    return "no level was scored (the tree has a single level, or its roots come from the target)"

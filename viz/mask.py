@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import plotly.graph_objects as go
 
 from dynasd.trace import StepTrace
 from dynasd.tree import TreeShape, ancestor_mask
 
 from .style import (
+    LEGEND_ROOM,
     MASK_ACCEPTED,
     MASK_ATTENDS,
     MASK_BLOCKED,
@@ -32,8 +34,12 @@ BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED = 0, 1, 2, 3  # cell values; UNUSED = in 
 CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted row",
               UNUSED: "max mask, not drafted"}
 MAX_MASK_NODES = 512
-HOVER_UP_TO_CELLS = 50 * 50  # per-cell hover text costs ~70 bytes; larger masks hover by index only
 MAX_TICKS = 64
+MASK_LABEL_CHARS = 8  # tick labels: longer tokens are cut (the tree's hover has them in full)
+# One hover template for every cell, not one string per cell: per-cell text was ~70 bytes a cell, 140 kB for
+# the default 45-row mask, and the mask went out with every update of a Run.
+CELL_HOVER = ("row %{y} → column %{x}: %{z}<br>(0 blocked · 1 attends · 2 accepted row · 3 max mask, not drafted)"
+              "<extra></extra>")
 
 
 def max_mask_rows(config: dict, expected_nodes: int | None = None) -> list[str] | None:
@@ -90,12 +96,12 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
                     for j in range(size)])
 
     cached = step.context_len - root_rows
-    root_names = [f"root {show_token(root_label)}" if root_label is not None else "root"] * root_rows
+    root_names = [f"root {show_token(root_label, MASK_LABEL_CHARS)}" if root_label is not None else "root"] * root_rows
     node_names = []
     for i in range(size):
         if i < live:
             mark = "✓ " if i in accepted else ""
-            node_names.append(f"{mark}{i}·{show_token(step.nodes[i].token)}")
+            node_names.append(f"{mark}{i}·{show_token(step.nodes[i].token, MASK_LABEL_CHARS)}")
         else:
             node_names.append(f"{i}·–")
     return MaskView(z=z, row_labels=root_names + node_names,
@@ -116,19 +122,11 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
     rows, cols = len(view.z), len(view.z[0]) if view.z else 0
     colorscale = [[0.0, MASK_BLOCKED], [1 / 6, MASK_BLOCKED], [1 / 6, MASK_ATTENDS], [0.5, MASK_ATTENDS],
                   [0.5, MASK_ACCEPTED], [5 / 6, MASK_ACCEPTED], [5 / 6, MASK_UNUSED], [1.0, MASK_UNUSED]]
-    small = rows * cols <= HOVER_UP_TO_CELLS
-    heat = dict(z=view.z, x=list(range(cols)), y=list(range(rows)), zmin=0, zmax=3, colorscale=colorscale,
-                showscale=False, xgap=1 if small else 0, ygap=1 if small else 0, name="mask")
-    if small:
-        positions = step.position_ids
-        text = []
-        for r in range(rows):
-            where = f" @pos {positions[r]}" if r < len(positions) else ""
-            text.append([f"row {view.row_labels[r]}{where}<br>col {view.col_labels[c]}<br>"
-                         f"{CELL_NAMES[view.z[r][c]]}" for c in range(cols)])
-        heat.update(text=text, hoverinfo="text")
-    else:
-        heat.update(hovertemplate="row %{y} · col %{x}<extra></extra>")
+    small = rows * cols <= 50 * 50
+    # uint8 cells: plotly.py sends numpy arrays as base64 typed arrays, ~1.4 bytes a cell instead of ~3
+    heat = dict(z=np.asarray(view.z, dtype=np.uint8).reshape(rows, cols), zmin=0, zmax=3, colorscale=colorscale,
+                showscale=False, xgap=1 if small else 0, ygap=1 if small else 0, name="mask",
+                hovertemplate=CELL_HOVER)
     traces = [go.Heatmap(**heat)]
     swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
     for value, color in swatch.items():  # legend entries for the discrete colours
@@ -153,13 +151,26 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
 
     xticks, xtext = _ticks(view.col_labels)
     yticks, ytext = _ticks(view.row_labels)
-    title = f"Step {step.index}: verify mask, {rows} rows scored in one target forward"
-    layout = base_layout(title, height=int(min(900, max(300, 190 + rows * 15))))
+    title = mask_title(step, view)
+    layout = base_layout(title, height=int(min(900, max(300, 190 + LEGEND_ROOM + rows * 15))))
     tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
     layout.update(
-        shapes=shapes, annotations=annotations, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=100),
+        shapes=shapes, annotations=annotations, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
         xaxis=dict(tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90, showgrid=False,
                    zeroline=False, range=[-0.5, cols - 0.5], automargin=True, tickfont=dict(size=tick_size)),
         yaxis=dict(tickmode="array", tickvals=yticks, ticktext=ytext, autorange="reversed", showgrid=False,
                    zeroline=False, automargin=True, tickfont=dict(size=tick_size)))
     return go.Figure(data=traces, layout=layout)
+
+
+def mask_title(step: StepTrace, view: MaskView) -> str:
+    """Counts the rows the target really scored: the root rows and the live nodes. With dynamic depth the figure
+    draws the largest tree's mask too, but those extra rows were never sent to the target."""
+    scored = view.root_rows + view.live
+    if not view.live:
+        return (f"Step {step.index}: verify mask, no candidates<br>the target took a plain step "
+                f"({max(scored, 1)} row)")
+    title = f"Step {step.index}: verify mask<br>{scored} rows scored in one target forward"
+    if view.shows_max and view.live < view.size:
+        title += f" ({view.live} of {view.size} nodes drafted)"
+    return title

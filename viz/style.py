@@ -13,6 +13,7 @@ STATUS_COLORS: dict[str, str] = {
     "accepted": "#2e9e44",
     "rejected": "#d64541",
     "not_reached": "#b9b9b9",
+    "skipped": "#a9cdb1",
     "unchosen": "#9b7fcf",
     "padding": "#e4e4e4",
     "bonus": "#2f7fd1",
@@ -23,7 +24,8 @@ STATUS_COLORS: dict[str, str] = {
 STATUS_NAMES: dict[str, str] = {
     "accepted": "accepted",
     "rejected": "rejected",
-    "not_reached": "not reached",
+    "not_reached": "not reached: below a node not accepted",
+    "skipped": "not tested: a sibling was accepted first",
     "unchosen": "passed, other chain won",
     "padding": "padding (q = 0)",
     "bonus": "bonus (target's own token)",
@@ -74,10 +76,16 @@ FONT = "Inter, system-ui, sans-serif"
 MAX_LABEL_CHARS = 10
 
 
+def visible_piece(token: str) -> str:
+    """A token with its whitespace made visible (␣ space, ↵ newline, ⇥ tab): the one convention the tree, the
+    mask and the text panel share, so a word piece such as 'leigh' never passes for a word of its own."""
+    return token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+
+
 def show_token(token: str, limit: int = MAX_LABEL_CHARS) -> str:
     """A token as a short visible label: whitespace made visible, long tokens cut, HTML escaped (Plotly
     renders a subset of HTML, so a token like '<s>' would otherwise vanish)."""
-    visible = token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+    visible = visible_piece(token)
     if visible == "":
         visible = "∅"
     if len(visible) > limit:
@@ -103,4 +111,7 @@ def base_layout(title: str, height: int) -> dict:
     )
 
 
-TOP_LEGEND = dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11))
+# Legends go below the plot: above it they collided with multi-line titles and, on a phone, with the toolbar.
+TOP_LEGEND = dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom", yref="container",
+                  font=dict(size=11))
+LEGEND_ROOM = 70  # bottom margin (px) that keeps two or three legend rows clear of the axis labels

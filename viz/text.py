@@ -4,19 +4,27 @@ from __future__ import annotations
 
 from dynasd.trace import RunTrace
 
-from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP
+from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP, fmt, visible_piece
+from .tree import off_target_commit
 
 
-def text_spans(run: RunTrace, current: int | None = None) -> list[tuple[str, str]]:
-    """Spans of the text as it stood after step `current` (default: the latest step). Joining the span texts
-    gives the committed tokens exactly as the tokenizer prints them one by one."""
+def shown_piece(token: str) -> str:
+    """A token as the text panel prints it: whitespace visible as in the tree (␣, ↵, ⇥), and a newline still
+    breaking the line, so the text keeps its shape."""
+    return visible_piece(token).replace("↵", "↵\n") or "∅"
+
+
+def text_spans(run: RunTrace, current: int | None = None, visible: bool = True) -> list[tuple[str, str]]:
+    """Spans of the text as it stood after step `current` (default: the latest step), one per token. With
+    `visible` (the app's view) spaces show as ␣ like in the tree, so word pieces never pass for words;
+    without it, joining the span texts gives the committed tokens exactly as the tokenizer prints them."""
     if current is None:
         current = len(run.steps) - 1
     spans: list[tuple[str, str]] = []
     for step in run.steps[: current + 1]:
         suffix = THIS_STEP if step.index == current else ""
         for token, origin in zip(step.committed_tokens, step.committed_origins):
-            spans.append((token, ORIGIN_NAMES[origin] + suffix))
+            spans.append((shown_piece(token) if visible else token, ORIGIN_NAMES[origin] + suffix))
     return spans
 
 
@@ -63,6 +71,14 @@ def step_story(run: RunTrace, index: int) -> str:
     if roots:
         parts.append(f"The chain with the most accepted draft tokens won: its root plus {accepted} draft "
                      f"token{'s' if accepted != 1 else ''}.")
+        departed = off_target_commit(step)
+        if departed is not None:
+            chosen, top = (step.nodes[i] for i in departed)
+            parts.append(f"**Off the target's choice:** it committed `{_quote(chosen.token)}` (p = {fmt(chosen.p)}) "
+                         f"where the target's top token was `{_quote(top.token)}` (p = {fmt(top.p)}): this is "
+                         "where the lossy method's text departs from the target's own.")
+        parts.append("This method adds no bonus or correction token: the winning chain, root included, is "
+                     "what it commits.")
     elif final == "correction" and accepted == 0:
         parts.append("The target rejected every first-level candidate, so it supplied a correction token itself.")
     elif final == "correction":
@@ -73,7 +89,8 @@ def step_story(run: RunTrace, index: int) -> str:
                      "so the target added a bonus token for free.")
     else:
         parts.append(f"{accepted} {kind} token{'s were' if accepted != 1 else ' was'} accepted.")
-    parts.append(f"Committed: {tokens}: **{n} token{'s' if n != 1 else ''} for 1 target forward** "
+    parts.append(f"Committed: {tokens}: **{n} token{'s' if n != 1 else ''} for {step.target_forwards} target "
+                 f"forward{'s' if step.target_forwards != 1 else ''}** "
                  f"(autoregressive decoding would have needed {n}).")
     return " ".join(parts)
 

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from dynasd.trace import TOKEN_ORIGINS, RunTrace
 
-from .style import ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, base_layout
+from .style import LEGEND_ROOM, ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, TOP_LEGEND, base_layout
 
 
 def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
@@ -26,27 +26,49 @@ def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
     return off, total
 
 
+TOKENS_PER_S = "tokens / s (decoding)"
+ACCEPTED_LENGTH = "accepted length (draft tokens / step)"
+LEVEL_RATE = "draft levels accepted"
+
+
 def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
-    """run.summary() restricted to the first `upto + 1` steps (the scrubber can look back)."""
-    if upto is None or upto >= len(run.steps) - 1:
-        return run.summary()
-    view = RunTrace(**{**run.__dict__, "steps": run.steps[: upto + 1]})
-    view.new_token_ids = [t for s in view.steps for t in s.committed]
-    view.seconds = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for s in view.steps)
-    return view.summary()
+    """run.summary() over the first `upto + 1` steps (the scrubber can look back), with one definition of speed
+    for every view: tokens / s counts the steps' own time (draft + verify + accept) and never the prefill, which
+    is reported apart (`prefill_seconds`). A run's total time does include the prefill, and with a long prompt
+    it dominated: the same method read 2 tokens / s in one view and 20 in another."""
+    steps = run.steps if upto is None else run.steps[: upto + 1]
+    view = RunTrace(**{**run.__dict__, "steps": steps})
+    view.new_token_ids = [t for s in steps for t in s.committed]
+    decoding = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for s in steps)
+    view.seconds = decoding
+    numbers = view.summary()
+    numbers["prefill_seconds"] = max(0.0, run.seconds - sum(s.draft_seconds + s.verify_seconds + s.accept_seconds
+                                                             for s in run.steps))
+    drafting = [s for s in steps if s.nodes]
+    accepted = sum(o in ("draft", "lookup", "recycled") for s in steps for o in s.committed_origins)
+    numbers["accepted_length"] = accepted / len(drafting) if drafting else 0.0
+    return numbers
 
 
 def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     s = summary_numbers(run, upto)
     shown = len(run.steps) if upto is None else min(upto + 1, len(run.steps))
-    acceptance = "–" if run.method == "ar" else f"{s['acceptance_rate']:.0%}"  # AR drafts nothing
+    drafts = run.method != "ar"  # AR drafts nothing: its acceptance columns say so
+    level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
+    length = f"{s['accepted_length']:.2f}" if drafts else "–"
     lines = [
         f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
         "",
-        "| steps | new tokens | target forwards | tokens / target forward | acceptance rate | tokens / s |",
-        "|---|---|---|---|---|---|",
+        f"| steps | new tokens | target forwards | tokens / target forward | {ACCEPTED_LENGTH} | {LEVEL_RATE} | "
+        f"{TOKENS_PER_S} | prefill |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {shown} | {s['new_tokens']} | {s['target_forwards']} | {s['tokens_per_target_forward']:.2f} | "
-        f"{acceptance} | {s['tokens_per_s']:.1f} |",
+        f"{length} | {level_rate} | {s['tokens_per_s']:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
+        "",
+        f"*{ACCEPTED_LENGTH}*: draft (or looked-up) tokens the target kept per step. *{LEVEL_RATE}*: of the draft "
+        "levels a step tried, the share the kept path reached (the papers' acceptance rate); it counts levels, "
+        "not nodes, so a 44-node tree with 1 of 4 levels kept reads 25%, not 2%. *tokens / s* counts the steps' "
+        "time only; the prompt's prefill is the separate *prefill* column.",
     ]
     if not run.lossless:
         off, total = off_target_roots(run, upto)
@@ -87,22 +109,22 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
         total_forwards += s.target_forwards
         tokens.append(total_tokens)
         forwards.append(total_forwards)
+    # AR spends one forward per token, so "forwards AR would need" is the tokens line itself: one trace named
+    # for both (two identical lines hid one under the other)
     traces += [
-        go.Scatter(x=steps, y=tokens, mode="lines+markers", name="tokens committed", xaxis="x2", yaxis="y2",
-                   line=dict(color=STATUS_COLORS["accepted"], width=3)),
+        go.Scatter(x=steps, y=tokens, mode="lines+markers", name="tokens committed = target forwards AR would need",
+                   xaxis="x2", yaxis="y2", line=dict(color=STATUS_COLORS["accepted"], width=3)),
         go.Scatter(x=steps, y=forwards, mode="lines", name="target forwards used", xaxis="x2", yaxis="y2",
                    line=dict(color="#555", width=2)),
-        go.Scatter(x=steps, y=tokens, mode="lines", name="target forwards AR would need", xaxis="x2", yaxis="y2",
-                   line=dict(color="#d64541", width=2, dash="dash")),
     ]
-    layout = {**base_layout(f"Run: {run.method}, {len(run.steps)} steps", height=330),
+    layout = {**base_layout(f"Run: {run.method}, {len(run.steps)} steps", height=330 + LEGEND_ROOM),
               **_two_panels("tokens committed per step", "tokens vs target forwards (cumulative)")}
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = "step"
     layout["yaxis"]["title"] = "tokens"
     if current is not None and 0 <= current < len(run.steps):
         layout["shapes"] = [dict(type="rect", xref="x", yref="paper", x0=current - 0.5, x1=current + 0.5, y0=0,
                                  y1=1, fillcolor="#ffe066", opacity=0.35, line_width=0, layer="below")]
-    layout.update(barmode="stack", margin=dict(l=10, r=10, b=10, t=100))  # legend: plotly's default, at the right
+    layout.update(barmode="stack", legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100))
     return go.Figure(data=traces, layout=layout)
 
 
@@ -111,14 +133,17 @@ def compare_rows(runs: dict[str, RunTrace]) -> list[dict]:
     reference = runs["ar"].text if "ar" in runs else None
     rows = []
     for method, run in runs.items():
-        s = run.summary()
+        s = summary_numbers(run)  # the same definitions as the run summary
+        drafts = method != "ar"
         rows.append({
             "method": method + ("" if run.lossless else " (LOSSY)"),
             "new tokens": s["new_tokens"],
             "target forwards": s["target_forwards"],
             "tokens / target forward": round(s["tokens_per_target_forward"], 2),
-            "tokens / s": round(s["tokens_per_s"], 1),
-            "acceptance rate": None if method == "ar" else round(s["acceptance_rate"], 2),
+            TOKENS_PER_S: round(s["tokens_per_s"], 1),
+            "prefill (ms)": round(s["prefill_seconds"] * 1000),
+            ACCEPTED_LENGTH: round(s["accepted_length"], 2) if drafts else None,
+            LEVEL_RATE: f"{s['acceptance_rate']:.0%}" if drafts else "–",
             "same text as ar": "n/a" if reference is None else ("yes" if run.text == reference else "NO"),
         })
     return rows
@@ -131,10 +156,11 @@ def compare_figure(rows: list[dict]) -> go.Figure:
     traces = [go.Bar(x=names, y=[r[key] for r in rows], marker=dict(color=colors), showlegend=False,
                      text=[f"{r[key]}" for r in rows], textposition="outside", cliponaxis=False, xaxis=xa,
                      yaxis=ya)
-              for key, xa, ya in (("tokens / s", "x", "y"), ("tokens / target forward", "x2", "y2"))]
-    layout = {**base_layout("Same prompt, four methods (orange bar: text differs from ar)", height=340),
-              **_two_panels("tokens / s (this machine)", "tokens / target forward (hardware-independent)", 0.5)}
+              for key, xa, ya in ((TOKENS_PER_S, "x", "y"), ("tokens / target forward", "x2", "y2"))]
+    title = f"Same prompt, {len(rows)} methods<br>orange bar: text differs from ar"
+    layout = {**base_layout(title, height=340),
+              **_two_panels("tokens / s, decoding (this machine)", "tokens / target forward (any machine)", 0.5)}
     layout["margin"] = dict(l=10, r=10, b=10, t=100)
-    for axis, key in (("yaxis", "tokens / s"), ("yaxis2", "tokens / target forward")):
+    for axis, key in (("yaxis", TOKENS_PER_S), ("yaxis2", "tokens / target forward")):
         layout[axis]["range"] = [0, 1.2 * max([r[key] for r in rows] + [1e-9])]  # room for the value labels
     return go.Figure(data=traces, layout=layout)

@@ -12,10 +12,11 @@ import plotly.graph_objects as go
 
 from dynasd.trace import RunTrace, StepTrace
 
-from .style import STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
+from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
 
 ROOT = -1
-STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "not_reached", "padding")
+STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
+                "padding")
 NODE_SYMBOLS = {"draft": "circle", "lookup": "square", "target_root": "diamond"}
 NODE_ORIGIN_NAMES = {"draft": "draft model", "lookup": "prompt lookup (q = 1)", "target_root": "target root"}
 LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only
@@ -37,6 +38,30 @@ def final_token(step: StepTrace) -> tuple[str, str, int] | None:
     if origin not in ("bonus", "correction", "target"):
         return None  # cut off by max new tokens or end of sequence
     return step.committed_tokens[-1], origin, step.final_parent
+
+
+def drawn_status(step: StepTrace, i: int) -> str:
+    """The legend category of node i. The trace calls every untested node `not_reached`; the figure tells apart
+    the two reasons: below a rejected (or untested) node, or a sibling tested after an accepted one, which the walk
+    never needed (`skipped`)."""
+    node = step.nodes[i]
+    if node.status != "not_reached":
+        return node.status
+    siblings = (j for j, other in enumerate(step.nodes) if other.parent == node.parent and j != i)
+    if any(step.nodes[j].status == "accepted" for j in siblings):
+        return "skipped"
+    return "not_reached"
+
+
+def off_target_commit(step: StepTrace) -> tuple[int, int] | None:
+    """(committed target root, the target's top root) when a lossy step committed a root the target ranked below
+    its top choice, else None: the moment a target-initialized tree departs from the target's own text."""
+    roots = [i for i, n in enumerate(step.nodes) if n.origin == "target_root"]
+    if not roots or not step.accepted_path or step.nodes[step.accepted_path[0]].origin != "target_root":
+        return None
+    chosen = step.accepted_path[0]
+    top = max(roots, key=lambda i: step.nodes[i].p)
+    return (chosen, top) if step.nodes[chosen].p < step.nodes[top].p else None
 
 
 def tree_graph(step: StepTrace) -> nx.DiGraph:
@@ -80,6 +105,8 @@ def _hover(i: int, step: StepTrace) -> str:
              f"p/q        {ratio}"]
     if n.p_test is not None:
         lines.append(f"test: p'={fmt(n.p_test)} q'={fmt(n.q_test)} u={fmt(n.u)}")
+        lines.append("p', q': p and q after the siblings tested before it were rejected")
+        lines.append("(the residual max(p − q, 0) and q without them, renormalised)")
         if n.u is not None and n.q_test:
             accept = n.u <= n.p_test / n.q_test
             lines.append(f"u {'≤' if accept else '>'} p'/q' → {'accept' if accept else 'reject'}")
@@ -93,7 +120,10 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
     show_text = leaves <= LABELS_UP_TO_ROWS
     # row pitch, marker and label size shrink together so ~100-node trees (64+ leaves) still fit and read
     pitch, marker_size, text_size = ((30, 26, 12) if leaves <= 20 else (22, 16, 11) if leaves <= 40
-                                     else (12, 9, 9))
+                                     else (14, 9, 9))
+    depth_levels = max((graph.nodes[node]["level"] for node in graph.nodes), default=0)
+    # a label must fit in its column before the next level's markers: deep trees get shorter labels
+    label_chars = 10 if depth_levels <= 2 else 8 if depth_levels <= 3 else 6
     on_path = set(step.accepted_path) | {ROOT}
     final = final_token(step)
     if final is not None and final[2] in on_path:
@@ -123,8 +153,8 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         hoverinfo="text", showlegend=False))
 
     by_status: dict[str, list] = {}
-    for i, node in enumerate(step.nodes):
-        by_status.setdefault(node.status, []).append(i)
+    for i in range(len(step.nodes)):
+        by_status.setdefault(drawn_status(step, i), []).append(i)
     for status in STATUS_ORDER:
         if status in ("bonus", "correction", "target"):
             if final is None or final[1] != status:
@@ -133,15 +163,20 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
             token, _, parent = final
             after = "the root" if parent == ROOT else f"node {parent}"
             why = {"bonus": "every child was accepted (or there were none): the target adds one token for free",
-                   "correction": "a child was rejected: sampled from the residual max(p − q, 0)",
+                   "correction": "a child was rejected: sampled from the residual max(p − q, 0), renormalised",
                    "target": "autoregressive: the target's own next token"}[status]
+            # final_p is the probability under the distribution the token was drawn from: for a correction that
+            # is the residual, not the target's p, so it is named
+            sampled = any(n.u is not None for n in step.nodes)  # at T = 0 the correction is the target's argmax
+            drawn_from = {"correction": "p_residual" if sampled else "p (target)", "bonus": "p (target)",
+                          "target": "p (target)"}[status]
             traces.append(go.Scatter(
                 x=[x], y=[y], mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-                text=[show_token(token)], textposition="middle right",
+                text=[show_token(token, label_chars)], textposition="middle right",
                 marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
                             line=dict(color="#222", width=1)),
                 hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
-                           f"{'' if step.final_p is None else f' with p = {fmt(step.final_p)}'}<br>{why}"],
+                           f"{'' if step.final_p is None else f' with {drawn_from} = {fmt(step.final_p)}'}<br>{why}"],
                 hoverinfo="text"))
             continue
         members = by_status.get(status, [])
@@ -150,7 +185,7 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         traces.append(go.Scatter(
             x=[pos[i][0] for i in members], y=[pos[i][1] for i in members],
             mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-            text=[show_token(step.nodes[i].token) for i in members], textposition="middle right",
+            text=[show_token(step.nodes[i].token, label_chars) for i in members], textposition="middle right",
             marker=dict(size=marker_size, color=STATUS_COLORS[status],
                         symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
                         line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
@@ -159,18 +194,30 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
     depth = max((x for x, _ in pos.values()), default=0)
     rows = max((y for _, y in pos.values()), default=0) + 1
     accepted = len(step.accepted_path)
-    title = (f"Step {step.index}: {len(step.nodes)} candidates, {accepted} accepted, "
+    # two short lines rather than one long one, which a phone-wide panel cut off
+    title = (f"Step {step.index}: {len(step.nodes)} candidates<br>{accepted} accepted, "
              f"{len(step.committed)} token{'s' if len(step.committed) != 1 else ''} committed")
     if lossy:
-        title += " · LOSSY method"
-    layout = base_layout(title, height=int(min(MAX_HEIGHT, max(300, 150 + rows * pitch))))
+        title += "<br>LOSSY method: the text may differ from the target's"  # own line: never cut off
+    annotations = []
+    departed = off_target_commit(step) if lossy else None
+    if departed is not None:
+        chosen, top = departed
+        x, y = pos[chosen]
+        annotations.append(dict(
+            x=x, y=y, ax=40, ay=-30, showarrow=True, arrowhead=2, arrowcolor=STATUS_COLORS["correction"],
+            font=dict(color=STATUS_COLORS["correction"], size=11), bgcolor="rgba(255,255,255,0.85)",
+            text=(f"committed {show_token(step.nodes[chosen].token, 12)} (p = {fmt(step.nodes[chosen].p)}),<br>"
+                  f"not the target's top {show_token(step.nodes[top].token, 12)} (p = {fmt(step.nodes[top].p)})"),
+            name="off-target commit"))
+    layout = base_layout(title, height=int(min(MAX_HEIGHT, max(300, 150 + LEGEND_ROOM + rows * pitch))))
     layout["font"] = dict(layout["font"], size=text_size)
     layout.update(
-        legend=TOP_LEGEND, margin=dict(l=10, r=10, b=30, t=120),
+        legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100), annotations=annotations,
         xaxis=dict(tickmode="array", tickvals=list(range(depth + 1)),
                    ticktext=["root"] + [f"level {lvl}" if lvl <= step.live_depth else "target's token"
                                         for lvl in range(1, depth + 1)],
-                   range=[-0.6, depth + 0.9], showgrid=False, zeroline=False, automargin=True),
+                   range=[-0.6, depth + 1.1], showgrid=False, zeroline=False, automargin=True),
         yaxis=dict(visible=False, autorange="reversed"))
     if not step.nodes and final is None:
         layout["annotations"] = [dict(text="no candidates this step", showarrow=False, x=0.5, y=0.5,

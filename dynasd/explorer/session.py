@@ -74,13 +74,29 @@ class Session:
         self.error: str | None = None  # set when a model call failed; cleared by reset()
         self.stop_requested = False
         self.running = False           # a Run stream is in progress (it takes self.lock one step at a time)
+        # A Run paced by the browser: the page asks for each next step only once it has drawn the last one, so
+        # the display is never more than a step behind. `paced_at` is the time of the last step it asked for;
+        # a page that was closed mid-run stops asking, and after PACED_RUN_TIMEOUT_S the run counts as stopped.
+        self.paced_at: float | None = None
+        self.load_seconds = 0.0        # loading the model pair for the current run (0 when it was loaded already)
+        self.prefill_seconds = 0.0     # the current run's prompt prefill: not part of any step's time
+        self.restart_asked = False     # Step or Run on the finished run was pressed once: the next press replaces it
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
 
     @property
+    def paced_run_alive(self) -> bool:
+        return self.paced_at is not None and time.monotonic() - self.paced_at < PACED_RUN_TIMEOUT_S
+
+    @property
+    def run_in_progress(self) -> bool:
+        """A Run is under way: a server-side stream (API clients) or a browser-paced run still being asked for."""
+        return self.running or self.paced_run_alive
+
+    @property
     def busy(self) -> bool:
-        if self.running:
+        if self.run_in_progress:
             return True
         if self.lock.acquire(blocking=False):
             self.lock.release()
@@ -95,8 +111,10 @@ class Session:
         return not self.replay and self.run is not None and self.settings == settings and self.prompt == prompt
 
     def reset(self) -> None:
+        self.paced_at = None
         self.decoder = self.run = self.settings = self.pair = None
         self.prompt, self.replay, self.error, self.stop_requested = "", False, None, False
+        self.restart_asked = False
 
     def start(self, pairs: PairCache, settings: Settings, prompt: str) -> RunTrace:
         """Build the decoder and prefill the prompt. Raises UserError for anything the user can fix; the
@@ -105,12 +123,16 @@ class Session:
         prompt = check_prompt(prompt)
         pairs.check_decision_model(settings.decision_model)
         decision_model = load_decision_model_for(settings.options.for_method())
+        loading = time.perf_counter()
         pair = pairs.get(settings)
+        load_seconds = time.perf_counter() - loading
         decoder = build_decoder(pair, settings, decision_model=decision_model)
         ids = encode(pair, prompt)
         with pairs.lock_for(pair):
             try:
+                prefilling = time.perf_counter()
                 decoder.start(ids, settings.max_new_tokens, prompt)
+                prefill_seconds = time.perf_counter() - prefilling
             except RequestError as exc:
                 raise UserError(str(exc)) from exc
             except Exception as exc:  # a broken model must not take the app down; this session is marked
@@ -120,6 +142,7 @@ class Session:
                 raise SessionFailed(self.error) from exc
         self.reset()
         self.settings, self.prompt, self.pair, self.decoder, self.run = settings, prompt, pair, decoder, decoder.run
+        self.load_seconds, self.prefill_seconds = load_seconds, prefill_seconds
         return self.run
 
     def step(self, pairs: PairCache) -> StepTrace:
@@ -147,6 +170,9 @@ class Session:
     def load(self, run: RunTrace) -> None:
         self.reset()
         self.run, self.replay = run, True
+
+
+PACED_RUN_TIMEOUT_S = 30.0  # a browser-paced Run not asked for its next step this long was abandoned
 
 
 class SessionFailed(RuntimeError):
