@@ -54,6 +54,18 @@ class DraftTree(CandidateSource):
             self.cache.forward(committed[:-1], [], None, [], keep_logits=1,
                                features=self._chain_features(0, len(committed) - 1))
 
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        self.cache.crop(kept)
+        self.fed_nodes = 0
+        self._catch_up(committed)
+
+    def _catch_up(self, committed: list[int]) -> None:
+        """Cache every committed token but the last (the next step's root), as `start` does for a prompt."""
+        pending = committed[self.cache.cached_len:-1]
+        if pending:
+            self.cache.forward(pending, [], None, [], keep_logits=1,
+                               features=self._chain_features(self.cache.cached_len, len(pending)))
+
     # What a draft that reads the target's hidden states adds (feature_draft.py); a token draft reads none.
     def _chain_features(self, first: int, count: int) -> torch.Tensor | None:
         return None
