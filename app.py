@@ -308,6 +308,19 @@ def on_run(session_id, prompt, **controls):
         yield _failed(session, exc)
 
 
+@gpu
+def on_follow_up(session_id, message):
+    session = SESSIONS.get(session_id)
+    try:
+        _busy_guard(session)
+        with session.lock:
+            session.follow_up(PAIRS, message)
+        return render(session, status=_status(f"Turn {len(session.turns)} of the conversation: press **Step** or "
+                                              "**Run** to answer the follow-up.", "ok"))
+    except Exception as exc:
+        return _failed(session, exc)
+
+
 def on_stop(session_id):
     session = SESSIONS.get(session_id)
     session.stop_requested = True
@@ -485,6 +498,10 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                 with gr.Row():
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                     reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn")
+                with gr.Row(equal_height=True):
+                    follow_up = gr.Textbox(label="Follow-up message (after a finished run)", lines=1, scale=3,
+                                           elem_id="follow-up")
+                    follow_up_btn = gr.Button("Send follow-up", scale=1, elem_id="follow-up-btn")
                 status = gr.Markdown(_status("Press **Step** or **Run** to start."), elem_id="status")
                 scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
                                      interactive=False, elem_id="scrubber")
@@ -566,6 +583,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                  session_id]
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
         run_btn.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
+        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number

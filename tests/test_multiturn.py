@@ -134,3 +134,36 @@ def test_a_two_turn_bench_counts_and_times_the_second_turn(two_turn_bench):
             assert second["target_forwards"] <= steps < second["prompt_tokens"]
     # every method here is lossless: each reproduces ar turn by turn at T = 0
     assert all(r["identical_to_ar"] for r in runs)
+
+
+def test_the_explorer_session_answers_a_follow_up_like_a_fresh_decoder(tiny_pair):
+    """The app's follow-up control: a new turn after a finished run, its text what a decoder makes of the whole
+    conversation; refused before the run has finished."""
+    from dynasd.explorer.inputs import Settings, UserError
+    from dynasd.explorer.pairs import PairCache
+    from dynasd.explorer.registry import SessionRegistry
+
+    pairs = PairCache(device="cpu")
+    session = SessionRegistry().get(None)
+    session.start(pairs, Settings(pair="tiny-random", method="sd", max_new_tokens=10), FIRST)
+    with pytest.raises(UserError, match="after a finished run"):
+        session.follow_up(pairs, SECOND)
+    while not session.done:
+        session.step(pairs)
+    first = session.run
+    session.follow_up(pairs, SECOND)
+    while not session.done:
+        session.step(pairs)
+    whole = first.prompt_ids + first.new_token_ids + conversation(session.pair, first.new_token_ids)
+    fresh = make_decoder(session.pair, DecoderOptions(method="sd")).generate(whole, 10)
+    assert session.turns == [FIRST, SECOND] and session.run.prompt_ids == whole
+    assert session.run.new_token_ids == fresh.new_token_ids
+
+
+def test_generate_goes_on_with_follow_up_messages(capsys):
+    assert main(["generate", "--pair", "tiny-random", "--method", "sd", "--prompt", FIRST, "--follow-up", SECOND,
+                 "--max-new-tokens", "8", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["turn"] for r in lines] == [1, 2] and all(r["new_tokens"] > 0 for r in lines)
+    assert main(["generate", "--pair", "tiny-random", "--prompt", FIRST, "--follow-up", " "]) == 2
+    assert "a follow-up message is empty" in capsys.readouterr().err
