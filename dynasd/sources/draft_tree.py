@@ -50,9 +50,7 @@ class DraftTree(CandidateSource):
         # A feature draft reads its own hidden states too: tree nodes get their parent's as features.
         self.cache = CachedModel(self.model, need_hidden=self.stop.needs_hidden or self.reads_target_hidden)
         self.fed_nodes = 0
-        if len(committed) > 1:
-            self.cache.forward(committed[:-1], [], None, [], keep_logits=1,
-                               features=self._chain_features(0, len(committed) - 1))
+        self._catch_up(committed)
 
     def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
         self.cache.crop(kept)
