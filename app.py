@@ -418,6 +418,19 @@ def on_run(session_id, prompt, **controls):
         yield _failed(session, exc)
 
 
+@gpu
+def on_follow_up(session_id, message):
+    session = SESSIONS.get(session_id)
+    try:
+        _busy_guard(session)
+        with session.lock:
+            session.follow_up(PAIRS, message)
+        return render(session, status=_status(f"Turn {len(session.turns)} of the conversation: press **Step** or "
+                                              "**Run** to answer the follow-up.", "ok"))
+    except Exception as exc:
+        return _failed(session, exc)
+
+
 def on_stop(session_id):
     """Stop takes effect before the next step. With nothing running it says so, and the status does not wait
     for an end that will never come."""
@@ -650,6 +663,10 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                         run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=60)
                         stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=60)
                         reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn", min_width=60)
+                    with gr.Row(equal_height=True, elem_id="follow-up-row"):
+                        follow_up = gr.Textbox(label="Follow-up message (after a finished run)", lines=1,
+                                               scale=3, elem_id="follow-up")
+                        follow_up_btn = gr.Button("Send follow-up", scale=1, elem_id="follow-up-btn")
                     status = gr.Markdown(_status("Press **Step** or **Run** to start."), elem_id="status",
                                          label="status")
                     scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
@@ -746,6 +763,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         # Run for API clients: a stream of updates (there is no page to pace it)
         run_api = gr.Button("Run (API)", visible=False)
         run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
+        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number

@@ -132,6 +132,15 @@ class CachedModel:
         logits, _ = self.forward(tokens, [], None, [], keep_logits)
         return logits
 
+    def crop(self, length: int) -> None:
+        """Forget the committed tokens from position `length` on: text that is no longer committed (a run's tokens
+        past its end, before the conversation goes on). Only between steps, with no tree nodes cached."""
+        if self.tree_len:
+            raise RuntimeError("crop() is for committed text only: tree nodes are still cached")
+        if length < self.cached_len:
+            self.cache.crop(length - self.cached_len)  # transformers crops by a negative count
+            self.cached_len = length
+
     @torch.inference_mode()
     def keep_path(self, path_nodes: list[int], committed_len: int) -> None:
         """Keep the cached tree nodes in `path_nodes` (increasing node indices) as committed tokens, drop the rest.

@@ -15,7 +15,7 @@ from pathlib import Path
 from .decoders import RequestError, make_decoder
 from .models import ModelLoadError
 from .options import add_model_arguments, add_option_arguments, load_pair_from, options_from_args
-from .prompts import read_prompts
+from .prompts import follow_up_ids, read_prompts
 from .stopping import load_decision_model
 from .trace import TraceError, save_run
 
@@ -50,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompts", default=None, help="Spec-Bench style JSON Lines file")
     p.add_argument("--limit", type=int, default=None, help="first N prompts of --prompts")
+    p.add_argument("--follow-up", action="append", default=[], metavar="TEXT",
+                   help="with --prompt: a later user message (repeatable); the conversation goes on from the model's "
+                        "own answer, the decoder reusing its caches")
+    p.add_argument("--turns", type=int, default=1,
+                   help="with --prompts: decode up to this many of each question's turns (MT-bench has 2)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--json", action="store_true", help="JSON Lines, one object per run")
     p.add_argument("--trace-out", default=None, help="write the run trace (JSON); with several runs FILE.N.json")
@@ -60,36 +65,60 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give exactly one of --prompt TEXT or --prompts FILE.jsonl")
     if args.runs < 1:
         raise ValueError("--runs must be at least 1")
-    prompts = [{"id": 0, "category": "", "text": args.prompt}] if args.prompt is not None else \
-        read_prompts(args.prompts, args.limit)
-    if any(not p["text"].strip() for p in prompts):
-        raise ValueError("the prompt is empty")
+    if args.follow_up and args.prompt is None:
+        raise ValueError("--follow-up goes with --prompt (with --prompts, use --turns)")
+    if args.turns < 1:
+        raise ValueError("--turns must be at least 1")
+    if args.prompt is not None:
+        prompts = [{"id": 0, "category": "", "text": args.prompt, "turns": [args.prompt] + args.follow_up}]
+    else:
+        prompts = [{**p, "turns": p["turns"][:args.turns]} for p in read_prompts(args.prompts, args.limit)]
+    if any(not t.strip() for p in prompts for t in p["turns"]):
+        raise ValueError("the prompt is empty" if any(not p["text"].strip() for p in prompts)
+                         else "a follow-up message is empty")
     options = options_from_args(args).validate()  # every mistake in the options fails before a model loads
     decision_model = load_decision_model(options.stop, options.decision_model)  # read once for every run
     pair = load_pair_from(args)
-    total = len(prompts) * args.runs
+    total = sum(len(p["turns"]) for p in prompts) * args.runs
     index = 0
     for prompt in prompts:
         ids = pair.encode_prompt(prompt["text"], chat=not args.no_chat)
         for seed in range(args.seed, args.seed + args.runs):
             decoder = make_decoder(pair, replace(options, seed=seed), decision_model)
-            trace = decoder.generate(ids, args.max_new_tokens, prompt_text=prompt["text"])
-            summary = trace.summary()
-            if args.json:
-                print(json.dumps({"prompt_id": prompt["id"], "category": prompt["category"], "seed": seed,
-                                  "method": options.method, "token_ids": trace.new_token_ids, "text": trace.text,
-                                  "lossless": trace.lossless, "finished": trace.finished, **summary}), flush=True)
-            else:
-                print(trace.text)
-                print(f"[{options.method} seed={seed}: {summary['new_tokens']} tokens in {summary['steps']} steps, "
-                      f"{summary['tokens_per_target_forward']:.2f} tokens/target forward, "
-                      f"{summary['tokens_per_s']:.1f} tokens/s{'' if trace.lossless else ', LOSSY'}]",
-                      file=sys.stderr)
-            if args.trace_out:
-                out = Path(args.trace_out)
-                save_run(trace, out if total == 1 else out.with_suffix(f".{index}{out.suffix or '.json'}"))
-            index += 1
+            for turn, text in enumerate(prompt["turns"], 1):
+                if turn == 1:
+                    trace = decoder.generate(ids, args.max_new_tokens, prompt_text=text)
+                else:
+                    trace = decoder.generate_turn(_follow_up(pair, prompt["turns"][:turn], trace, args.no_chat),
+                                                  args.max_new_tokens, prompt_text=text)
+                _report(args, prompt, seed, turn, options.method, trace)
+                if args.trace_out:
+                    out = Path(args.trace_out)
+                    save_run(trace, out if total == 1 else out.with_suffix(f".{index}{out.suffix or '.json'}"))
+                index += 1
     return 0
+
+
+def _follow_up(pair, users: list[str], trace, no_chat: bool) -> list[int]:
+    """The tokens after the last answer: the template's end of turn, the next user message, the next header."""
+    messages = []
+    for user in users[:-1]:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
+    messages.append({"role": "user", "content": users[-1]})
+    return follow_up_ids(pair.tokenizer, messages, trace.new_token_ids, pair.eos_token_ids, chat=not no_chat)
+
+
+def _report(args, prompt: dict, seed: int, turn: int, method: str, trace) -> None:
+    summary = trace.summary()
+    if args.json:
+        print(json.dumps({"prompt_id": prompt["id"], "category": prompt["category"], "seed": seed, "turn": turn,
+                          "method": method, "token_ids": trace.new_token_ids, "text": trace.text,
+                          "lossless": trace.lossless, "finished": trace.finished, **summary}), flush=True)
+        return
+    print(trace.text)
+    print(f"[{method} seed={seed}{f' turn {turn}' if len(prompt['turns']) > 1 else ''}: {summary['new_tokens']} "
+          f"tokens in {summary['steps']} steps, {summary['tokens_per_target_forward']:.2f} tokens/target forward, "
+          f"{summary['tokens_per_s']:.1f} tokens/s{'' if trace.lossless else ', LOSSY'}]", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -31,11 +31,12 @@ from pathlib import Path
 
 from ..decision import DecisionModel
 from ..options import DecoderOptions, add_model_arguments, add_option_arguments, load_pair_from, options_from_args
-from ..prompts import select_prompts
+from ..prompts import follow_up_ids, select_prompts
 from ..stopping import load_decision_model
 from .measure import ForwardClock, Measured, make_method_decoder, run_method
+from .presets import PRESETS, apply_preset
+from .quality import Judge, load_judge, perplexity
 from .specs import (
-    DEFAULT_METHODS,
     HF_ASSISTED,
     OPTION_HELP,
     REFERENCE,
@@ -45,7 +46,7 @@ from .specs import (
     parse_methods,
     parse_temperatures,
 )
-from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tables, summarize
+from .summary import ACCEPTANCE_DENOMINATOR, QUALITY_NOTE, _ratio, add_fidelity, markdown_tables, summarize
 
 # ---------------------------------------------------------------------------------------------------------------
 # the command
@@ -53,15 +54,29 @@ from .summary import ACCEPTANCE_DENOMINATOR, _ratio, add_fidelity, markdown_tabl
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     add_option_arguments(p, exclude=("method",))  # for every method that reads them; a spec's options override
-    p.add_argument("--prompts", required=True, help="Spec-Bench JSON Lines (question_id, category, turns)")
-    p.add_argument("--categories", default=None, help="comma-separated categories (default: all in the file)")
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help="defaults for the flags below that are not given: "
+                        + "; ".join(f"{name}: {preset.description}" for name, preset in PRESETS.items()))
+    p.add_argument("--prompts", nargs="+", default=None,
+                   help="prompt files, read in order: Spec-Bench JSON Lines (question_id, category, turns) or "
+                        "TriviaQA/PIQA-style JSON lists ('question' or 'goal'; category: the file's name, or "
+                        "CATEGORY=PATH)")
+    p.add_argument("--categories", default=None, help="comma-separated categories (default: all in the files)")
     p.add_argument("--limit", type=int, default=None, help="first N prompts per category, by question_id")
-    p.add_argument("--methods", default=DEFAULT_METHODS,
+    p.add_argument("--turns", type=int, default=None,
+                   help="turns decoded per question (default 1; MT-bench questions have 2): each later turn's "
+                        "user message follows the method's own answer, and every turn is timed")
+    p.add_argument("--judge", default=None,
+                   help="a local causal LM (folder, .gguf or hub id) that scores every output's log-likelihood "
+                        "beside the target's own score (off by default)")
+    p.add_argument("--no-quality", action="store_true",
+                   help="skip the quality score (the target's log-likelihood of every output)")
+    p.add_argument("--methods", default=None,
                    help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, with variants such as "
                         "mcsd:k=2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). Options: "
                         + "; ".join(f"{key}: {meaning}" for key, meaning in OPTION_HELP.items()))
     p.add_argument("--temperatures", default=None, help="comma-separated, e.g. 0,0.7 (default: --temperature)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="token budget per turn (default 64)")
     p.add_argument("--out", default="runs/bench", help="output folder")
     p.add_argument("--warmup-tokens", type=int, default=8, help="length of the untimed warm-up run per method")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -72,23 +87,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def _record(prompt: dict, spec: MethodSpec, temperature: float, seed: int, m: Measured, clock: ForwardClock,
+def _record(prompt: dict, spec: MethodSpec, temperature: float, seed: int, m: Measured, turn: int,
             max_new_tokens: int) -> dict:
+    calls, seconds, positions = (m.forwards.get(k, {}) for k in ("calls", "seconds", "positions"))
     return {
-        "prompt_id": prompt["id"], "category": prompt["category"], "method": spec.label,
+        "prompt_id": prompt["id"], "category": prompt["category"], "turn": turn, "method": spec.label,
         "base_method": spec.method, "options": dict(spec.options), "temperature": temperature, "seed": seed,
-        "max_new_tokens": max_new_tokens, "new_tokens": len(m.token_ids), "seconds": m.seconds,
-        "tokens_per_s": len(m.token_ids) / m.seconds if m.seconds > 0 else None,
+        "max_new_tokens": max_new_tokens, "prompt_tokens": len(m.context_ids), "new_tokens": len(m.token_ids),
+        "seconds": m.seconds, "tokens_per_s": len(m.token_ids) / m.seconds if m.seconds > 0 else None,
         "target_forwards": m.target_forwards,
         "tokens_per_target_forward": _ratio(len(m.token_ids), m.target_forwards) if m.target_forwards else None,
         "accepted_draft_levels": m.accepted_draft_levels, "attempted_draft_levels": m.attempted_draft_levels,
         "acceptance_rate": _ratio(m.accepted_draft_levels, m.attempted_draft_levels)
         if m.attempted_draft_levels else None,
-        "target_forward_calls": clock.calls["target"], "draft_forward_calls": clock.calls["draft"],
-        "target_forward_seconds": clock.seconds["target"], "draft_forward_seconds": clock.seconds["draft"],
+        "acceptance_histogram": m.acceptance_histogram, "draft_tokens_proposed": m.proposed_tokens,
+        "draft_tokens_accepted": m.accepted_tokens,
+        "target_forward_calls": calls.get("target", 0), "draft_forward_calls": calls.get("draft", 0),
+        "target_forward_seconds": seconds.get("target", 0.0), "draft_forward_seconds": seconds.get("draft", 0.0),
+        "target_positions": positions.get("target", 0), "draft_positions": positions.get("draft", 0),
         "phase_seconds": m.phase_seconds, "finished": m.finished, "lossless": m.lossless,
         "token_ids": m.token_ids, "text": m.text,
     }
+
+
+def add_quality(record: dict, context_ids: list[int], pair, judges: list[Judge]) -> None:
+    """The quality fields of one record (quality.py): the target's log-likelihood of the output given its own
+    conversation, and a judge's when there is one. Outside every timing window."""
+    n = record["new_tokens"]
+    for prefix, judge in zip(("", "judge_"), judges):
+        total = judge.log_likelihood(context_ids, record["token_ids"], pair) if n else None
+        scored = n if judge.tokenizer is None else (len(judge.tokenizer(
+            pair.tokenizer.decode(record["token_ids"], skip_special_tokens=False),
+            add_special_tokens=False)["input_ids"]) if n else 0)
+        record[prefix + "log_likelihood"] = total
+        record[prefix + "scored_tokens"] = scored if total is not None else 0
+        record[prefix + "mean_log_likelihood"] = total / scored if total is not None and scored else None
+        record[prefix + "perplexity"] = perplexity(total, scored)
 
 
 def _meta(args, pair, prompts, specs, temperatures) -> dict:
@@ -104,7 +138,9 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
                                                                  if pair.device.type == "cuda" else ""),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
-        "prompts_file": str(args.prompts), "prompt_ids": [[p["category"], p["id"]] for p in prompts],
+        "prompts_files": [str(p) for p in args.prompts], "prompt_ids": [[p["category"], p["id"]] for p in prompts],
+        "preset": args.preset, "turns": args.turns, "judge": args.judge,
+        "quality": None if args.no_quality else QUALITY_NOTE,
         "methods": [s.label for s in specs], "temperatures": temperatures, "top_p": args.top_p, "top_k": args.top_k,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed, "warmup_tokens": args.warmup_tokens,
         "chat_template": not args.no_chat,
@@ -138,24 +174,48 @@ def plan_methods(args: argparse.Namespace, specs: list[MethodSpec]) -> dict[str,
     return plan
 
 
+def conversation_follow_ups(pair, prompt: dict, turns: int, chat: bool) -> list:
+    """For a question with several turns, one function per later turn (up to `turns` in all): given the method's
+    conversation so far and its last answer, the tokens that go on from there and the user text
+    (prompts.follow_up_ids). Earlier answers' contents are not read by the template rendering that matters."""
+    users = prompt["turns"][:turns]
+
+    def follow_up(index: int):
+        def tokens(context: list[int], answer_ids: list[int]):
+            messages = []
+            for user in users[:index + 1]:
+                messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
+            messages.append({"role": "user", "content": users[index + 1]})
+            return follow_up_ids(pair.tokenizer, messages, answer_ids, pair.eos_token_ids, chat), users[index + 1]
+        return tokens
+
+    return [follow_up(i) for i in range(len(users) - 1)]
+
+
 def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
               temperatures: list[float], out: Path, progress: bool = True,
-              plan: dict[str, PlannedMethod] | None = None) -> list[dict]:
-    """Run everything, write runs.jsonl as it goes, return the records. `pairs`: the loaded pair by `kernels`
-    option ("fast", and "torch" or "plain" when a method asks for it); `plan`: plan_methods' (made here if None)."""
+              plan: dict[str, PlannedMethod] | None = None, judge: Judge | None = None) -> list[dict]:
+    """Run everything, write runs.jsonl as it goes, return the records (one per prompt, method, temperature and
+    turn). `pairs`: the loaded pair by `kernels` option ("fast", and "torch" or "plain" when a method asks for
+    it); `plan`: plan_methods' (made here if None); `judge`: a second model that scores every output."""
     from tqdm import tqdm
 
+    apply_preset(args)
     plan = plan or plan_methods(args, specs)
     pair = pairs["fast"]
     pair_of = {spec.label: pairs[spec.option("kernels", "fast")] for spec in specs}
-    encoded = [pair.encode_prompt(p["text"], chat=not args.no_chat) for p in prompts]
+    chat = not args.no_chat
+    encoded = [pair.encode_prompt(p["text"], chat=chat) for p in prompts]
+    follow_ups = [conversation_follow_ups(pair, p, args.turns, chat) for p in prompts]
+    judges = [] if getattr(args, "no_quality", False) else [Judge("target", pair.target)] + ([judge] if judge else [])
 
     def options_for(spec: MethodSpec, temperature: float, seed: int) -> DecoderOptions:
         return replace(plan[spec.label].options, temperature=temperature, seed=seed)
 
-    def run_one(spec: MethodSpec, temperature: float, seed: int, ids: list[int], max_new_tokens: int, text: str):
+    def run_one(spec: MethodSpec, temperature: float, seed: int, ids: list[int], max_new_tokens: int, text: str,
+                later_turns=()) -> list[Measured]:
         return run_method(spec, pair_of[spec.label], options_for(spec, temperature, seed), ids, max_new_tokens,
-                          text, clock_of[spec.label], plan[spec.label].decision_model)
+                          text, clock_of[spec.label], plan[spec.label].decision_model, later_turns)
 
     # Build every decoder once up front so what only a pair can refuse (no feature draft) fails before any minute
     # is spent.
@@ -181,13 +241,18 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
                     batch = []
                     for spec in specs[shift:] + specs[:shift]:
                         bar.set_description(f"{prompt['category']} #{prompt['id']} {spec.label} T={temperature:g}")
-                        clock = clock_of[spec.label]
-                        clock.reset()
-                        measured = run_one(spec, temperature, seed, ids, args.max_new_tokens, prompt["text"])
-                        batch.append(_record(prompt, spec, temperature, seed, measured, clock, args.max_new_tokens))
+                        turns = run_one(spec, temperature, seed, ids, args.max_new_tokens, prompt["text"],
+                                        follow_ups[index])
+                        for turn, measured in enumerate(turns, 1):
+                            record = _record(prompt, spec, temperature, seed, measured, turn, args.max_new_tokens)
+                            if judges:
+                                add_quality(record, measured.context_ids, pair, judges)
+                            batch.append(record)
                         bar.update()
-                    batch.sort(key=lambda r: [s.label for s in specs].index(r["method"]))
-                    add_fidelity(batch)
+                    order = [s.label for s in specs]
+                    batch.sort(key=lambda r: (r["turn"], order.index(r["method"])))
+                    for turn in sorted({r["turn"] for r in batch}):
+                        add_fidelity([r for r in batch if r["turn"] == turn])
                     for record in batch:
                         sink.write(json.dumps(record) + "\n")
                     sink.flush()
@@ -201,6 +266,11 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
 
 def run(args: argparse.Namespace) -> int:
     # Every mistake a user can make fails here, before a model is loaded.
+    chosen = apply_preset(args)
+    if chosen:
+        print(f"preset {args.preset}: " + " ".join(chosen), file=sys.stderr)
+    if args.turns < 1:
+        raise ValueError("--turns must be at least 1")
     specs = parse_methods(args.methods)
     temperatures = parse_temperatures(args.temperatures) if args.temperatures else [args.temperature]
     plan = plan_methods(args, specs)
@@ -226,8 +296,10 @@ def run(args: argparse.Namespace) -> int:
         pairs["torch"] = load_pair_from(args, compiled_kernel=False)
     if any(spec.option("kernels") == "plain" for spec in specs):
         pairs["plain"] = load_pair_from(args, fast_kernels=False)
+    judge = load_judge(args.judge, pairs["fast"].device) if args.judge and not args.no_quality else None
     meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
-    records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress, plan=plan)
+    records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress, plan=plan,
+                        judge=judge)
     summary = summarize(records)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -238,7 +310,8 @@ def run(args: argparse.Namespace) -> int:
         write_report(out / "report.html", summary, meta, plotlyjs=args.plotlyjs)
         written.append("report.html")
     print(f"{meta['pair']}: {meta['draft']}; {meta['device']} {meta['dtype']}; {len(prompts)} prompts, "
-          f"max {args.max_new_tokens} new tokens; {meta['date_utc']} UTC\n")
+          f"{'up to ' + str(args.turns) + ' turns each, ' if args.turns > 1 else ''}"
+          f"max {args.max_new_tokens} new tokens per turn; {meta['date_utc']} UTC\n")
     print(markdown_tables(summary))
     print(f"wrote {', '.join(str(out / name) for name in written)}", file=sys.stderr)
     return 0

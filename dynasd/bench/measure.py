@@ -5,6 +5,8 @@ import copy
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from ..decision import DecisionModel
 from ..decoders import make_decoder
 from ..options import DecoderOptions
@@ -27,6 +29,7 @@ class ForwardClock:
         self.cuda = pair.device.type == "cuda"
         self.seconds = {"target": 0.0, "draft": 0.0}
         self.calls = {"target": 0, "draft": 0}
+        self.positions = {"target": 0, "draft": 0}
         self._handles = []
         self._started: dict[str, float] = {}
         drafts = [d for d in (pair.draft, getattr(pair, "feature_draft", None)) if d is not None]
@@ -39,12 +42,12 @@ class ForwardClock:
 
     def _sync(self) -> None:
         if self.cuda:
-            import torch
-
             torch.cuda.synchronize()
 
     def _pre(self, role: str):
         def hook(module, inputs):
+            if inputs and isinstance(inputs[0], torch.Tensor):  # the embedding's input ids: positions forwarded
+                self.positions[role] += inputs[0].shape[-1]
             self._sync()
             self._started[role] = time.perf_counter()
         return hook
@@ -59,6 +62,10 @@ class ForwardClock:
     def reset(self) -> None:
         self.seconds = {"target": 0.0, "draft": 0.0}
         self.calls = {"target": 0, "draft": 0}
+        self.positions = {"target": 0, "draft": 0}
+
+    def snapshot(self) -> dict:
+        return {"calls": dict(self.calls), "seconds": dict(self.seconds), "positions": dict(self.positions)}
 
     def close(self) -> None:
         for handle in self._handles:
@@ -78,6 +85,12 @@ class Measured:
     finished: str
     lossless: bool
     phase_seconds: dict = field(default_factory=dict)  # the decoder's own split (our methods only)
+    # drafting steps by accepted length: histogram[a] = steps whose accepted path held a proposed tokens
+    acceptance_histogram: list[int] | None = None
+    proposed_tokens: int | None = None    # candidates the target tested (draft, looked-up, recycled nodes)
+    accepted_tokens: int | None = None    # of them, those committed
+    context_ids: list[int] = field(default_factory=list)  # what the output answers (the whole conversation)
+    forwards: dict = field(default_factory=dict)  # the forward clock's counts for this turn (ForwardClock.snapshot)
 
 
 def truncate(ids: list[int], max_new_tokens: int, eos_ids) -> tuple[list[int], str]:
@@ -100,6 +113,27 @@ def draft_level_counts(trace) -> tuple[int, int]:
     return accepted, attempted
 
 
+def acceptance_counts(trace) -> tuple[list[int], int, int]:
+    """(histogram, proposed, accepted) over a run's steps. A step that proposed candidates is one *draft*
+    (vLLM's word); histogram[a] counts the drafts whose accepted path held a proposed tokens, which gives the
+    per-position acceptance rate (summary.per_position_acceptance). Steps with no candidate (ar, a pld step with
+    no match) are no drafts."""
+    from ..trace import PROPOSED_ORIGINS
+
+    histogram: list[int] = []
+    proposed = accepted = 0
+    for step in trace.steps:
+        tested = sum(n.origin in PROPOSED_ORIGINS for n in step.nodes)
+        if not tested:
+            continue
+        kept = sum(step.nodes[i].origin in PROPOSED_ORIGINS for i in step.accepted_path)
+        histogram += [0] * (kept + 1 - len(histogram))
+        histogram[kept] += 1
+        proposed += tested
+        accepted += kept
+    return histogram, proposed, accepted
+
+
 def make_method_decoder(spec: MethodSpec, pair, options: DecoderOptions, decision_model: DecisionModel | None = None):
     """Our decoder for one benchmarked method: `options` are the spec's (specs.decoder_options) with this run's
     temperature and seed; `decision_model` is loaded once per method, not once per run."""
@@ -108,28 +142,68 @@ def make_method_decoder(spec: MethodSpec, pair, options: DecoderOptions, decisio
 
 def _synchronize(pair) -> None:
     if pair.device.type == "cuda":
-        import torch
-
         torch.cuda.synchronize()
 
 
 def run_decoder(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens, prompt_text,
-                decision_model: DecisionModel | None = None) -> Measured:
+                decision_model: DecisionModel | None = None, follow_ups=(), clock: ForwardClock | None = None
+                ) -> list[Measured]:
+    """One conversation: the first turn from `ids`, then one turn per follow-up. `follow_ups` is a list of
+    functions, each given the conversation's token ids so far and the last answer's, returning (extra token ids,
+    the user text): the decoder goes on from its caches (Decoder.continue_with). Every turn is timed on its own,
+    by the same window (prefill or continuation + steps); building the follow-up's tokens is outside it."""
     decoder = make_method_decoder(spec, pair, options, decision_model)
-    _synchronize(pair)
-    started = time.perf_counter()
-    trace = decoder.generate(ids, max_new_tokens, prompt_text=prompt_text)
-    _synchronize(pair)
-    seconds = time.perf_counter() - started
+    turns = []
+    for turn in range(1 + len(follow_ups)):
+        if turn:
+            context = decoder.run.prompt_ids + decoder.run.new_token_ids
+            extra, prompt_text = follow_ups[turn - 1](context, decoder.run.new_token_ids)
+        if clock:
+            clock.reset()
+        _synchronize(pair)
+        started = time.perf_counter()
+        trace = (decoder.generate(ids, max_new_tokens, prompt_text=prompt_text) if not turn else
+                 decoder.generate_turn(extra, max_new_tokens, prompt_text=prompt_text))
+        _synchronize(pair)
+        seconds = time.perf_counter() - started
+        turns.append(_measured(spec, pair, trace, seconds, max_new_tokens, clock))
+    return turns
+
+
+def _measured(spec, pair, trace, seconds, max_new_tokens, clock) -> Measured:
     token_ids, finished = truncate(trace.new_token_ids, max_new_tokens, pair.eos_token_ids)
     accepted, attempted = draft_level_counts(trace) if spec.method != "ar" else (None, None)
+    histogram, proposed, accepted_tokens = acceptance_counts(trace)
     # The decoder's own phases; "rest" is prefill plus per-step bookkeeping (text, traces) outside them.
     phases = {"draft": sum(s.draft_seconds for s in trace.steps),
               "verify": sum(s.verify_seconds for s in trace.steps),
               "accept": sum(s.accept_seconds for s in trace.steps)}
     phases["rest"] = seconds - sum(phases.values())
+    drafting = spec.method != "ar"
     return Measured(token_ids, pair.decode(token_ids), seconds, trace.target_forwards, accepted, attempted,
-                    trace.finished or finished, trace.lossless, phases)
+                    trace.finished or finished, trace.lossless, phases,
+                    acceptance_histogram=histogram if drafting else None,
+                    proposed_tokens=proposed if drafting else None,
+                    accepted_tokens=accepted_tokens if drafting else None,
+                    context_ids=list(trace.prompt_ids), forwards=clock.snapshot() if clock else {})
+
+
+def run_hf_assisted_conversation(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens,
+                                 clock: ForwardClock | None = None, follow_ups=()) -> list[Measured]:
+    """transformers' assisted generation over a conversation: every turn is one `generate` call on the whole
+    conversation so far (transformers re-reads it: its caches are not carried from one call to the next)."""
+    turns = []
+    for turn in range(1 + len(follow_ups)):
+        if turn:
+            context = ids + turns[-1].token_ids
+            extra, _ = follow_ups[turn - 1](context, turns[-1].token_ids)
+            ids = context + list(extra)
+        if clock:
+            clock.reset()
+        measured = run_hf_assisted(spec, pair, options, ids, max_new_tokens, clock)
+        measured.context_ids, measured.forwards = list(ids), clock.snapshot() if clock else {}
+        turns.append(measured)
+    return turns
 
 
 def run_hf_assisted(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens,
@@ -143,7 +217,6 @@ def run_hf_assisted(spec: MethodSpec, pair, options: DecoderOptions, ids, max_ne
     The draft's generation config is restored afterwards: HF's heuristic schedule
     writes its state into it, which would leak from one run into the next.
     """
-    import torch
     import transformers
 
     sampling, seed = options.sampling, options.seed
@@ -194,7 +267,9 @@ def run_hf_assisted(spec: MethodSpec, pair, options: DecoderOptions, ids, max_ne
 
 
 def run_method(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_tokens, prompt_text,
-               clock: ForwardClock | None = None, decision_model: DecisionModel | None = None) -> Measured:
+               clock: ForwardClock | None = None, decision_model: DecisionModel | None = None,
+               follow_ups=()) -> list[Measured]:
+    """One conversation (a single turn unless `follow_ups` are given) of one method: one Measured per turn."""
     if spec.method == HF_ASSISTED:
-        return run_hf_assisted(spec, pair, options, ids, max_new_tokens, clock)
-    return run_decoder(spec, pair, options, ids, max_new_tokens, prompt_text, decision_model)
+        return run_hf_assisted_conversation(spec, pair, options, ids, max_new_tokens, clock, follow_ups)
+    return run_decoder(spec, pair, options, ids, max_new_tokens, prompt_text, decision_model, follow_ups, clock)

@@ -68,6 +68,28 @@ def figures(summary: list[dict]) -> list[tuple[str, go.Figure]]:
             out.append((f"Acceptance rate by category, {tag}", fig))
 
         overall = [next(r for r in rows if r["method"] == m and r["category"] == "all") for m in methods]
+
+        drafting = [r for r in overall if r.get("per_position_acceptance")]
+        if drafting:
+            fig = go.Figure()
+            for r in drafting:
+                rates = r["per_position_acceptance"]
+                fig.add_scatter(name=r["method"], x=list(range(1, len(rates) + 1)), y=rates, mode="lines+markers",
+                                line_color=colors[r["method"]])
+            fig.update_layout(xaxis_title="draft position k", xaxis_dtick=1, yaxis_range=[0, 1.05],
+                              yaxis_title="share of drafts whose accepted path reached k")
+            out.append((f"Per-position acceptance rate (all prompts), {tag}", fig))
+
+        scored = [r for r in overall if r.get("mean_log_likelihood") is not None]
+        if scored:
+            fig = go.Figure(go.Bar(
+                x=[r["method"] + ("" if r["lossless"] else " (lossy)") for r in scored],
+                y=[r["mean_log_likelihood"] for r in scored],
+                error_y=dict(type="data", array=[r["mean_log_likelihood_se"] or 0 for r in scored]),
+                marker_color=[colors[r["method"]] for r in scored],
+                text=[format(r["mean_log_likelihood"], ".3f") for r in scored], textposition="outside"))
+            fig.update_layout(yaxis_title="target's mean log-likelihood per token (higher: more target-like)")
+            out.append((f"Quality: the target's log-likelihood of each method's text, {tag}", fig))
         fig = go.Figure()
         for part, key, color in TIME_PARTS:
             ys = [1000 * r[key] / r["new_tokens"] if r["new_tokens"] else None for r in overall]
@@ -90,14 +112,18 @@ def figures(summary: list[dict]) -> list[tuple[str, go.Figure]]:
 def _table(summary: list[dict]) -> str:
     columns = [("method", "method", "s"), ("T", "temperature", "g"), ("category", "category", "s"),
                ("prompts", "n_prompts", "d"), ("tokens/s", "tokens_per_s", ".1f"),
-               ("speedup vs ar", "speedup_vs_ar", ".2f"), ("tokens / target fwd", "tokens_per_target_forward", ".2f"),
-               ("acceptance", "acceptance_rate", ".2f"), ("draft time", "draft_share", ".0%"),
+               ("speedup vs ar", "speedup_vs_ar", ".2f"), ("mean acceptance length", "mean_acceptance_length", ".2f"),
+               ("acceptance", "acceptance_rate", ".2f"), ("draft tokens proposed", "draft_tokens_proposed", "d"),
+               ("accepted", "draft_tokens_accepted", "d"), ("draft time", "draft_share", ".0%"),
                ("verify time", "verify_share", ".0%"), ("identical to ar", "identical_share", ".0%"),
-               ("differing tokens", "differing_token_share", ".1%")]
+               ("differing tokens", "differing_token_share", ".1%"),
+               ("mean log-likelihood", "mean_log_likelihood", ".3f"), ("perplexity", "perplexity", ".2f"),
+               ("log-likelihood vs ar", "log_likelihood_vs_ar", "+.3f"),
+               ("judge: mean log-likelihood", "judge_mean_log_likelihood", ".3f")]
     head = "".join(f"<th>{html.escape(name)}</th>" for name, _, _ in columns)
     body = []
     for row in summary:
-        cells = "".join(f"<td>{'–' if row[key] is None else html.escape(format(row[key], fmt))}</td>"
+        cells = "".join(f"<td>{'–' if row.get(key) is None else html.escape(format(row[key], fmt))}</td>"
                         for _, key, fmt in columns)
         body.append(f"<tr class='{'all' if row['category'] == 'all' else ''}'>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

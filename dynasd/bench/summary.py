@@ -1,10 +1,14 @@
 """Fidelity and the summary: pure functions of the run records, and the printed tables."""
 from __future__ import annotations
 
+import math
+
 from .specs import REFERENCE
 
 ACCEPTANCE_DENOMINATOR = "draft levels attempted (one per draft level of a step's live tree; target roots excluded)"
 FIDELITY_AT_SAMPLING = "T>0: outputs are random samples, so token identity with ar is not a fidelity measure"
+QUALITY_NOTE = ("mean log-likelihood per token of each output under the target (T = 1, teacher-forced on the "
+                "output's own prompt or conversation); perplexity = exp(-mean); vs ar: the difference in nats/token")
 
 # ---------------------------------------------------------------------------------------------------------------
 # fidelity and the summary (pure functions of the run records)
@@ -36,6 +40,41 @@ def _ratio(num, den):
     return num / den if den else None
 
 
+def add_histograms(histograms: list[list[int]]) -> list[int]:
+    total: list[int] = []
+    for histogram in histograms:
+        total += [0] * (len(histogram) - len(total))
+        for accepted, count in enumerate(histogram):
+            total[accepted] += count
+    return total
+
+
+def per_position_acceptance(histogram: list[int]) -> list[float]:
+    """For draft position k = 1, 2, ...: the share of drafts (steps that proposed candidates) whose accepted path
+    reached k, from histogram[a] = drafts that accepted a tokens (vLLM's per-position acceptance rate). It falls
+    with k; the sum over k is the mean number of proposed tokens accepted per draft."""
+    drafts = sum(histogram)
+    if not drafts:
+        return []
+    return [sum(histogram[k:]) / drafts for k in range(1, len(histogram))]
+
+
+def _quality(runs: list[dict], prefix: str) -> dict:
+    """Ratio of sums over every scored output (long outputs weigh more), with the standard error of the outputs'
+    own means (how far two methods' means must lie apart to mean something)."""
+    scored = [r for r in runs if r.get(prefix + "log_likelihood") is not None and r.get(prefix + "scored_tokens")]
+    tokens = sum(r[prefix + "scored_tokens"] for r in scored)
+    mean = _ratio(sum(r[prefix + "log_likelihood"] for r in scored), tokens)
+    per_output = [r[prefix + "log_likelihood"] / r[prefix + "scored_tokens"] for r in scored]
+    se = None
+    if len(per_output) > 1:
+        m = sum(per_output) / len(per_output)
+        se = (sum((x - m) ** 2 for x in per_output) / (len(per_output) - 1) / len(per_output)) ** 0.5
+    return {prefix + "mean_log_likelihood": mean, prefix + "mean_log_likelihood_se": se,
+            prefix + "perplexity": math.exp(-mean) if mean is not None else None,
+            prefix + "log_likelihood_vs_ar": None}  # filled in by summarize
+
+
 def _aggregate(method: str, temperature: float, category: str, runs: list[dict]) -> dict:
     tokens = sum(r["new_tokens"] for r in runs)
     seconds = sum(r["seconds"] for r in runs)
@@ -47,12 +86,18 @@ def _aggregate(method: str, temperature: float, category: str, runs: list[dict])
     compared = sum(r["compared_tokens"] for r in runs)
     identical = [r["identical_to_ar"] for r in runs]
     fidelity_known = temperature == 0 and all(v is not None for v in identical)
+    histograms = [r.get("acceptance_histogram") for r in runs]
+    histogram = None if None in histograms else add_histograms(histograms)
+    proposed = [r.get("draft_tokens_proposed") for r in runs]
+    accepted_tokens = [r.get("draft_tokens_accepted") for r in runs]
+    mean_acceptance_length = None if None in forwards else _ratio(tokens, sum(forwards))
     return {
         "method": method,
         "base_method": runs[0]["base_method"],
         "temperature": temperature,
         "category": category,
-        "n_prompts": len(runs),
+        "n_prompts": len({r["prompt_id"] for r in runs}),
+        "n_turns": len(runs),
         "new_tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": _ratio(tokens, seconds),
@@ -63,6 +108,14 @@ def _aggregate(method: str, temperature: float, category: str, runs: list[dict])
         "attempted_draft_levels": None if None in attempted else sum(attempted),
         "acceptance_rate": None if None in attempted else _ratio(sum(accepted), sum(attempted)),
         "acceptance_denominator": ACCEPTANCE_DENOMINATOR,
+        "mean_acceptance_length": mean_acceptance_length,
+        "acceptance_histogram": histogram,
+        "per_position_acceptance": per_position_acceptance(histogram) if histogram is not None else None,
+        "draft_tokens_proposed": None if None in proposed else sum(proposed),
+        "draft_tokens_accepted": None if None in accepted_tokens else sum(accepted_tokens),
+        "draft_token_acceptance": None if None in proposed else _ratio(sum(accepted_tokens), sum(proposed)),
+        **_quality(runs, ""),
+        **_quality(runs, "judge_"),
         "draft_seconds": draft_s,
         "verify_seconds": target_s,
         "other_seconds": seconds - draft_s - target_s,
@@ -96,6 +149,11 @@ def summarize(records: list[dict]) -> list[dict]:
             for row in block:
                 if reference and reference["tokens_per_s"] and row["tokens_per_s"] is not None:
                     row["speedup_vs_ar"] = row["tokens_per_s"] / reference["tokens_per_s"]
+                for prefix in ("", "judge_"):
+                    mine = row[prefix + "mean_log_likelihood"]
+                    ar = reference[prefix + "mean_log_likelihood"] if reference else None
+                    if mine is not None and ar is not None:
+                        row[prefix + "log_likelihood_vs_ar"] = mine - ar
             rows += block
     return rows
 
@@ -107,19 +165,71 @@ def _fmt(value, spec: str, none: str = "–") -> str:
     return none if value is None else format(value, spec)
 
 
+def _prompts(row: dict) -> str:
+    turns = row.get("n_turns", row["n_prompts"])
+    return f"{row['n_prompts']}" if turns == row["n_prompts"] else f"{row['n_prompts']} ({turns} turns)"
+
+
+def quality_verdicts(summary: list[dict]) -> list[str]:
+    """One line per lossy method and temperature: where its quality lies against ar and the lossless methods."""
+    lines = []
+    overall = [r for r in summary if r["category"] == "all" and r["mean_log_likelihood"] is not None]
+    for row in overall:
+        if row["lossless"]:
+            continue
+        same = [r for r in overall if r["temperature"] == row["temperature"]]
+        lossless = [r["log_likelihood_vs_ar"] for r in same if r["lossless"] and r["method"] != REFERENCE
+                    and r["log_likelihood_vs_ar"] is not None]
+        span = (f"; the lossless methods lie at {min(lossless):+.3f} to {max(lossless):+.3f}" if lossless else "")
+        ar = next((r for r in same if r["method"] == REFERENCE), None)
+        if ar is None or row["log_likelihood_vs_ar"] is None:
+            continue
+        lines.append(f"- {row['method']} (lossy), T={row['temperature']:g}: {row['log_likelihood_vs_ar']:+.3f} "
+                     f"nats/token against ar (perplexity {row['perplexity']:.2f} against {ar['perplexity']:.2f})"
+                     f"{span}.")
+    return lines
+
+
 def markdown_tables(summary: list[dict]) -> str:
-    lines = ["| method | T | prompts | tokens/s | speedup vs ar | tokens / target fwd | acceptance | "
+    overall = [r for r in summary if r["category"] == "all"]
+    lines = ["| method | T | prompts | tokens/s | speedup vs ar | mean acceptance length | acceptance | "
              "time: draft / verify / other | identical to ar | differing tokens |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in (r for r in summary if r["category"] == "all"):
+    for row in overall:
         other = None if row["draft_share"] is None else 1 - row["draft_share"] - row["verify_share"]
         split = (f"{_fmt(row['draft_share'], '.0%')} / {_fmt(row['verify_share'], '.0%')} / {_fmt(other, '.0%')}")
         identical = (f"{row['identical_share']:.0%}" if row["identical_share"] is not None else "n/a (T>0)")
         lines.append(f"| {row['method']}{'' if row['lossless'] else ' (lossy)'} | {row['temperature']:g} | "
-                     f"{row['n_prompts']} | {_fmt(row['tokens_per_s'], '.1f')} | "
-                     f"{_fmt(row['speedup_vs_ar'], '.2f')}x | {_fmt(row['tokens_per_target_forward'], '.2f')} | "
+                     f"{_prompts(row)} | {_fmt(row['tokens_per_s'], '.1f')} | "
+                     f"{_fmt(row['speedup_vs_ar'], '.2f')}x | {_fmt(row['mean_acceptance_length'], '.2f')} | "
                      f"{_fmt(row['acceptance_rate'], '.2f')} | {split} | {identical} | "
                      f"{_fmt(row['differing_token_share'], '.1%', 'n/a')} |")
+    lines += ["", "Draft tokens and per-position acceptance (share of drafts whose accepted path reached position k):",
+              "", "| method | T | draft tokens proposed | accepted | accepted / proposed | per position 1, 2, 3, ... |",
+              "|---|---|---|---|---|---|"]
+    for row in overall:
+        if row["draft_tokens_proposed"] is None:
+            continue
+        positions = ", ".join(f"{v:.2f}" for v in row["per_position_acceptance"] or []) or "–"
+        lines.append(f"| {row['method']} | {row['temperature']:g} | {row['draft_tokens_proposed']} | "
+                     f"{row['draft_tokens_accepted']} | {_fmt(row['draft_token_acceptance'], '.2f')} | {positions} |")
+    if any(row["mean_log_likelihood"] is not None for row in overall):
+        judged = any(row["judge_mean_log_likelihood"] is not None for row in overall)
+        lines += ["", "Quality: the target's mean log-likelihood per token of each method's outputs (± standard "
+                  "error over outputs), its perplexity, and the difference from ar's:", "",
+                  "| method | T | mean log-likelihood | perplexity | vs ar (nats/token) |"
+                  + (" judge: mean log-likelihood | judge: vs ar |" if judged else ""),
+                  "|---|---|---|---|---|" + ("---|---|" if judged else "")]
+        for row in overall:
+            se = row["mean_log_likelihood_se"]
+            line = (f"| {row['method']}{'' if row['lossless'] else ' (lossy)'} | {row['temperature']:g} | "
+                    f"{_fmt(row['mean_log_likelihood'], '.3f')}{f' ± {se:.3f}' if se is not None else ''} | "
+                    f"{_fmt(row['perplexity'], '.2f')} | {_fmt(row['log_likelihood_vs_ar'], '+.3f')} |")
+            if judged:
+                line += (f" {_fmt(row['judge_mean_log_likelihood'], '.3f')} | "
+                         f"{_fmt(row['judge_log_likelihood_vs_ar'], '+.3f')} |")
+            lines.append(line)
+        lines += [""] + quality_verdicts(summary)
     categories = list(dict.fromkeys(r["category"] for r in summary if r["category"] != "all"))
     methods = list(dict.fromkeys(r["method"] for r in summary))
     for temperature in sorted({r["temperature"] for r in summary}):

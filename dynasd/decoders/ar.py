@@ -16,9 +16,17 @@ class ARDecoder(Decoder):
 
     def _prefill(self) -> None:
         self.target = CachedModel(self.pair.target)
-        # Everything but the last prompt token; the last one is fed by the first step (uniform step cost).
-        if len(self.committed) > 1:
-            self.target.prefill(self.committed[:-1])
+        self._read_prompt()
+
+    def _extend(self, kept: int) -> None:
+        self.target.crop(kept)
+        self._read_prompt()
+
+    def _read_prompt(self) -> None:
+        # Everything not cached but the last token; the last one is fed by the first step (uniform step cost).
+        pending = self.committed[self.target.cached_len:-1]
+        if pending:
+            self.target.prefill(pending)
 
     def _step(self) -> StepTrace:
         started = time.perf_counter()

@@ -51,30 +51,64 @@ class Decoder(ABC):
         """Cache the prompt (all of it, or all but the token the first step will feed)."""
 
     @abstractmethod
+    def _extend(self, kept: int) -> None:
+        """The committed text is its first `kept` tokens as the caches know them, then new prompt tokens (the next
+        turn of a conversation): drop what the caches hold past `kept`, then cache the new tokens as `_prefill`
+        caches a prompt, so the next step costs what a first step costs."""
+
+    @abstractmethod
     def _step(self) -> StepTrace:
         """Draft, verify once, commit: the method itself."""
 
     # -- the shared run loop -----------------------------------------------------------------------------------
     def start(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
-        if not prompt_ids:
-            raise RequestError("the prompt is empty")
-        if max_new_tokens < 1:
-            raise RequestError("max new tokens must be at least 1")
-        limit = self.pair.context_limit
-        if len(prompt_ids) + max_new_tokens + self.max_step_tokens() > limit:
-            raise RequestError(f"prompt ({len(prompt_ids)} tokens) + max new tokens ({max_new_tokens}) exceeds "
-                               f"the model's context of {limit} tokens")
+        self._check_request(prompt_ids, max_new_tokens, "the prompt")
         self.generator = torch.Generator(device=self.pair.device).manual_seed(self.seed)
-        self.committed = list(prompt_ids)
-        self.max_new_tokens = max_new_tokens
-        config = self.config() if self.options is None else {**self.config(), "options": self.options.to_record()}
-        self.run = RunTrace(method=self.method, config=config, pair=self.pair.name,
-                            draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
-                            prompt_ids=list(prompt_ids))
+        self._new_run(list(prompt_ids), max_new_tokens, prompt_text, turn=1)
         started = time.perf_counter()
         self._prefill()
         self.run.seconds += time.perf_counter() - started
         return self.run
+
+    def continue_with(self, extra_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
+        """A new run that goes on from the finished one: its prompt is the last run's prompt, the tokens it kept,
+        then `extra_ids` (the next user turn with the chat template's markers, prompts.follow_up_ids).
+
+        Why: in a conversation every turn's prompt holds the earlier turns and the model's own answers, whose keys
+        and values the caches already hold. Only the tokens no forward has read yet are forwarded (the answer's
+        last token and `extra_ids`), instead of prefilling the whole conversation again; the output is what a
+        fresh decoder would make of the whole conversation (exactly so at T = 0 for a lossless method). The
+        random stream goes on from the last run rather than restarting."""
+        if self.run is None:
+            raise RuntimeError("continue_with() goes on from a run: call start() first")
+        if not self.done:
+            raise RequestError("the run is not finished: a conversation goes on after a whole answer")
+        context = self.run.prompt_ids + self.run.new_token_ids  # the answer as counted, past its end cut off
+        self._check_request(extra_ids, max_new_tokens, "the follow-up message", len(context))
+        self._new_run(context + list(extra_ids), max_new_tokens, prompt_text, turn=self.run.config["turn"] + 1)
+        started = time.perf_counter()
+        self._extend(len(context))
+        self.run.seconds += time.perf_counter() - started
+        return self.run
+
+    def _check_request(self, ids: list[int], max_new_tokens: int, what: str, context: int = 0) -> None:
+        if not ids:
+            raise RequestError(f"{what} is empty")
+        if max_new_tokens < 1:
+            raise RequestError("max new tokens must be at least 1")
+        limit = self.pair.context_limit
+        if context + len(ids) + max_new_tokens + self.max_step_tokens() > limit:
+            earlier = f"the conversation so far ({context} tokens) + " if context else ""
+            raise RequestError(f"{earlier}{what} ({len(ids)} tokens) + max new tokens ({max_new_tokens}) exceeds "
+                               f"the model's context of {limit} tokens")
+
+    def _new_run(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str, turn: int) -> None:
+        self.committed = prompt_ids
+        self.max_new_tokens = max_new_tokens
+        config = self.config() if self.options is None else {**self.config(), "options": self.options.to_record()}
+        self.run = RunTrace(method=self.method, config={**config, "turn": turn}, pair=self.pair.name,
+                            draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
+                            prompt_ids=list(prompt_ids))
 
     @property
     def done(self) -> bool:
@@ -113,6 +147,14 @@ class Decoder(ABC):
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
         self.start(prompt_ids, max_new_tokens, prompt_text)
+        return self._finish()
+
+    def generate_turn(self, extra_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
+        """`generate` for the next turn of a conversation (continue_with, then step to the end)."""
+        self.continue_with(extra_ids, max_new_tokens, prompt_text)
+        return self._finish()
+
+    def _finish(self) -> RunTrace:
         while not self.done:
             self.step()
         return self.run

@@ -159,19 +159,30 @@ class TreeDecoder(Decoder):
     def _prefill(self) -> None:
         reads = any(source.reads_target_hidden for source in self.sources)
         self.target = CachedModel(self.pair.target, need_hidden=reads)
-        # Target-rooted trees need the target's next-token distribution before the first step, so the target
-        # reads the whole prompt; otherwise the last prompt token is the first step's root.
-        target_rooted = any(source.target_rooted for source in self.sources)
-        target_reads = self.committed if target_rooted else self.committed[:-1]
-        reading = None
-        if target_reads:
-            every_row = any(source.reads_prompt_logits for source in self.sources)
-            logits, hidden = self.target.forward(target_reads, [], None, [],
-                                                 keep_logits=len(target_reads) if every_row else 1,
-                                                 keep_hidden=len(target_reads) if reads else 0)
-            reading = TargetReading(0, list(target_reads), logits, hidden)
+        reading = self._read_prompt()
         for source in self.sources:
             source.start(self.committed, reading, self.generator)
+
+    def _extend(self, kept: int) -> None:
+        self.target.crop(kept)
+        reading = self._read_prompt()
+        for source in self.sources:
+            source.extend(self.committed, kept, reading)
+
+    def _read_prompt(self) -> TargetReading | None:
+        """The target reads the committed tokens it has not cached: all of them when a tree is target-rooted (it
+        needs the target's next-token distribution before the first step), otherwise all but the last, which is
+        the first step's root."""
+        target_rooted = any(source.target_rooted for source in self.sources)
+        first = self.target.cached_len
+        target_reads = self.committed[first:] if target_rooted else self.committed[first:-1]
+        if not target_reads:
+            return None
+        every_row = any(source.reads_prompt_logits for source in self.sources)
+        logits, hidden = self.target.forward(target_reads, [], None, [],
+                                             keep_logits=len(target_reads) if every_row else 1,
+                                             keep_hidden=len(target_reads) if self.target.need_hidden else 0)
+        return TargetReading(first, list(target_reads), logits, hidden)
 
     # -- one step ----------------------------------------------------------------------------------------------
     def _step(self) -> StepTrace:

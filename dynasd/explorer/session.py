@@ -16,6 +16,7 @@ from ..decision import DecisionModel
 from ..decoders import Decoder, RequestError, make_decoder
 from ..models import ModelPair
 from ..options import METHODS, DecoderOptions, OptionsError
+from ..prompts import follow_up_ids
 from ..stopping import READS_DECISION_MODEL, load_decision_model
 from ..trace import RunTrace, StepTrace, TraceError, load_run
 from .inputs import Settings, UserError, check_prompt, one_line
@@ -67,6 +68,7 @@ class Session:
         self.created = self.last_used = time.monotonic()
         self.settings: Settings | None = None
         self.prompt: str = ""
+        self.turns: list[str] = []   # the conversation's user messages: the prompt, then any follow-ups
         self.pair: ModelPair | None = None
         self.decoder = None
         self.run: RunTrace | None = None
@@ -115,6 +117,7 @@ class Session:
         self.decoder = self.run = self.settings = self.pair = None
         self.prompt, self.replay, self.error, self.stop_requested = "", False, None, False
         self.restart_asked = False
+        self.turns = []
 
     def start(self, pairs: PairCache, settings: Settings, prompt: str) -> RunTrace:
         """Build the decoder and prefill the prompt. Raises UserError for anything the user can fix; the
@@ -143,6 +146,45 @@ class Session:
         self.reset()
         self.settings, self.prompt, self.pair, self.decoder, self.run = settings, prompt, pair, decoder, decoder.run
         self.load_seconds, self.prefill_seconds = load_seconds, prefill_seconds
+        self.turns = [prompt]
+        return self.run
+
+    def follow_up(self, pairs: PairCache, message: str) -> RunTrace:
+        """The next turn of the conversation: `message` after the finished run's answer, as a new run with the
+        same settings (Step and Run then go on with it).
+
+        A finished run has released its caches (the memory rule of a shared server), so the new run's prefill
+        reads the whole conversation; the command line and the bench continue from the caches instead
+        (Decoder.continue_with). The tokens are the same either way: prompt, answer, then prompts.follow_up_ids."""
+        message = check_prompt(message)
+        if self.error:
+            raise SessionFailed(self.error)
+        if self.replay or self.run is None or self.pair is None or not self.done:
+            raise UserError("a follow-up message goes after a finished run: press Run (or Step to the end) first")
+        users = self.turns + [message]
+        messages = []
+        for user in users[:-1]:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
+        messages.append({"role": "user", "content": message})
+        try:
+            extra = follow_up_ids(self.pair.tokenizer, messages, self.run.new_token_ids, self.pair.eos_token_ids)
+        except Exception as exc:
+            raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
+        ids = self.run.prompt_ids + self.run.new_token_ids + extra
+        decoder = build_decoder(self.pair, self.settings,
+                                decision_model=load_decision_model_for(self.settings.options.for_method()))
+        with pairs.lock_for(self.pair):
+            try:
+                prefilling = time.perf_counter()
+                decoder.start(ids, self.settings.max_new_tokens, message)
+                prefill_seconds = time.perf_counter() - prefilling
+            except RequestError as exc:
+                raise UserError(str(exc)) from exc
+            except Exception as exc:
+                self.error = _failure("prefill", exc)
+                raise SessionFailed(self.error) from exc
+        self.decoder, self.run, self.turns = decoder, decoder.run, users
+        self.load_seconds, self.prefill_seconds = 0.0, prefill_seconds
         return self.run
 
     def step(self, pairs: PairCache) -> StepTrace:

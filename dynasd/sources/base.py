@@ -155,6 +155,13 @@ class CandidateSource(ABC):
     def start(self, committed: list[int], reading: TargetReading | None, generator: torch.Generator) -> None:
         """A run begins: `reading` is the target's prefill over the prompt (None for a one-token prompt)."""
 
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        """A conversation goes on (Decoder.continue_with): of `committed`, the first `kept` tokens are the text this
+        source has followed, the rest are new prompt tokens; `reading` is the target's forward over the committed
+        tokens it had not cached (None when there were none). A source forgets what it holds past `kept` (tokens
+        a step committed past the run's end) and reads the new tokens as `start` reads a prompt. A source whose
+        state is only a function of what it is given each step needs nothing."""
+
     @abstractmethod
     def propose(self, committed: list[int], room: int) -> Proposal:
         """Candidates for the next step; `room` is how many new tokens the run may still commit."""
@@ -185,6 +192,10 @@ class Fallback(CandidateSource):
     def start(self, committed: list[int], reading: TargetReading | None, generator: torch.Generator) -> None:
         for source in self.sources:
             source.start(committed, reading, generator)
+
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        for source in self.sources:
+            source.extend(committed, kept, reading)
 
     def propose(self, committed: list[int], room: int) -> Proposal:
         for source in self.sources:

@@ -50,9 +50,19 @@ class DraftTree(CandidateSource):
         # A feature draft reads its own hidden states too: tree nodes get their parent's as features.
         self.cache = CachedModel(self.model, need_hidden=self.stop.needs_hidden or self.reads_target_hidden)
         self.fed_nodes = 0
-        if len(committed) > 1:
-            self.cache.forward(committed[:-1], [], None, [], keep_logits=1,
-                               features=self._chain_features(0, len(committed) - 1))
+        self._catch_up(committed)
+
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        self.cache.crop(kept)
+        self.fed_nodes = 0
+        self._catch_up(committed)
+
+    def _catch_up(self, committed: list[int]) -> None:
+        """Cache every committed token but the last (the next step's root), as `start` does for a prompt."""
+        pending = committed[self.cache.cached_len:-1]
+        if pending:
+            self.cache.forward(pending, [], None, [], keep_logits=1,
+                               features=self._chain_features(self.cache.cached_len, len(pending)))
 
     # What a draft that reads the target's hidden states adds (feature_draft.py); a token draft reads none.
     def _chain_features(self, first: int, count: int) -> torch.Tensor | None:

@@ -28,6 +28,19 @@ class FeatureDraftTree(DraftTree):
             self.features.append(reading.first_position, reading.hidden)
         super().start(committed, reading, generator)
 
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        # The buffer ends where the target's cache ended; the target's cache was cut back to `kept` at most, and
+        # `reading` starts there.
+        end = reading.first_position if reading is not None else min(kept, self.features.end)
+        self.features.cut_at(end)
+        if reading is not None:
+            self.features.append(reading.first_position, reading.hidden)
+        # The draft re-reads from the buffer's first row at the earliest (rows before it were dropped).
+        self.cache.crop(min(kept, self.features.first + 1))
+        self.fed_nodes = 0
+        self._catch_up(committed)
+        self.features.drop_before(self.cache.cached_len - 1)
+
     def _chain_features(self, first: int, count: int) -> torch.Tensor:
         return self.features.inputs_for(first, count)
 
@@ -80,6 +93,10 @@ class TargetFeatures:
                              f"(have {self.first}..{self.end - 1})")
         rows = self.rows[start - self.first:start - self.first + count - zeros]
         return torch.cat([rows.new_zeros(zeros, rows.shape[1]), rows]) if zeros else rows
+
+    def cut_at(self, position: int) -> None:
+        """Forget the rows from `position` on (text that is no longer committed)."""
+        self.rows = self.rows[:max(0, position - self.first)]
 
     def drop_before(self, position: int) -> None:
         """Forget the rows before `position` (the draft has read every token that needed them)."""

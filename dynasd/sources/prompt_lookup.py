@@ -29,6 +29,11 @@ class PromptLookup(CandidateSource):
     def start(self, committed: list[int], reading: TargetReading | None, generator: torch.Generator) -> None:
         self.index = NgramIndex(min_ngram=self.min_ngram, max_ngram=max(self.min_ngram, 3))
 
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        # The index only grows with the text: if it has read past `kept` (text since dropped), it starts over.
+        if self.index.indexed > kept:
+            self.start(committed, reading, None)
+
     def propose(self, committed: list[int], room: int) -> Proposal:
         # looked-up tokens past max new tokens would be cut
         tokens = self.index.propose(committed, min(self.length, room))

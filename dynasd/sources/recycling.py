@@ -65,6 +65,12 @@ class TokenRecycling(CandidateSource):
         if reading is not None:
             self.record(reading.tokens, reading.logits, list(range(len(reading.tokens))))
 
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        # Rows recorded from tokens since dropped stay: they are still the target's predictions in some context,
+        # and a proposal is only ever a guess.
+        if reading is not None:
+            self.record(reading.tokens, reading.logits, list(range(len(reading.tokens))))
+
     def record(self, tokens: list[int], logits: torch.Tensor, committed_rows: list[int]) -> None:
         """table[the token a row read] = the target's top k after it, for every row of (rows, V) `logits`.
 

@@ -46,6 +46,10 @@ class TargetRootedTree(CandidateSource):
         self._keep_root_distribution(reading.logits[-1], None)  # the target read the whole prompt
         self.draft.start(committed, reading, generator)
 
+    def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
+        self._keep_root_distribution(reading.logits[-1], None)  # the target read every new token
+        self.draft.extend(committed, kept, reading)
+
     def propose(self, committed: list[int], room: int) -> Proposal:
         probs = None if self.sampling.greedy else self.root_probs[None]
         roots = draw_children(self.root_logits[None], probs, self.width, False, self.generator)
