@@ -14,6 +14,7 @@ import inspect
 import json
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -166,3 +167,26 @@ def test_importing_the_app_touches_no_cuda():
                                "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[] False"
+
+
+def test_on_zero_gpu_the_start_up_pair_is_placed_on_cuda_before_serving(zero_gpu_app, monkeypatch):
+    """ZeroGPU's pattern: the models go to "cuda" at start-up, outside the handlers, and the load finishes before
+    the server starts (the GPU process is forked from this one); elsewhere it loads in the background."""
+    import threading
+
+    app, _ = zero_gpu_app
+    events = []
+    monkeypatch.setattr(app, "_preload", lambda settings: events.append(
+        ("preload", settings.pair, app.PAIRS.device, threading.current_thread() is threading.main_thread())))
+    monkeypatch.setattr(app, "serve", lambda *args, **kwargs: events.append(("serve",)))
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    app.main(["--pair", "tiny-random"])
+    assert events == [("preload", "tiny-random", "cuda", True), ("serve",)]
+    events.clear()
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    app.main(["--pair", "tiny-random"])
+    deadline = time.monotonic() + 10
+    while len(events) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert app.PAIRS.device == "auto"
+    assert sorted(events) == [("preload", "tiny-random", "auto", False), ("serve",)], "in a background thread"
