@@ -90,10 +90,12 @@ def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: t
         return inverse_cdf(probs, k, generator)
     remaining = probs.clone()
     picks: list[torch.Tensor] = []
+    # Each draw removes one non-zero entry, so no row with k of them runs out: one host read instead of one a draw.
+    may_run_out = bool(((probs > 0).sum(dim=-1) < k).any())
     for _ in range(k):
         weights = remaining
-        exhausted = remaining.sum(dim=-1) <= 0
-        if bool(exhausted.any()):  # rare: pad with zero-probability tokens not drawn yet
+        exhausted = remaining.sum(dim=-1) <= 0 if may_run_out else None
+        if may_run_out and bool(exhausted.any()):  # rare: pad with zero-probability tokens not drawn yet
             weights = remaining.clone()
             unseen = (probs[exhausted] == 0).to(probs.dtype)
             for earlier in picks:
