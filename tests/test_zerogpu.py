@@ -1,0 +1,192 @@
+"""ZeroGPU: on a ZeroGPU Space a model may run only inside a `spaces.GPU` call, so every handler that runs a model
+must be wrapped, and nothing may touch CUDA while the app is imported.
+
+A fake `spaces` module (put into sys.modules before app.py is imported) records what it wraps and whether a call is
+inside a wrapped handler; forward hooks on every model of the served pair then show which API endpoints ran a
+model. The property is measured both ways: no model forward outside a wrapped handler, no wrapped handler that
+runs no model.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from dynasd.models import tiny_random_pair
+
+REPO = Path(__file__).resolve().parent.parent
+OUT_STATUS, OUT_TREE = 7, 1
+
+
+class FakeSpaces(types.ModuleType):
+    """`spaces.GPU(duration=...)` as the real package offers it, recording the handlers it wraps and their
+    durations, and counting how deep the current call is inside wrapped handlers."""
+
+    def __init__(self):
+        super().__init__("spaces")
+        self.wrapped: dict[str, object] = {}
+        self.inside = 0
+
+    def GPU(self, task=None, *, duration=None):  # noqa: N802 (the real package's name)
+        def decorate(handler):
+            self.wrapped[handler.__name__] = duration
+            if inspect.isgeneratorfunction(handler):
+                @functools.wraps(handler)
+                def generator(*args, **kwargs):
+                    steps = handler(*args, **kwargs)
+                    while True:
+                        self.inside += 1
+                        try:
+                            value = next(steps)
+                        except StopIteration:
+                            return
+                        finally:
+                            self.inside -= 1
+                        yield value
+                return generator
+
+            @functools.wraps(handler)
+            def call(*args, **kwargs):
+                self.inside += 1
+                try:
+                    return handler(*args, **kwargs)
+                finally:
+                    self.inside -= 1
+            return call
+
+        return decorate(task) if task is not None else decorate
+
+
+@pytest.fixture
+def zero_gpu_app(monkeypatch):
+    """app.py imported afresh with the fake `spaces`; the original module comes back afterwards."""
+    fake = FakeSpaces()
+    monkeypatch.setitem(sys.modules, "spaces", fake)
+    original = sys.modules.pop("app", None)
+    try:
+        app = importlib.import_module("app")
+        yield app, fake
+    finally:
+        sys.modules.pop("app", None)
+        if original is not None:
+            sys.modules["app"] = original
+
+
+class WatchedLoader:
+    """Loads tiny-random and puts a hook on every model's embedding (the first module of each forward, stock or
+    lean) that notes the endpoint being called and whether the call is inside a wrapped handler."""
+
+    def __init__(self, fake: FakeSpaces):
+        self.fake, self.endpoint, self.forwards = fake, None, []
+
+    def __call__(self, name=None, target=None, draft=None, device=None, dtype=None):
+        from dynasd.kernels import accelerate
+
+        pair = accelerate(tiny_random_pair(device="cpu"))
+        for model in (pair.target, pair.draft, pair.feature_draft):
+            model.model.embed_tokens.register_forward_pre_hook(self.hook)
+        return pair
+
+    def hook(self, module, inputs):
+        self.forwards.append((self.endpoint, self.fake.inside > 0))
+
+
+def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_gpu_app, tmp_path):
+    from conftest import free_port
+    from gradio_client import Client, handle_file
+
+    from dynasd.explorer.pairs import PairCache
+
+    app, fake = zero_gpu_app
+    loader = WatchedLoader(fake)
+    app.PAIRS = PairCache(loader=loader, device="cpu")
+    port = free_port()
+    demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        tiny = dict(pair="tiny-random", method="mcsd", max_new_tokens=12)
+        calls = {"/step": lambda: client.predict(prompt="hello", **tiny, api_name="/step"),
+                 "/show_step": lambda: client.predict(0, api_name="/show_step"),
+                 "/save_trace": lambda: client.predict(api_name="/save_trace"),
+                 "/run": lambda: client.predict(prompt="hello", **tiny, api_name="/run"),
+                 "/reset": lambda: client.predict(api_name="/reset"),
+                 "/stop": lambda: client.predict(api_name="/stop"),
+                 "/compare": lambda: client.predict(prompt="hello", pair="tiny-random", max_new_tokens=6,
+                                                    api_name="/compare")}
+        results = {}
+        for endpoint, call in calls.items():
+            loader.endpoint = endpoint
+            results[endpoint] = call()
+        loader.endpoint = "/load_trace"
+        trace_path = results["/save_trace"][0]
+        results["/load_trace"] = Client(f"http://127.0.0.1:{port}/", verbose=False).predict(
+            handle_file(trace_path), api_name="/load_trace")
+    finally:
+        demo.close()
+
+    assert results["/step"][OUT_STATUS].startswith("✓ Step 0"), results["/step"][OUT_STATUS]
+    assert json.loads(results["/step"][OUT_TREE]["plot"])["layout"]["title"]["text"].startswith("Step 0")
+    assert "Loaded" in results["/load_trace"][OUT_STATUS], "a trace replays with no model, outside spaces.GPU"
+    outside = sorted({endpoint for endpoint, inside in loader.forwards if not inside})
+    assert not outside, f"models ran outside spaces.GPU in {outside}"
+    ran_models = {endpoint.strip("/") for endpoint, _ in loader.forwards}
+    assert ran_models == {"step", "run", "compare"}
+    assert set(fake.wrapped) == {f"on_{name}" for name in ran_models}, "only model-running handlers are wrapped"
+
+
+def test_the_gpu_durations_fit_the_requested_run(zero_gpu_app):
+    app, fake = zero_gpu_app
+    step, run, compare = (fake.wrapped[name] for name in ("on_step", "on_run", "on_compare"))
+    limit = app.MAX_NEW_TOKENS_LIMIT
+    assert step(None, "hi", max_new_tokens=limit) == app.GPU_BASE_S, "a Step asks for the same short slot"
+    assert run(None, "hi", max_new_tokens=8) < run(None, "hi", max_new_tokens=limit) <= app.GPU_MAX_S
+    assert compare(None, "hi", max_new_tokens=64) > run(None, "hi", max_new_tokens=64)
+    assert run(None, "hi", max_new_tokens="not a number") == run(None, "hi", max_new_tokens=limit)
+    assert not app.on_zero_gpu({}) and app.on_zero_gpu({"SPACES_ZERO_GPU": "true"})
+
+
+def test_importing_the_app_touches_no_cuda():
+    """In a fresh interpreter (an import earlier in this process would hide it): CUDA's lazy initialisation
+    must not run while app.py and dynasd are imported and the UI is built."""
+    probe = ("import torch, torch.cuda\n"
+             "calls = []\n"
+             "torch.cuda._lazy_init = lambda *a, **k: calls.append('lazy_init')\n"
+             "import app\n"
+             "app.build_app('tiny-random')\n"
+             "print(calls, torch.cuda.is_initialized())\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "GRADIO_ANALYTICS_ENABLED": "False",
+                               "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[] False"
+
+
+def test_on_zero_gpu_the_start_up_pair_is_placed_on_cuda_before_serving(zero_gpu_app, monkeypatch):
+    """ZeroGPU's pattern: the models go to "cuda" at start-up, outside the handlers, and the load finishes before
+    the server starts (the GPU process is forked from this one); elsewhere it loads in the background."""
+    import threading
+
+    app, _ = zero_gpu_app
+    events = []
+    monkeypatch.setattr(app, "_preload", lambda settings: events.append(
+        ("preload", settings.pair, app.PAIRS.device, threading.current_thread() is threading.main_thread())))
+    monkeypatch.setattr(app, "serve", lambda *args, **kwargs: events.append(("serve",)))
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    app.main(["--pair", "tiny-random"])
+    assert events == [("preload", "tiny-random", "cuda", True), ("serve",)]
+    events.clear()
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    app.main(["--pair", "tiny-random"])
+    deadline = time.monotonic() + 10
+    while len(events) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert app.PAIRS.device == "auto"
+    assert sorted(events) == [("preload", "tiny-random", "auto", False), ("serve",)], "in a background thread"
