@@ -56,13 +56,16 @@ except ImportError:
 GPU_BASE_S, GPU_S_PER_TOKEN, GPU_MAX_S = 20, 0.1, 300
 
 
-def on_gpu(runs: int = 0):
+def on_gpu(runs: int = 0, seconds: int | None = None):
     """The decorator for a handler that runs models: `spaces.GPU` when the `spaces` package is importable, the
-    handler itself otherwise. Its duration covers one Step (`runs=0`) or `runs` runs of the requested length."""
+    handler itself otherwise. Its duration covers one Step (`runs=0`), `runs` runs of the requested length, or a
+    fixed number of `seconds` (the losslessness check's many one-step samples)."""
     if spaces is None:
         return lambda handler: handler
 
     def duration(*args, max_new_tokens=MAX_NEW_TOKENS_LIMIT, **controls) -> int:
+        if seconds is not None:
+            return seconds
         tokens = max_new_tokens if isinstance(max_new_tokens, (int, float)) else MAX_NEW_TOKENS_LIMIT
         return int(min(GPU_MAX_S, GPU_BASE_S + runs * GPU_S_PER_TOKEN * max(1, tokens)))
 
@@ -356,7 +359,7 @@ def _run_finished_status(session: Session, run) -> str:
                    f"{summary['tokens_per_target_forward']:.2f} tokens per target forward.", "ok")
 
 
-@gpu
+@on_gpu(runs=0)
 def on_run_begin(session_id, prompt, tick, **controls):
     """The browser's Run: start (or continue) the run, take its first step and hand the page a new `tick`. The
     page asks for each next step (on_run_next) only after it has applied this one, so a slow page slows the run
@@ -384,7 +387,7 @@ def on_run_begin(session_id, prompt, tick, **controls):
         yield _failed(session, exc) + (gr.skip(),)
 
 
-@gpu
+@on_gpu(runs=0)
 def on_run_next(session_id, tick):
     """One more step of a browser-paced Run (see on_run_begin), or its end: Stop, Reset, or the run finished."""
     session = SESSIONS.get(session_id)
@@ -438,7 +441,7 @@ def on_run(session_id, prompt, **controls):
         yield _failed(session, exc)
 
 
-@gpu
+@on_gpu(runs=0)
 def on_follow_up(session_id, message):
     session = SESSIONS.get(session_id)
     try:
@@ -909,7 +912,7 @@ def _learn_failure(exc: Exception, outputs: int, session_id) -> tuple:
     return (None,) * outputs + (_status(str(exc), "warn"), session_id)
 
 
-@gpu
+@on_gpu(runs=0)
 def on_cost(session_id, index, calibrate, **controls):
     """The cost model of the run on show: a calibrated verify cost when asked (runs the target), else the run's
     own verify times."""
@@ -939,7 +942,7 @@ def on_cost(session_id, index, calibrate, **controls):
         return _learn_failure(exc, 2, session.id)
 
 
-@gpu
+@on_gpu(runs=0)
 def on_side_by_side(session_id, index, method_a, method_b, **controls):
     """Two methods from the prefix of the step on show (or from the prompt when there is no run)."""
     session = SESSIONS.get(session_id)
@@ -962,7 +965,7 @@ def on_side_by_side(session_id, index, method_a, method_b, **controls):
         return _learn_failure(exc, 4, session.id)
 
 
-@gpu
+@on_gpu(seconds=GPU_MAX_S)
 def on_losslessness(session_id, prompt, lossless_method, samples, **controls):
     """The first token after the prompt, sampled `samples` times by a lossless method and by ti-mcsd, against p."""
     session = SESSIONS.get(session_id)
@@ -1019,7 +1022,7 @@ def on_open_link(request: gr.Request):
             _status("Opened a shared link: press **Run to the linked step**.", "ok")))
 
 
-@gpu
+@on_gpu(runs=1)
 def on_goto_step(session_id, prompt, target_step, **controls):
     """Start (or continue) the run of these settings until it has the linked step, then show that step."""
     session = SESSIONS.get(session_id)

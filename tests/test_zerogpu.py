@@ -117,6 +117,14 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
                  "/show_step": lambda: client.predict(0, api_name="/show_step"),
                  "/save_trace": lambda: client.predict(api_name="/save_trace"),
                  "/run": lambda: client.predict(prompt="hello", **tiny, api_name="/run"),
+                 "/learn_step": lambda: client.predict(0, api_name="/learn_step"),
+                 "/cost_model": lambda: client.predict(0, True, **tiny, api_name="/cost_model"),
+                 "/side_by_side": lambda: client.predict(0, "sd", "mcsd", **tiny, api_name="/side_by_side"),
+                 "/share_link": lambda: client.predict("hello", 0, **tiny, api_name="/share_link"),
+                 "/follow_up": lambda: client.predict("and then?", api_name="/follow_up"),  # after the Run
+                 "/goto_step": lambda: client.predict("hello", 1, **tiny, api_name="/goto_step"),
+                 "/losslessness": lambda: client.predict("hello", "sd", 20, **dict(tiny, temperature=1.0),
+                                                         api_name="/losslessness"),
                  "/reset": lambda: client.predict(api_name="/reset"),
                  "/stop": lambda: client.predict(api_name="/stop"),
                  "/compare": lambda: client.predict(prompt="hello", pair="tiny-random", max_new_tokens=6,
@@ -138,8 +146,13 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     outside = sorted({endpoint for endpoint, inside in loader.forwards if not inside})
     assert not outside, f"models ran outside spaces.GPU in {outside}"
     ran_models = {endpoint.strip("/") for endpoint, _ in loader.forwards}
-    assert ran_models == {"step", "run", "compare"}
-    assert set(fake.wrapped) == {f"on_{name}" for name in ran_models}, "only model-running handlers are wrapped"
+    handlers = {"step": "on_step", "run": "on_run", "compare": "on_compare", "follow_up": "on_follow_up",
+                "cost_model": "on_cost", "side_by_side": "on_side_by_side", "losslessness": "on_losslessness",
+                "goto_step": "on_goto_step"}
+    assert ran_models == set(handlers), "each of these endpoints runs a model, the others none"
+    # The page's paced Run (on_run_begin, then on_run_next per step) has no API endpoint: it steps like /step.
+    paced = {"on_run_begin", "on_run_next"}
+    assert set(fake.wrapped) == set(handlers.values()) | paced, "only model-running handlers are wrapped"
 
 
 def test_the_gpu_durations_fit_the_requested_run(zero_gpu_app):
