@@ -123,7 +123,7 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
                  "/share_link": lambda: client.predict("hello", 0, **tiny, api_name="/share_link"),
                  "/follow_up": lambda: client.predict("and then?", api_name="/follow_up"),  # after the Run
                  "/goto_step": lambda: client.predict("hello", 1, **tiny, api_name="/goto_step"),
-                 "/losslessness": lambda: client.predict("hello", "sd", 20, **dict(tiny, temperature=1.0),
+                 "/losslessness": lambda: client.predict("hello", "sd", 50, **dict(tiny, temperature=1.0),
                                                          api_name="/losslessness"),
                  "/reset": lambda: client.predict(api_name="/reset"),
                  "/stop": lambda: client.predict(api_name="/stop"),
