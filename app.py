@@ -1066,7 +1066,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
     examples = list(share.example_traces())
     with tabs, gr.Tab("Learn") as tab:
         gr.Markdown(LEARN_HELP, elem_classes="explain")
-        learn_status = gr.Markdown("", elem_id="learn-status")
+        learn_status = gr.Markdown("", elem_id="learn-status", label="learn status")
         with gr.Tabs():
             with gr.Tab("Guided step"):
                 with gr.Row():
@@ -1074,10 +1074,11 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                     next_btn = gr.Button("next phase →", elem_id="learn-next", size="sm", variant="primary")
                     explain_btn = gr.Button("Explain the step on show", elem_id="learn-explain", size="sm")
                 phase = gr.Slider(0, 1, value=0, step=1, label="Phase", elem_id="learn-phase")
-                phase_text = gr.Markdown("", elem_id="learn-phase-text")
+                phase_text = gr.Markdown("", elem_id="learn-phase-text", label="phase explanation")
                 guided_plot = gr.Plot(label="The step, phase by phase", elem_id="learn-guided-plot")
             with gr.Tab("Residual"):
-                residual_text = gr.Markdown("", elem_classes="explain", elem_id="learn-residual-text")
+                residual_text = gr.Markdown("", elem_classes="explain", elem_id="learn-residual-text",
+                                            label="residual explanation")
                 residual_plot = gr.Plot(label="p, q and the residual at the rejection", elem_id="learn-residual-plot")
             with gr.Tab("Acceptance test"):
                 gr.Markdown("Each sampled test draws **u** uniformly in [0, 1) and keeps the candidate iff "
@@ -1090,7 +1091,8 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                                             info="times the target over 1..64 rows (a second or two); off: the "
                                                  "run's own verify times")
                     cost_btn = gr.Button("Explain the speed-up of this run", elem_id="learn-cost-btn")
-                cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text")
+                cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text",
+                                        label="cost model explanation")
                 cost_plot = gr.Plot(label="Expected speed-up over ar", elem_id="learn-cost-plot")
             with gr.Tab("Side by side"):
                 with gr.Row():
@@ -1100,10 +1102,10 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                 with gr.Row(equal_height=False):
                     with gr.Column(min_width=320):
                         tree_a = gr.Plot(label="Method A", elem_id="learn-tree-a")
-                        story_a = gr.Markdown("")
+                        story_a = gr.Markdown("", label="story of method A")
                     with gr.Column(min_width=320):
                         tree_b = gr.Plot(label="Method B", elem_id="learn-tree-b")
-                        story_b = gr.Markdown("")
+                        story_b = gr.Markdown("", label="story of method B")
             with gr.Tab("Losslessness"):
                 gr.Markdown("Samples the **first token after the prompt** many times, one speculative step each "
                             "with a different seed, and compares the counts with the target's own p (temperature "
@@ -1115,7 +1117,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                                         info="each sample is one prefill and one step; raise it to see ti-mcsd's "
                                              "skew (a few hundred on tiny-random)")
                     check_btn = gr.Button("Check", elem_id="learn-check-btn")
-                check_text = gr.Markdown("", elem_id="learn-check-text")
+                check_text = gr.Markdown("", elem_id="learn-check-text", label="losslessness check result")
                 check_plot = gr.Plot(label="First token: observed vs p", elem_id="learn-check-plot")
             with gr.Tab("Share and examples"):
                 with gr.Row():
