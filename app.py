@@ -741,7 +741,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                         mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot", show_label=False)
                         with gr.Accordion("What am I seeing? (mask)", open=True):
                             gr.Markdown(MASK_HELP, elem_classes="explain")
-                with gr.Tabs() as tabs:
+                with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
                     with gr.Tab("Decisions"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
@@ -1067,7 +1067,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
     with tabs, gr.Tab("Learn") as tab:
         gr.Markdown(LEARN_HELP, elem_classes="explain")
         learn_status = gr.Markdown("", elem_id="learn-status", label="learn status")
-        with gr.Tabs():
+        with gr.Tabs(overflow_behavior="wrap"):
             with gr.Tab("Guided step"):
                 with gr.Row():
                     prev_btn = gr.Button("← previous phase", elem_id="learn-prev", size="sm")
