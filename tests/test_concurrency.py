@@ -10,6 +10,7 @@ from dynasd.explorer.memory import process_rss_mb
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.registry import SessionRegistry
 from dynasd.explorer.session import build_decoder
+from viz.text import shown_piece
 
 OUT = dict(text=0, status=7, scrubber=9)
 
@@ -30,11 +31,12 @@ MAX_NEW = 32
 
 
 def alone(tiny_pair, prompt: str, options: dict) -> tuple[str, int]:
-    """Text and step count of this configuration run by itself, in-process, no server."""
+    """Text (as the text panel shows its pieces) and step count of this configuration run by itself, in-process,
+    no server."""
     settings = Settings(pair="tiny-random", max_new_tokens=MAX_NEW, **options).normalised()
     decoder = build_decoder(tiny_pair, settings)
     run = decoder.generate(tiny_pair.encode_prompt(prompt), MAX_NEW)
-    return "".join(tiny_pair.token_strings(run.new_token_ids)), len(run.steps)
+    return "".join(shown_piece(t) for t in tiny_pair.token_strings(run.new_token_ids)), len(run.steps)
 
 
 def spans_text(outputs) -> str:
