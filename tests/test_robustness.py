@@ -18,6 +18,7 @@ from dynasd.explorer.session import Session, SessionFailed, load_trace
 from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
 from dynasd.options import MAX_TREE_NODES, DecoderOptions
 from dynasd.trace import run_to_dict, save_run
+from viz.text import shown_piece
 
 OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
@@ -485,7 +486,7 @@ def test_an_unexpected_bug_while_drawing_is_one_line_not_a_traceback(server, con
 def greedy_text(tiny_pair, prompt, method, max_new_tokens, **options) -> str:
     run = make_decoder(tiny_pair, DecoderOptions(method=method, **options)).generate(
         tiny_pair.encode_prompt(prompt), max_new_tokens)
-    return "".join(tiny_pair.token_strings(run.new_token_ids))
+    return "".join(shown_piece(t) for t in tiny_pair.token_strings(run.new_token_ids))  # as the text panel shows it
 
 
 def spans_text(outputs) -> str:
