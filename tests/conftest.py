@@ -77,6 +77,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_serving(proc: subprocess.Popen, url: str, log_path, timeout_s: float = APP_START_TIMEOUT_S) -> None:
+    """Wait until the app started as `proc` answers at `url`; fail with the end of its log if it exits or stays
+    silent for `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"the app exited with code {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the app did not answer within {timeout_s} s:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="session")
 def explorer_url(tmp_path_factory):
     port = free_port()
@@ -87,20 +105,8 @@ def explorer_url(tmp_path_factory):
         proc = subprocess.Popen([sys.executable, "app.py", "--pair", "tiny-random", "--port", str(port),
                                  "--host", "127.0.0.1"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + APP_START_TIMEOUT_S
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the app exited with code {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the app did not answer within {APP_START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_until_serving(proc, url, log_path)
         yield url
     finally:
         proc.terminate()

@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -186,7 +185,7 @@ def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_pa
     """A fresh venv (not --system-site-packages: that would hide a missing requirement), `pip install -r
     requirements.txt` and nothing else, `python app.py` from the repository root as a Space runs it, then a Step on
     the default pair through the API. pip's cache keeps the install cheap on a machine that built once before."""
-    from conftest import APP_START_TIMEOUT_S, free_port
+    from conftest import free_port, wait_until_serving
     from gradio_client import Client
 
     venv, cache = tmp_path / "venv", tmp_path / "dynasd-cache"
@@ -214,17 +213,7 @@ def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_pa
                                 stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + APP_START_TIMEOUT_S
-        while True:
-            assert proc.poll() is None, f"the app exited:\n{log_path.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"no answer in {APP_START_TIMEOUT_S} s:\n{log_path.read_text()}"
-            time.sleep(0.5)
+        wait_until_serving(proc, url, log_path)
         clock["serving"] = time.monotonic()
         outputs = Client(url, verbose=False).predict(prompt="What is a tree?", method="mcsd", max_new_tokens=8,
                                                      api_name="/step")

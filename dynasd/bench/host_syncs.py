@@ -4,7 +4,7 @@ Why: on a GPU each such read is a synchronisation; the device's queue drains and
 kernels is no longer hidden. A step whose reads grow with the number of tree nodes pays that per node. This counts
 them, by patching torch.Tensor's reading methods while steps run, so the number is measured, not guessed.
 
-    python -m dynasd.bench.host_syncs --pair tiny-random --device cpu --methods mcsd:k=4,2,2,1,sd:gamma=4
+    python -m dynasd.bench.host_syncs --pair tiny-random --device cpu --methods mcsd,sd:gamma=4
 
 On CPU every read is counted (the count of the code path a GPU run takes, plus reads of tensors a GPU run keeps
 on the host anyway); with --device cuda only reads of CUDA tensors count: those are the real synchronisations.
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pair", default="tiny-random")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--methods", default="sd:gamma=4,mcsd:k=4,2,2,1")
+    p.add_argument("--methods", default="sd:gamma=4,mcsd")
     p.add_argument("--temperatures", default="0,0.7")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--prompt", default="Explain why the sky is blue in two sentences.")
