@@ -31,6 +31,7 @@ PRESETS: dict[str, tuple[str, str]] = {
     "smollm2-1.7b+135m": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
 }
 BUILTIN_PAIRS = ("embedded", "tiny-random")
+WEIGHT_MODES = ("gguf", "fp32")  # how a GGUF target's weights are held: the file's blocks, or float32
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
@@ -213,6 +214,7 @@ def _load_gguf(path: Path, dtype: torch.dtype):
     hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    model.dynasd_gguf_file = path  # where its quantized blocks are (dynasd/kernels/block_weights.py reads them)
     return model.eval(), tokenizer
 
 
@@ -393,15 +395,19 @@ def has_feature_draft(pair: str | None) -> bool:
 
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
               device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
-              fast_kernels: bool = True, compiled_kernel: bool = True) -> ModelPair:
+              fast_kernels: bool = True, compiled_kernel: bool = True, weights: str = "gguf") -> ModelPair:
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
     Unless `fast_kernels` is False, the pair is accelerated (dynasd/kernels/: packed grouped-query attention,
     KV caches that grow in place, the lean forward and, on CPU, few-row linear layouts; `compiled_kernel=False`
-    leaves out the compiled kernel). Training code, which needs plain nn.Linear modules, and the benchmark's
-    `kernels=plain` ask for stock modules."""
+    leaves out the compiled kernels). Training code, which needs plain nn.Linear modules, and the benchmark's
+    `kernels=plain` ask for stock modules. `weights`: "gguf" keeps a GGUF target's weights in the file's quantized
+    blocks where the CPU kernel for them runs (dynasd/kernels/block_weights.py), "fp32" keeps transformers'
+    float32 copy (the engine before 2026-12-02)."""
+    if weights not in WEIGHT_MODES:
+        raise ModelLoadError(f"weights must be one of {', '.join(WEIGHT_MODES)}, got '{weights}'")
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
-    return accelerate(loaded, compiled_kernel=compiled_kernel) if fast_kernels else loaded
+    return accelerate(loaded, compiled_kernel=compiled_kernel, weights=weights) if fast_kernels else loaded
 
 
 def _load_named_pair(pair, target, draft, device, dtype, allowed_root) -> ModelPair:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
-from dynasd.kernels import fast_linear
+from dynasd.kernels import compile, fast_linear
+from dynasd.kernels.compile import compiled_op
 from dynasd.kernels.fast_linear import (
     PANEL,
     PANEL_ROWS,
@@ -131,13 +132,13 @@ def test_layers_the_kernel_cannot_take_keep_the_torch_layouts():
 
 def test_no_kernel_when_compiling_is_switched_off(monkeypatch):
     monkeypatch.setenv("DYNASD_COMPILE", "0")
-    assert fast_linear._build_panel_kernel() is None
+    assert compiled_op("dynasd_panel_linear", fast_linear.KERNEL_SOURCE, lambda: "built") is None
 
 
-def test_a_failed_build_warns_and_falls_back(monkeypatch):
-    monkeypatch.setattr(fast_linear, "KERNEL_SOURCE", fast_linear.KERNEL_SOURCE.with_name("no_such_kernel.cpp"))
+def test_a_failed_build_warns_and_falls_back():
+    missing = fast_linear.KERNEL_SOURCE.with_name("no_such_kernel.cpp")
     with pytest.warns(UserWarning, match="not available"):
-        assert fast_linear._build_panel_kernel() is None
+        assert compiled_op("dynasd_no_such_kernel", missing, lambda: "built") is None
 
 
 def test_every_linear_of_a_model_is_swapped_and_logits_agree():
@@ -179,12 +180,12 @@ def test_load_pair_swaps_on_cpu_unless_told_not_to():
 def test_no_kernel_in_the_layers_where_it_does_not_pay(monkeypatch):
     """Without AVX-512 the kernel's accumulators spill (15x slower): models keep the torch layouts there, even
     where the kernel builds."""
-    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: "flags\t: fpu sse2 avx avx2 fma")
+    monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx avx2 fma")
     assert not fast_linear.kernel_pays_here()
     pair = load_pair("tiny-random", device="cpu")
     layer = pair.target.model.layers[0].mlp.down_proj
     assert isinstance(layer, PretransposedLinear) and layer.panels is None and layer.kernel is None
-    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: "flags\t: fpu sse2 avx2 avx512f avx512bw")
+    monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx2 avx512f avx512bw")
     assert fast_linear.kernel_pays_here() == (os.uname().machine == "x86_64")
 
 

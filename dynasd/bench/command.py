@@ -196,14 +196,15 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
               temperatures: list[float], out: Path, progress: bool = True,
               plan: dict[str, PlannedMethod] | None = None, judge: Judge | None = None) -> list[dict]:
     """Run everything, write runs.jsonl as it goes, return the records (one per prompt, method, temperature and
-    turn). `pairs`: the loaded pair by `kernels` option ("fast", and "torch" or "plain" when a method asks for
-    it); `plan`: plan_methods' (made here if None); `judge`: a second model that scores every output."""
+    turn). `pairs`: the loaded pair by MethodSpec.pair_key ("fast", and others such as "torch" or
+    "fast/weights=fp32" when a method asks for them); `plan`: plan_methods' (made here if None); `judge`: a second
+    model that scores every output."""
     from tqdm import tqdm
 
     apply_preset(args)
     plan = plan or plan_methods(args, specs)
     pair = pairs["fast"]
-    pair_of = {spec.label: pairs[spec.option("kernels", "fast")] for spec in specs}
+    pair_of = {spec.label: pairs[spec.pair_key(args.weights)] for spec in specs}
     chat = not args.no_chat
     encoded = [pair.encode_prompt(p["text"], chat=chat) for p in prompts]
     follow_ups = [conversation_follow_ups(pair, p, args.turns, chat) for p in prompts]
@@ -224,7 +225,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
             make_method_decoder(spec, pair_of[spec.label], options_for(spec, temperatures[0], args.seed),
                                 plan[spec.label].decision_model)
     clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
-    clock_of = {spec.label: clocks[spec.option("kernels", "fast")] for spec in specs}
+    clock_of = {spec.label: clocks[spec.pair_key(args.weights)] for spec in specs}
     records: list[dict] = []
     total = len(specs) * len(temperatures) * (len(prompts) + 1)
     bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="run", dynamic_ncols=True)
@@ -292,10 +293,12 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     pairs = {"fast": load_pair_from(args)}
-    if any(spec.option("kernels") == "torch" for spec in specs):
-        pairs["torch"] = load_pair_from(args, compiled_kernel=False)
-    if any(spec.option("kernels") == "plain" for spec in specs):
-        pairs["plain"] = load_pair_from(args, fast_kernels=False)
+    for spec in specs:
+        key = spec.pair_key(args.weights)
+        if key not in pairs:
+            kernels = spec.option("kernels", "fast")
+            pairs[key] = load_pair_from(args, fast_kernels=kernels != "plain", compiled_kernel=kernels == "fast",
+                                        weights=spec.option("weights", args.weights))
     judge = load_judge(args.judge, pairs["fast"].device) if args.judge and not args.no_quality else None
     meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
     records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress, plan=plan,

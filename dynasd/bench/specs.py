@@ -1,19 +1,21 @@
 """The bench's method syntax: `mcsd:k=2,2,1:stop=confidence` -> a MethodSpec, and the DecoderOptions it runs.
 
-A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus two
-that are the bench's own: `kernels` (which loaded pair runs the method) and, for transformers' assisted
-generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup.
+A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus those
+that are the bench's own: `kernels` and `weights` (which loaded pair runs the method) and, for transformers'
+assisted generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..models import WEIGHT_MODES
 from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
 
 DEFAULT_METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted"
 REFERENCE = "ar"
 HF_ASSISTED = "hf-assisted"
 KERNELS = ("fast", "torch", "plain")
+PAIR_KEYS = ("kernels", "weights")  # the bench's keys that pick the loaded pair, not a decoder option
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
 # hf-assisted's own keys: how each is read, and what it sets in transformers
@@ -27,6 +29,8 @@ KERNELS_HELP = ("any method: fast (default: packed grouped-query attention, dyna
                 "caches that grow in place, dynasd/cache.py, and on CPU linear layers with few-row weight layouts "
                 "and a compiled kernel, dynasd/kernels/fast_linear.py), torch (the same without the compiled "
                 "kernel) or plain (stock transformers modules and cache), to measure those changes side by side")
+WEIGHTS_HELP = ("any method: gguf (a GGUF target's weights in the file's quantized blocks on CPU, "
+                "dynasd/kernels/block_weights.py) or fp32 (transformers' float32 copy); default: --weights")
 
 
 def spec_option(method: str, key: str) -> Option | None:
@@ -35,9 +39,9 @@ def spec_option(method: str, key: str) -> Option | None:
 
 
 METHOD_OPTIONS: dict[str, set[str]] = {
-    **{method: {o.bench_key for o in OPTIONS.values() if o.bench_key and o.read_by(method)} | {"kernels"}
+    **{method: {o.bench_key for o in OPTIONS.values() if o.bench_key and o.read_by(method)} | set(PAIR_KEYS)
        for method in METHODS},
-    HF_ASSISTED: set(HF_ASSISTED_KEYS) | {"kernels"},
+    HF_ASSISTED: set(HF_ASSISTED_KEYS) | set(PAIR_KEYS),
 }
 
 
@@ -50,6 +54,7 @@ def _option_help() -> dict[str, str]:
     for key, (_, meaning) in HF_ASSISTED_KEYS.items():
         meanings.setdefault(key, []).append(f"{HF_ASSISTED}: {meaning}")
     meanings["kernels"] = [KERNELS_HELP]
+    meanings["weights"] = [WEIGHTS_HELP]
     return {key: "; ".join(parts) for key, parts in meanings.items()}
 
 
@@ -70,6 +75,12 @@ class MethodSpec:
 
     def option(self, key: str, default=None):
         return dict(self.options).get(key, default)
+
+    def pair_key(self, weights: str) -> str:
+        """Which loaded pair runs this method: its `kernels`, and its `weights` where they differ from the run's
+        default `weights` ("fast", "torch", "fast/weights=fp32", ...)."""
+        kernels, own = self.option("kernels", "fast"), self.option("weights", weights)
+        return kernels if own == weights else f"{kernels}/weights={own}"
 
 
 def _split_methods(text: str) -> list[str]:
@@ -114,6 +125,8 @@ def parse_method(text: str) -> MethodSpec:
 def _value_problem(spec: MethodSpec, key: str, value: str) -> str | None:
     if key == "kernels":
         return None if value in KERNELS else f"kernels must be fast, torch or plain, got '{value}'"
+    if key == "weights":
+        return None if value in WEIGHT_MODES else f"weights must be {' or '.join(WEIGHT_MODES)}, got '{value}'"
     if spec.method == HF_ASSISTED:
         convert, _ = HF_ASSISTED_KEYS[key]
         if key == "schedule":
@@ -156,7 +169,7 @@ def parse_temperatures(text: str) -> list[float]:
 def decoder_options(base: DecoderOptions, spec: MethodSpec) -> DecoderOptions:
     """The options one of our methods runs with: the command line's (those the method reads; the others are not
     its business), then the spec's own key=value overrides. Validated: raises OptionsError naming the spec."""
-    overrides = {spec_option(spec.method, key).name: value for key, value in spec.options if key != "kernels"}
+    overrides = {spec_option(spec.method, key).name: value for key, value in spec.options if key not in PAIR_KEYS}
     try:
         typed = {name: OPTIONS[name].coerce(value) for name, value in overrides.items()}
         return replace(base.for_method(spec.method), **typed).validate()

@@ -1,6 +1,9 @@
 """Acceleration applied to a loaded pair from outside: the decoders never know which kernels run.
 
 `accelerate(pair)` gives every model of the pair (target, draft, feature draft)
+  - on CPU, for a target loaded from a GGUF file, its linear layers and tied embedding in the file's own
+    quantized blocks (block_weights.py: Q4_1 and Q8_0, ~96 MB instead of ~540 MB of float32 for the embedded
+    target), the drafts sharing that embedding,
   - packed grouped-query attention for tree verifies (gqa_attention.py),
   - KV caches that grow in place (inplace_cache.py) and the lean forward (lean_forward.py), attached as the
     model's runtime (dynasd/cache.py), which every CachedModel of it then uses,
@@ -8,10 +11,11 @@
     (fast_linear.py), the drafts' panels in half precision.
 Which of these a model gets is decided in one place, `plan_for`, from its device.
 
-What changes: the target's logits equal stock transformers' within float rounding (packed attention and the
-linear layouts block their sums differently; ~1e-5 on the tiny pair, tests/test_kernels.py), the lean forward
-and the in-place cache change nothing bitwise; the drafts' half-precision panels round their weights to float16,
-which may change their proposals, never the output.
+What changes: the GGUF blocks expand to exactly the float32 weights (checked per layer at load), so only the
+order of sums changes (~1e-5); the target's logits equal stock transformers' within float rounding (packed
+attention and the linear layouts block their sums differently; ~1e-5 on the tiny pair, tests/test_kernels.py),
+the lean forward and the in-place cache change nothing bitwise; the drafts' half-precision panels round their
+weights to float16, which may change their proposals, never the output.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
+from .block_weights import BlockEmbedding, block_kernel, use_gguf_blocks
+from .compile import has_avx512
 from .fast_linear import pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
@@ -38,15 +44,21 @@ class KernelPlan:
     linear_layouts: bool = False  # few-row weight layouts (CPU: MKL's products, see fast_linear.py)
     compiled_kernel: bool = False  # the compiled few-row kernel, where it pays (fast_linear.kernel_pays_here)
     half_panels: bool = False  # the kernel reads float16 panels (drafts only: they propose, never decide)
+    gguf_blocks: bool = False  # a GGUF model's weights stay in the file's quantized blocks (block_weights.py)
 
 
-def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output: bool = True) -> KernelPlan:
-    """The plan for a model on `device`: the CPU layouts and kernel on CPU only, stock PyTorch ops elsewhere.
+def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output: bool = True,
+             weights: str = "gguf", dtype: torch.dtype = torch.float32) -> KernelPlan:
+    """The plan for a model on `device`: the CPU layouts and kernels on CPU only, stock PyTorch ops elsewhere.
 
-    `decides_output` is True for the target, whose panels stay float32; a draft's are float16."""
+    `decides_output` is True for the target, whose panels stay float32; a draft's are float16. `weights="gguf"`
+    keeps a float32 target's GGUF blocks where their kernel runs fast (x86 with AVX-512: it expands every weight in
+    registers, and without AVX-512's 32 registers that costs more than reading float32 saves)."""
     on_cpu = torch.device(device).type == "cpu"
     return KernelPlan(linear_layouts=on_cpu, compiled_kernel=on_cpu and compiled_kernel,
-                      half_panels=on_cpu and not decides_output)
+                      half_panels=on_cpu and not decides_output,
+                      gguf_blocks=(on_cpu and compiled_kernel and decides_output and weights == "gguf"
+                                   and dtype == torch.float32 and has_avx512()))
 
 
 def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Module:
@@ -57,6 +69,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
         if applied == plan:
             return model
         raise ValueError(f"this model is already accelerated ({applied}); load it again for {plan}")
+    if plan.gguf_blocks and getattr(model, "dynasd_gguf_file", None) is not None and block_kernel() is not None:
+        use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel())
     if plan.packed_gqa:
         use_packed_gqa(model)
     if plan.linear_layouts:
@@ -68,12 +82,23 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
     return model
 
 
-def accelerate(pair, compiled_kernel: bool = True):
+def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     """Accelerate every model of `pair` (a dynasd.models.ModelPair, which calls this from load_pair: hence no import
     of it here) in place and return the pair; `compiled_kernel=False` leaves the compiled
-    kernel out (the benchmark's `kernels=torch`). Training code, which needs plain nn.Linear modules, must not
-    accelerate its pair."""
+    kernels out (the benchmark's `kernels=torch`), `weights="fp32"` the GGUF blocks. Training code, which needs
+    plain nn.Linear modules, must not accelerate its pair."""
     drafts = [model for model in (pair.draft, pair.feature_draft) if model is not None]
-    for model in [pair.target] + drafts:
-        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=model is pair.target))
+    target_embedding = pair.target.get_input_embeddings().weight
+    sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
+    accelerate_model(pair.target, plan_for(pair.device, compiled_kernel, True, weights, pair.dtype))
+    embedding = pair.target.get_input_embeddings()
+    for model in drafts:
+        if any(model is draft for draft in sharing) and isinstance(embedding, BlockEmbedding):
+            # The same values, read from the target's blocks: a draft's float32 copy would cost 113 MB.
+            model.set_input_embeddings(embedding)
+        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False))
     return pair
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b))

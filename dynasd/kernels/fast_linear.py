@@ -28,15 +28,13 @@ packed size (docs/benchmarks.md, 2026-11-30).
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import sys
-import sysconfig
 import threading
-import warnings
 from pathlib import Path
 
 import torch
+
+from .compile import compiled_op, has_avx512
 
 SMALL_ROWS = 3  # up to this many rows F.linear is as fast as it gets (measured, see above)
 PANEL = 32  # output columns per panel, fixed by panel_linear.cpp
@@ -52,39 +50,9 @@ def panel_kernel():
     """The compiled `panel_linear(x, panels)` op, or None where it cannot be built here (warned once)."""
     with _kernel_lock:
         if "op" not in _kernel_state:
-            _kernel_state["op"] = _build_panel_kernel()
+            _kernel_state["op"] = compiled_op("dynasd_panel_linear", KERNEL_SOURCE,
+                                              lambda: torch.ops.dynasd.panel_linear)
         return _kernel_state["op"]
-
-
-def _build_panel_kernel():
-    if os.environ.get("DYNASD_COMPILE", "1") == "0":
-        return None
-    try:
-        from torch.utils.cpp_extension import load
-
-        # torch looks for ninja on PATH; the pip-installed one (requirements.txt) sits beside this interpreter,
-        # which is not on PATH when the environment is not activated (`.venv/bin/python -m ...`).
-        scripts = sysconfig.get_path("scripts")
-        if scripts not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = os.pathsep.join(filter(None, [scripts, os.environ.get("PATH")]))
-        native = os.uname().machine == "x86_64"
-        flags = ["-O3", "-fopenmp"] + (["-march=native"] if native else [])
-        # Built for this CPU's instruction set: the name carries it, so a cache shared with another CPU rebuilds.
-        load(name=f"dynasd_panel_linear_{_cpu_tag()}", sources=[str(KERNEL_SOURCE)], extra_cflags=flags,
-             is_python_module=False, verbose=False)
-        return torch.ops.dynasd.panel_linear
-    except Exception as error:  # no compiler, no ninja, a build error: fall back to torch's own products
-        warnings.warn(f"dynasd: the compiled few-row linear kernel is not available ({error!s:.200}); "
-                      "using torch's products instead", stacklevel=2)
-        return None
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next((line for line in info if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return ""
 
 
 @functools.cache  # asked once per linear layer at load: read /proc/cpuinfo once
@@ -110,17 +78,13 @@ def mkl_is_tuned_here() -> bool:
     return _cpu_vendor() == "GenuineIntel"
 
 
-def _cpu_tag() -> str:
-    return hashlib.sha1(f"{os.uname().machine} {_cpu_flags()}".encode()).hexdigest()[:10]
-
-
 def kernel_pays_here() -> bool:
     """Whether this CPU runs the compiled kernel fast: x86 with AVX-512.
 
     Why: the kernel keeps a 16-float vector per accumulator in one AVX-512 register. Built for AVX2 (16 registers
     of 8 floats) the same code spills its accumulators to memory: measured here (an x86-64-v3 build, 2026-12-01), an
     8-row verify took ~730 ms instead of ~45. Elsewhere the layers keep the two torch layouts."""
-    return os.uname().machine == "x86_64" and "avx512f" in _cpu_flags().split()
+    return has_avx512()
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ import threading
 
 import torch
 
+from .block_weights import FusedBlocks
 from .fast_linear import FusedProjections
 
 # Models whose layers this file knows (Llama's: self_attn q/k/v/o, mlp gate/up/down, two RMSNorms); others use
@@ -36,10 +37,14 @@ def _fused_projections(model: torch.nn.Module) -> list[tuple]:
     with _fuse_lock:
         if getattr(model, "_dynasd_fused", None) is None:
             model._dynasd_fused = [
-                (FusedProjections.of([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
-                 FusedProjections.of([layer.mlp.gate_proj, layer.mlp.up_proj]))
+                (_fused([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]),
+                 _fused([layer.mlp.gate_proj, layer.mlp.up_proj]))
                 for layer in model.model.layers]
         return model._dynasd_fused
+
+
+def _fused(layers: list[torch.nn.Module]):
+    return FusedProjections.of(layers) or FusedBlocks.of(layers)
 
 
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

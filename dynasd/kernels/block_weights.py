@@ -1,0 +1,233 @@
+"""A GGUF target's weights kept in the quantized blocks they ship in, multiplied from there on CPU.
+
+Why: transformers de-quantizes a GGUF file to float32 at load, so every forward of the embedded target reads
+~540 MB of weights, though the file holds them in ~96 MB (Q4_1 layers, a Q8_0 embedding shared with the output
+layer). A forward on CPU is bound by those reads. Here each linear layer whose GGUF tensor is Q4_1 or Q8_0 becomes a
+`BlockLinear` over the file's own blocks (block_linear.cpp expands them to float32 in registers), the embedding a
+`BlockEmbedding` that expands only the rows it looks up, and the float32 copies are dropped.
+
+What changes: nothing in the weights. Q4_1's `d * q + m` and Q8_0's `d * q` are exact in float32, so every layer
+is checked at load to expand to exactly the float32 weight transformers made from the same file (a layer that does
+not match, or whose type this file does not know, keeps its float32 weight, with a warning). Products are summed
+in another order than MKL's, so logits differ from the float32 path's by float rounding (~1e-5 relative), and
+greedy identity is a property within one weight mode (tests/test_block_weights.py).
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .compile import compiled_op
+
+PANEL = 32  # output columns per panel (block_linear.cpp)
+BLOCK = 32  # inputs per quantization block
+Q4_1, Q8_0 = "Q4_1", "Q8_0"
+FORMAT_CODE = {Q4_1: 0, Q8_0: 1}  # the kernel's `format` argument
+RAW_BYTES = {Q4_1: 20, Q8_0: 34}  # bytes per block in the file: d, (m,) codes
+KERNEL_SOURCE = Path(__file__).with_name("block_linear.cpp")
+
+_kernel_lock = threading.Lock()
+_kernel: dict[str, object] = {}
+
+
+def block_kernel():
+    """The compiled `block_linear(x, panels, format)` op, or None where it cannot be built here (warned once)."""
+    with _kernel_lock:
+        if "op" not in _kernel:
+            _kernel["op"] = compiled_op("dynasd_block_linear", KERNEL_SOURCE,
+                                        lambda: torch.ops.dynasd_blocks.block_linear)
+        return _kernel["op"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the file's blocks
+
+def read_blocks(path: Path) -> dict[str, tuple[str, np.ndarray]]:
+    """GGUF tensor name -> (type, raw blocks as a (rows, blocks per row, bytes per block) uint8 array) for every
+    Q4_1 and Q8_0 tensor of the file. The arrays are views of the memory-mapped file until copied."""
+    from gguf import GGUFReader
+
+    blocks = {}
+    for tensor in GGUFReader(str(path)).tensors:
+        kind = tensor.tensor_type.name
+        if kind in RAW_BYTES:
+            data = np.asarray(tensor.data)
+            blocks[tensor.name] = (kind, data.reshape(data.shape[0], -1, RAW_BYTES[kind]))
+    return blocks
+
+
+def dequantize(kind: str, raw: torch.Tensor) -> torch.Tensor:
+    """(rows, blocks, bytes) raw blocks -> the (rows, blocks * 32) float32 weight they encode, as GGUF defines it."""
+    d = raw[..., 0:2].contiguous().view(torch.float16).float()
+    if kind == Q4_1:
+        m = raw[..., 2:4].contiguous().view(torch.float16).float()
+        codes = raw[..., 4:20]
+        q = torch.cat([codes & 15, codes >> 4], dim=-1).float()
+        return (d * q + m).reshape(raw.shape[0], -1)
+    q = raw[..., 2:34].contiguous().view(torch.int8).float()
+    return (d * q).reshape(raw.shape[0], -1)
+
+
+def to_panels(kind: str, raw: torch.Tensor) -> torch.Tensor:
+    """(rows, blocks, bytes) raw blocks -> (rows / 32, blocks, bytes) panels in block_linear.cpp's layout: per
+    panel and block, the 32 columns' d (and m), then for each of the block's 32 inputs the 32 columns' codes."""
+    rows, blocks, _ = raw.shape
+    panels = raw.reshape(rows // PANEL, PANEL, blocks, -1).transpose(1, 2)  # (P, B, 32 columns, bytes)
+    d = panels[..., 0:2].reshape(*panels.shape[:2], -1)  # the 32 columns' float16 d, back to back
+    if kind == Q4_1:
+        m = panels[..., 2:4].reshape(*panels.shape[:2], -1)
+        codes = panels[..., 4:20]
+        q = torch.cat([codes & 15, codes >> 4], dim=-1)  # (P, B, column, input)
+        q = q.transpose(2, 3)  # (P, B, input, column)
+        packed = q[..., :16] | (q[..., 16:] << 4)  # byte j: column j low, column j + 16 high
+        return torch.cat([d, m, packed.reshape(*panels.shape[:2], -1)], dim=-1).contiguous()
+    codes = panels[..., 2:34].transpose(2, 3)  # (P, B, input, column)
+    return torch.cat([d, codes.reshape(*panels.shape[:2], -1)], dim=-1).contiguous()
+
+
+def llama_rope_rows(rows: int, heads: int) -> torch.Tensor:
+    """The row order transformers gives a Llama GGUF's q/k weights (its reverse of llama.cpp's rope permutation)."""
+    half = rows // heads // 2
+    return torch.arange(rows).reshape(heads, half, 2).transpose(1, 2).reshape(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the modules
+
+class BlockLinear(torch.nn.Module):
+    """y = x @ W.T with W in quantized panels (no bias: the GGUF models this file serves have none)."""
+
+    def __init__(self, kind: str, raw: torch.Tensor, kernel) -> None:
+        super().__init__()
+        self.kind, self.kernel, self.format = kind, kernel, FORMAT_CODE[kind]
+        self.out_features, self.in_features = raw.shape[0], raw.shape[1] * BLOCK
+        # A buffer, not a parameter: code that reads a model's dtype from its first parameter must not see uint8.
+        self.register_buffer("panels", to_panels(kind, raw), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel(x.float(), self.panels, self.format).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, {self.kind} blocks"
+
+
+class FusedBlocks:
+    """Block layers that read the same input (q/k/v, gate/up) as one kernel call over their panels back to back.
+
+    Why: each kernel call has a fixed cost (thread fork/join, an output tensor) that a one-token forward pays 7
+    times per layer; fused, 4 times. Every output column is still its own sum, so the results are bitwise those of
+    the separate layers, whose panels become views of the fused ones (no extra memory)."""
+
+    def __init__(self, layers: list[BlockLinear]) -> None:
+        self.kernel, self.format = layers[0].kernel, layers[0].format
+        self.sizes = [layer.out_features for layer in layers]
+        self.panels = torch.cat([layer.panels for layer in layers])
+        start = 0
+        for layer in layers:
+            count = layer.panels.shape[0]
+            layer.panels = self.panels[start:start + count]
+            start += count
+
+    @staticmethod
+    def of(layers: list[torch.nn.Module]) -> "FusedBlocks | None":
+        """Fused layers, or None where they cannot be (not all block layers of one kind and input width)."""
+        first = layers[0]
+        if not all(isinstance(layer, BlockLinear) and layer.kind == first.kind
+                   and layer.in_features == first.in_features for layer in layers):
+            return None
+        return FusedBlocks(list(layers))
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return list(self.kernel(x.float(), self.panels, self.format).to(x.dtype).split(self.sizes, dim=-1))
+
+
+class BlockEmbedding(torch.nn.Module):
+    """An embedding whose rows are expanded from the output layer's Q8_0 panels on lookup (a tied model keeps one
+    copy of its largest matrix: 30 MB here, instead of 113 MB as float32)."""
+
+    def __init__(self, head: BlockLinear) -> None:
+        super().__init__()
+        if head.kind != Q8_0:
+            raise ValueError("BlockEmbedding reads Q8_0 panels")
+        self.head = head
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+        self.register_buffer("_codes_at", BLOCK * torch.arange(BLOCK), persistent=False)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The whole float32 matrix (for code that copies it, e.g. a draft sharing the embedding; not for lookups)."""
+        return self(torch.arange(self.num_embeddings))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1)
+        panels = self.head.panels[flat // PANEL]  # (T, B, bytes)
+        column = (flat % PANEL).view(-1, 1, 1).expand(-1, panels.shape[1], 1)  # (T, B, 1)
+        d_bytes = torch.cat([panels.gather(2, 2 * column), panels.gather(2, 2 * column + 1)], dim=2)
+        d = d_bytes.view(torch.float16).float()  # (T, B, 1)
+        codes = panels.gather(2, (64 + self._codes_at).view(1, 1, -1) + column).view(torch.int8).float()
+        return (d * codes).reshape(*ids.shape, self.embedding_dim)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# swapping a loaded model's layers
+
+_LLAMA_LAYER_TENSORS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                        "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                        "mlp.down_proj": "ffn_down"}
+
+
+def _gguf_names(model: torch.nn.Module) -> dict[str, str]:
+    """Module path -> GGUF tensor name, for a Llama model loaded from a GGUF file."""
+    names = {"model.embed_tokens": "token_embd.weight", "lm_head": "output.weight"}
+    for index in range(model.config.num_hidden_layers):
+        for module, tensor in _LLAMA_LAYER_TENSORS.items():
+            names[f"model.layers.{index}.{module}"] = f"blk.{index}.{tensor}.weight"
+    return names
+
+
+def _raw_for(model, path: str, kind: str, raw: np.ndarray) -> torch.Tensor:
+    raw = torch.from_numpy(np.array(raw))  # a copy: the file's memory map is read-only
+    config = model.config
+    if path.endswith("q_proj"):
+        raw = raw[llama_rope_rows(raw.shape[0], config.num_attention_heads)]
+    elif path.endswith("k_proj"):
+        raw = raw[llama_rope_rows(raw.shape[0], config.num_key_value_heads)]
+    return raw
+
+
+def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str]:
+    """Swap `model`'s linear layers and tied embedding for block modules over `gguf_path`'s blocks, in place, and
+    drop their float32 weights. Returns the module paths that kept float32 weights, each with why."""
+    kept: list[str] = []
+    blocks = read_blocks(gguf_path)
+    tied = model.lm_head.weight is model.model.embed_tokens.weight
+    modules = dict(model.named_modules())
+    for path, tensor in _gguf_names(model).items():
+        module = modules.get(path)
+        if tensor not in blocks:
+            if module is not None and (path != "lm_head" or not tied):
+                kept.append(f"{path}: its GGUF tensor is not Q4_1 or Q8_0")
+            continue
+        kind, raw_np = blocks[tensor]
+        raw = _raw_for(model, path, kind, raw_np)
+        weight = module.weight
+        if raw.shape[0] % PANEL or not torch.equal(dequantize(kind, raw), weight.detach().float()):
+            kept.append(f"{path}: its blocks do not expand to the loaded weight")
+            continue
+        layer = BlockLinear(kind, raw, kernel)
+        if path == "model.embed_tokens":
+            if kind != Q8_0 or not tied:
+                kept.append(f"{path}: only a tied Q8_0 embedding is kept in blocks")
+                continue
+            model.lm_head = layer
+            model.model.embed_tokens = BlockEmbedding(layer)
+        else:
+            parent, _, name = path.rpartition(".")
+            setattr(modules[parent], name, layer)
+    if kept:
+        warnings.warn("dynasd: float32 weights kept for " + "; ".join(kept), stacklevel=2)
+    return kept

@@ -1,0 +1,200 @@
+"""A GGUF target kept in its quantized blocks computes with exactly the float32 weights transformers makes from the
+same file: the kernel's products agree with x @ W.T within float rounding, a row's result never depends on the rows
+beside it, the embedding rows come out exact, and decoding within the block mode stays greedy-identical."""
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter, quants
+
+from dynasd.kernels import plan_for
+from dynasd.kernels.block_weights import (
+    Q4_1,
+    Q8_0,
+    BlockEmbedding,
+    BlockLinear,
+    FusedBlocks,
+    block_kernel,
+    dequantize,
+    llama_rope_rows,
+    use_gguf_blocks,
+)
+from dynasd.kernels.compile import has_avx512
+from dynasd.models import ModelLoadError, load_pair
+
+QTYPE = {Q4_1: GGMLQuantizationType.Q4_1, Q8_0: GGMLQuantizationType.Q8_0}
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    op = block_kernel()
+    if op is None:
+        pytest.skip("the block kernel cannot be built here (no compiler)")
+    return op
+
+
+def quantized(kind: str, weight: torch.Tensor) -> torch.Tensor:
+    """The (rows, blocks, bytes) GGUF blocks of `weight`, made by the gguf package's own quantizer."""
+    raw = quants.quantize(weight.numpy(), QTYPE[kind])
+    return torch.from_numpy(raw).reshape(weight.shape[0], weight.shape[1] // 32, -1)
+
+
+@pytest.mark.parametrize("kind", [Q4_1, Q8_0])
+def test_blocks_expand_to_what_the_gguf_package_reads(kind):
+    raw = quantized(kind, torch.randn(64, 96, generator=torch.Generator().manual_seed(0)))
+    reference = quants.dequantize(raw.reshape(64, -1).numpy(), QTYPE[kind])
+    assert torch.equal(dequantize(kind, raw), torch.from_numpy(reference))
+
+
+@pytest.mark.parametrize("kind", [Q4_1, Q8_0])
+@pytest.mark.parametrize("rows", [1, 2, 5, 12, 13, 31])
+def test_block_products_equal_the_float32_weights_products(kernel, kind, rows):
+    gen = torch.Generator().manual_seed(rows)
+    raw = quantized(kind, torch.randn(96, 128, generator=gen))
+    layer, weight = BlockLinear(kind, raw, kernel), dequantize(kind, raw)
+    x = torch.randn(rows, 128, generator=gen)
+    torch.testing.assert_close(layer(x), x @ weight.T, rtol=1e-5, atol=1e-4)
+    assert layer(x.view(1, rows, 128)).shape == (1, rows, 96)
+
+
+@pytest.mark.parametrize("kind", [Q4_1, Q8_0])
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kernel, kind):
+    """What makes a tree verify see exactly what a one-token forward sees: the same sums in the same order."""
+    gen = torch.Generator().manual_seed(1)
+    layer = BlockLinear(kind, quantized(kind, torch.randn(64, 64, generator=gen)), kernel)
+    x = torch.randn(27, 64, generator=gen)
+    together = layer(x)
+    assert torch.equal(together, torch.cat([layer(x[i:i + 1]) for i in range(27)]))
+    assert torch.equal(together[3:9], layer(x[3:9]))
+
+
+def test_fused_projections_are_bitwise_the_separate_layers(kernel):
+    gen = torch.Generator().manual_seed(2)
+    layers = [BlockLinear(Q4_1, quantized(Q4_1, torch.randn(n, 64, generator=gen)), kernel) for n in (64, 32, 32)]
+    x = torch.randn(3, 64, generator=gen)
+    separate = [layer(x) for layer in layers]
+    fused = FusedBlocks.of(layers)
+    assert all(torch.equal(a, b) for a, b in zip(fused(x), separate))
+    assert all(torch.equal(layer(x), b) for layer, b in zip(layers, separate))  # the layers' panels are views now
+    mixed = [BlockLinear(Q8_0, quantized(Q8_0, torch.randn(32, 64, generator=gen)), kernel), layers[0]]
+    assert FusedBlocks.of(mixed) is None and FusedBlocks.of([torch.nn.Linear(64, 32)]) is None
+
+
+def test_the_embedding_rows_come_out_exact(kernel):
+    raw = quantized(Q8_0, torch.randn(96, 64, generator=torch.Generator().manual_seed(3)))
+    embedding = BlockEmbedding(BlockLinear(Q8_0, raw, kernel))
+    ids = torch.tensor([[0, 31, 32, 95, 7], [95, 95, 1, 64, 33]])
+    assert torch.equal(embedding(ids), dequantize(Q8_0, raw)[ids])
+    with pytest.raises(ValueError):
+        BlockEmbedding(BlockLinear(Q4_1, quantized(Q4_1, torch.randn(32, 64)), kernel))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a small Llama written as a GGUF file, then its layers swapped for the file's blocks
+
+def small_llama(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
+def write_gguf(model, path, corrupt: str | None = None) -> None:
+    """Quantize `model`'s weights into a GGUF file as llama.cpp lays them out (q/k rows in its rope order) and set
+    the model to the values the file encodes, as transformers would load them. `corrupt` names one tensor whose
+    blocks are written for other weights."""
+    writer = GGUFWriter(str(path), "llama")
+    config = model.config
+    tensors = {"token_embd.weight": (Q8_0, model.model.embed_tokens)}
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    modules = dict(model.named_modules())
+    for index in range(config.num_hidden_layers):
+        for module, tensor in names.items():
+            tensors[f"blk.{index}.{tensor}.weight"] = (Q4_1, modules[f"model.layers.{index}.{module}"])
+    with torch.no_grad():
+        for name, (kind, module) in tensors.items():
+            raw = quantized(kind, module.weight.detach())
+            module.weight.copy_(dequantize(kind, raw))
+            if name == corrupt:
+                raw = quantized(kind, torch.randn(module.weight.shape))
+            heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+            kind_of_rows = name.split(".")[-2]
+            if kind_of_rows in heads:  # the file holds llama.cpp's row order; loading reverses it
+                raw = raw[torch.argsort(llama_rope_rows(raw.shape[0], heads[kind_of_rows]))]
+            writer.add_tensor(name, raw.reshape(raw.shape[0], -1).numpy(), raw_dtype=QTYPE[kind])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_a_gguf_models_layers_become_blocks_with_the_same_logits(kernel, tmp_path):
+    model = small_llama()
+    write_gguf(model, tmp_path / "small.gguf")
+    ids = torch.tensor([[5, 17, 90, 3, 44, 61]])
+    with torch.no_grad():
+        reference = model(ids).logits
+    assert use_gguf_blocks(model, tmp_path / "small.gguf", kernel) == []
+    assert isinstance(model.lm_head, BlockLinear) and isinstance(model.model.embed_tokens, BlockEmbedding)
+    assert not [m for m in model.modules() if type(m) is torch.nn.Linear]
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_a_layer_whose_blocks_do_not_match_keeps_its_float32_weight(kernel, tmp_path):
+    model = small_llama(seed=1)
+    write_gguf(model, tmp_path / "small.gguf", corrupt="blk.1.ffn_up.weight")
+    with pytest.warns(UserWarning, match="float32 weights kept for model.layers.1.mlp.up_proj"):
+        kept = use_gguf_blocks(model, tmp_path / "small.gguf", kernel)
+    assert kept == ["model.layers.1.mlp.up_proj: its blocks do not expand to the loaded weight"]
+    assert type(model.model.layers[1].mlp.up_proj) is torch.nn.Linear
+    assert isinstance(model.model.layers[1].mlp.down_proj, BlockLinear)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# which models get blocks
+
+def test_only_a_float32_target_on_an_avx512_cpu_gets_blocks():
+    assert plan_for(torch.device("cpu")).gguf_blocks == has_avx512()
+    assert not plan_for(torch.device("cpu"), weights="fp32").gguf_blocks
+    assert not plan_for(torch.device("cpu"), dtype=torch.bfloat16).gguf_blocks
+    assert not plan_for(torch.device("cpu"), decides_output=False).gguf_blocks  # drafts are not GGUF files
+    assert not plan_for(torch.device("cpu"), compiled_kernel=False).gguf_blocks
+    assert not plan_for(torch.device("cuda")).gguf_blocks
+
+
+def test_an_unknown_weight_mode_is_refused_in_one_line():
+    with pytest.raises(ModelLoadError, match="weights must be one of gguf, fp32, got 'int3'"):
+        load_pair("tiny-random", weights="int3")
+
+
+@pytest.mark.slow
+def test_the_embedded_target_in_blocks_decodes_as_in_float32():
+    """Both weight modes hold the same values; greedy identity is checked within the block mode (every lossless
+    method against ar), and the first tokens also agree across modes on this prompt."""
+    from dynasd.decoders import make_decoder
+    from dynasd.options import DecoderOptions
+
+    blocks, plain = load_pair("embedded", weights="gguf"), load_pair("embedded", weights="fp32")
+    if not plan_for(blocks.device).gguf_blocks:
+        assert type(blocks.target.model.layers[0].mlp.up_proj) is not BlockLinear
+        pytest.skip("no AVX-512 here: the embedded target keeps float32 weights (plan_for)")
+    target = blocks.target
+    assert isinstance(target.model.layers[0].mlp.up_proj, BlockLinear) and isinstance(target.lm_head, BlockLinear)
+    assert blocks.draft.get_input_embeddings() is target.get_input_embeddings()  # shared, not a float32 copy
+    ids = blocks.encode_prompt("Name three rivers in Europe.")
+    with torch.no_grad():
+        x = torch.tensor([ids])
+        torch.testing.assert_close(target(x).logits, plain.target(x).logits, rtol=1e-3, atol=2e-3)
+
+    def tokens(pair, method, **options):
+        return make_decoder(pair, DecoderOptions(method=method, **options)).generate(ids, 24).new_token_ids
+
+    reference = tokens(blocks, "ar")
+    assert tokens(plain, "ar")[:8] == reference[:8]
+    for method, options in [("sd", {}), ("mcsd", {}), ("pld", {}), ("mcsd", {"k_config": (2, 1, 1, 1), "lookup": 8})]:
+        assert tokens(blocks, method, **options) == reference, (method, options)
