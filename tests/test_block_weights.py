@@ -198,3 +198,25 @@ def test_the_embedded_target_in_blocks_decodes_as_in_float32():
     assert tokens(plain, "ar")[:8] == reference[:8]
     for method, options in [("sd", {}), ("mcsd", {}), ("pld", {}), ("mcsd", {"k_config": (2, 1, 1, 1), "lookup": 8})]:
         assert tokens(blocks, method, **options) == reference, (method, options)
+
+
+def test_the_bench_loads_one_pair_per_weight_mode_asked_for():
+    from dynasd.bench.specs import parse_methods
+
+    specs = {spec.label: spec for spec in parse_methods("ar,sd:weights=fp32,pld:kernels=torch:weights=gguf")}
+    assert specs["ar"].pair_key("gguf") == "fast"
+    assert specs["sd:weights=fp32"].pair_key("gguf") == "fast/weights=fp32"
+    assert specs["sd:weights=fp32"].pair_key("fp32") == "fast"  # the run's own default
+    assert specs["pld:kernels=torch:weights=gguf"].pair_key("fp32") == "torch/weights=gguf"
+
+
+def test_a_bad_weight_mode_is_refused_by_the_bench_and_the_command_line(capsys):
+    from dynasd.bench.specs import parse_methods
+    from dynasd.cli import main
+    from dynasd.options import OptionsError
+
+    with pytest.raises(OptionsError, match="weights must be gguf or fp32, got 'q2'"):
+        parse_methods("ar:weights=q2")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--pair", "tiny-random", "--weights", "q2", "--prompt", "hi"])
+    assert exit_info.value.code == 2 and "invalid choice: 'q2'" in capsys.readouterr().err
