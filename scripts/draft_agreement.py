@@ -45,10 +45,15 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1, help="prompts per category")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--weights", default="fp32", choices=("fp32", "gguf"),
+                        help="whose greedy answers are scored: the float32 target's (default) or the target "
+                             "computing from its GGUF blocks (dynasd/kernels/block_weights.py)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     pair = load_pair(args.pair, device="cpu", fast_kernels=False)
+    # The drafts are scored as stock modules either way; only the answers come from the chosen target.
+    answering = pair.target if args.weights == "fp32" else load_pair(args.pair, device="cpu", weights="gguf").target
     drafts = {"pair draft": pair.draft}
     if pair.feature_draft is not None:
         drafts["pair feature draft"] = pair.feature_draft
@@ -59,7 +64,7 @@ def main() -> int:
     answered: dict[str, list[Sequence]] = defaultdict(list)
     for prompt in prompts:
         ids = pair.encode_prompt(prompt["text"])
-        answer = greedy_answer(pair.target, ids, args.max_new_tokens, pair.eos_token_ids)
+        answer = greedy_answer(answering, ids, args.max_new_tokens, pair.eos_token_ids)
         answered[prompt["category"]].append(Sequence(ids + answer, len(ids)))
     every = [seq for seqs in answered.values() for seq in seqs]
     pad = pair.pad_id

@@ -1,4 +1,4 @@
-"""Cost of one target forward over q tree nodes: stock modules, torch-only fast kernels, and the engine's (CPU).
+"""Cost of one target forward over q tree nodes: stock modules, float32 engines, and the engine's (CPU).
 
 Why: whether speculation pays on a CPU depends on how fast a verify pass grows with the tree (docs/benchmarks.md).
 All variants are loaded in one process and timed interleaved, so machine noise falls on all alike:
@@ -7,8 +7,11 @@ All variants are loaded in one process and timed interleaved, so machine noise f
                    without its compiled kernel) + packed grouped-query attention (gqa_attention.py) + a KV cache
                    that grows in place + the lean forward (lean_forward.py)
   concat           fast modules below, but transformers' cache, which concatenates (copies) on every forward
-  fast             what the engine uses: torch's + the compiled few-row kernel (panel_linear.cpp) for 2-24 rows
-                   (every row count on CPUs other than Intel's: fast_linear.mkl_is_tuned_here)
+  fp32             torch's + the compiled few-row kernel (panel_linear.cpp) for 2-24 rows (every row count on
+                   CPUs other than Intel's: fast_linear.mkl_is_tuned_here), float32 weights: the engine before
+                   2026-12-02, `--weights fp32`
+  fast             what the engine uses: fp32's, with a GGUF target's weights in the file's 4- and 8-bit blocks
+                   (block_linear.cpp; on CPUs with AVX-512)
 
     .venv/bin/python scripts/verify_cost.py --threads 2 --reps 9 --contexts 160,800
 """
@@ -40,6 +43,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     pairs = {"plain": load_pair(args.pair, device="cpu", fast_kernels=False),
              "torch": load_pair(args.pair, device="cpu", compiled_kernel=False),
+             "fp32": load_pair(args.pair, device="cpu", weights="fp32"),
              "fast": load_pair(args.pair, device="cpu")}
     sentence = pairs["plain"].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
@@ -62,15 +66,15 @@ def main() -> int:
                     model.keep_path([], context)  # drop the nodes again: every forward sees the same cache
         print(f"\n{args.pair} target, {torch.get_num_threads()} threads, {context} cached tokens, "
               f"median of {args.reps} (ms)")
-        print("| nodes | plain | torch | concat | fast | plain / fast | torch / fast | concat / fast "
-              "| fast / fast at 1 node |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| nodes | plain | torch | concat | fp32 | fast | plain / fast | torch / fast | concat / fast "
+              "| fp32 / fast | fast / fast at 1 node |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         ms = {key: statistics.median(values) * 1000 for key, values in seconds.items()}
         for q in SIZES:
             fast = ms['fast', q]
-            print(f"| {q} | {ms['plain', q]:.1f} | {ms['torch', q]:.1f} | {ms['concat', q]:.1f} | {fast:.1f} | "
-                  f"{ms['plain', q] / fast:.2f} | {ms['torch', q] / fast:.2f} | {ms['concat', q] / fast:.2f} | "
-                  f"{fast / ms['fast', 1]:.2f} |")
+            print(f"| {q} | {ms['plain', q]:.1f} | {ms['torch', q]:.1f} | {ms['concat', q]:.1f} | "
+                  f"{ms['fp32', q]:.1f} | {fast:.1f} | {ms['plain', q] / fast:.2f} | {ms['torch', q] / fast:.2f} | "
+                  f"{ms['concat', q] / fast:.2f} | {ms['fp32', q] / fast:.2f} | {fast / ms['fast', 1]:.2f} |")
     return 0
 
 
