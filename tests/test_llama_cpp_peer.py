@@ -100,13 +100,14 @@ def test_llama_cpp_takes_no_options(text, message):
 # -- with llama.cpp (slow: the embedded GGUF) ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def peer(embedded_pair):
+def peer(request):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the peers extra)")
     import torch
 
     from dynasd.models import embedded_gguf_path
 
-    loaded = llama_cpp_peer.LlamaCppPeer(embedded_gguf_path(), embedded_pair, torch.get_num_threads())
+    pair = request.getfixturevalue("embedded_pair")  # loaded only when llama.cpp can run
+    loaded = llama_cpp_peer.LlamaCppPeer(embedded_gguf_path(), pair, torch.get_num_threads())
     yield loaded
     loaded.close()
 
