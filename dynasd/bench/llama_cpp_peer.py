@@ -93,8 +93,8 @@ class LlamaCppPeer:
         import llama_cpp
 
         self.pair = pair
-        # The target's own context limit, the bound our decoders have; llama.cpp's attention reads the used cells
-        # only, so a large context costs memory, not time.
+        # The target's own context limit, the bound our decoders have, so every conversation they can decode fits
+        # (its KV cells take memory: 180 MiB at 8192 positions for the embedded model).
         self.n_ctx = pair.context_limit
         self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=n_threads,
                                    n_threads_batch=n_threads, n_gpu_layers=-1 if pair.device.type == "cuda" else 0,
