@@ -4,7 +4,8 @@ Fairness rules (method.md section 7, and the reference code's defects in section
 - every method decodes the same prompts, in the same process, interleaved prompt by prompt (the method order
   rotates from prompt to prompt), so load from other processes falls on all of them alike;
 - one timing window for every method: wall time around the whole `generate` call (prefill + decoding), taken by
-  this runner, never by the method itself; the same for `hf-assisted` (transformers' own assisted generation);
+  this runner, never by the method itself; the same for `hf-assisted` (transformers' own assisted generation)
+  and `llama.cpp` (llama-cpp-python on the target's GGUF file, bench/llama_cpp_peer.py);
 - the same warm-up: one short untimed run per (method, temperature) before anything is timed;
 - tokens past max-new-tokens or after the first end-of-sequence token are never counted;
 - speedup is tokens/s over ar's tokens/s on the same prompts in the same run.
@@ -12,9 +13,9 @@ Fairness rules (method.md section 7, and the reference code's defects in section
 Outputs in --out: runs.jsonl (one object per prompt, method and temperature), summary.json (one object per
 method, temperature and category, plus category "all"), meta.json (what was run, where), report.html (Plotly).
 
-Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, pld, hf-assisted, each optionally followed by
-`:key=value` options and/or a `+dyn` suffix; a comma followed by a digit continues the previous option, so
-`mcsd:k=2,2,1:stop=confidence:th=0.3,ar` is two methods. The decoder option flags (--gamma, --k-config, ...)
+Methods (`--methods`, comma-separated): ar, sd, mcsd, ti-mcsd, pld, hf-assisted, llama.cpp, each optionally
+followed by `:key=value` options and/or a `+dyn` suffix; a comma followed by a digit continues the previous option,
+so `mcsd:k=2,2,1:stop=confidence:th=0.3,ar` is two methods. The decoder option flags (--gamma, --k-config, ...)
 set every method that reads them; a method's own options override them. See bench/specs.py and docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -33,11 +34,14 @@ from ..decision import DecisionModel
 from ..options import DecoderOptions, add_model_arguments, add_option_arguments, load_pair_from, options_from_args
 from ..prompts import follow_up_ids, select_prompts
 from ..stopping import load_decision_model
+from .llama_cpp_peer import LlamaCppPeer, check_gguf_target, without_unavailable_llama_cpp
+from .llama_cpp_peer import meta as llama_cpp_meta
 from .measure import ForwardClock, Measured, make_method_decoder, run_method
 from .presets import PRESETS, apply_preset
 from .quality import Judge, load_judge, perplexity
 from .specs import (
     HF_ASSISTED,
+    LLAMA_CPP,
     OPTION_HELP,
     REFERENCE,
     MethodSpec,
@@ -72,8 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-quality", action="store_true",
                    help="skip the quality score (the target's log-likelihood of every output)")
     p.add_argument("--methods", default=None,
-                   help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, with variants such as "
-                        "mcsd:k=2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). Options: "
+                   help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, llama.cpp, with variants such as "
+                        "mcsd:k=2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). llama.cpp: "
+                        "llama-cpp-python (optional: pip install llama-cpp-python, or the peers extra) decoding "
+                        "the target's GGUF file (the embedded pair or --target FILE.gguf) autoregressively, fed "
+                        "the same token ids, greedy at T=0, same sampling settings and seed at T>0; it counts one "
+                        "target forward per token (1.0 tokens per forward, as ar) and re-reads the whole "
+                        "conversation each turn; skipped with one line when the package is missing. Options: "
                         + "; ".join(f"{key}: {meaning}" for key, meaning in OPTION_HELP.items()))
     p.add_argument("--temperatures", default=None, help="comma-separated, e.g. 0,0.7 (default: --temperature)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="token budget per turn (default 64)")
@@ -148,6 +157,7 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
         "acceptance_denominator": ACCEPTANCE_DENOMINATOR,
         "hf_assisted_counts": "target_forwards = target forward calls (first = prefill + first verify); "
                               "attempted = assistant forward calls; accepted = new tokens - target forwards",
+        **llama_cpp_meta(specs, pair),
     }
 
 
@@ -161,12 +171,13 @@ class PlannedMethod:
 
 
 def plan_methods(args: argparse.Namespace, specs: list[MethodSpec]) -> dict[str, PlannedMethod]:
-    """Every spec's options, checked, by label. Raises for a bad option or a missing decision model, before any
-    model pair is needed."""
+    """Every spec's options, checked, by label. Raises for a bad option, a missing decision model or llama.cpp on
+    a pair without a GGUF target, before any model pair is needed."""
+    check_gguf_target(args, specs)
     base = options_from_args(args)
     plan = {}
     for spec in specs:
-        if spec.method == HF_ASSISTED:  # not our decoder: the sampling settings of the target alone
+        if spec.method in (HF_ASSISTED, LLAMA_CPP):  # not our decoders: the sampling settings of the target alone
             plan[spec.label] = PlannedMethod(decoder_options(base, MethodSpec(REFERENCE, REFERENCE)))
         else:
             options = decoder_options(base, spec)
@@ -215,17 +226,22 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
 
     def run_one(spec: MethodSpec, temperature: float, seed: int, ids: list[int], max_new_tokens: int, text: str,
                 later_turns=()) -> list[Measured]:
+        if spec.method == LLAMA_CPP:
+            return llama_cpp_model.run_conversation(options_for(spec, temperature, seed), ids, max_new_tokens,
+                                                    later_turns)
         return run_method(spec, pair_of[spec.label], options_for(spec, temperature, seed), ids, max_new_tokens,
                           text, clock_of[spec.label], plan[spec.label].decision_model, later_turns)
 
     # Build every decoder once up front so what only a pair can refuse (no feature draft) fails before any minute
     # is spent.
     for spec in specs:
-        if spec.method != HF_ASSISTED:
+        if spec.method not in (HF_ASSISTED, LLAMA_CPP):
             make_method_decoder(spec, pair_of[spec.label], options_for(spec, temperatures[0], args.seed),
                                 plan[spec.label].decision_model)
     clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
     clock_of = {spec.label: clocks[spec.pair_key(args.weights)] for spec in specs}
+    # llama.cpp's model, loaded once for the whole run (outside every timing window)
+    llama_cpp_model = LlamaCppPeer.load(args, pair) if any(spec.method == LLAMA_CPP for spec in specs) else None
     records: list[dict] = []
     total = len(specs) * len(temperatures) * (len(prompts) + 1)
     bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="run", dynamic_ncols=True)
@@ -262,6 +278,8 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
         bar.close()
         for clock in clocks.values():
             clock.close()
+        if llama_cpp_model is not None:
+            llama_cpp_model.close()
     return records
 
 
@@ -275,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
     specs = parse_methods(args.methods)
     temperatures = parse_temperatures(args.temperatures) if args.temperatures else [args.temperature]
     plan = plan_methods(args, specs)
+    specs = without_unavailable_llama_cpp(specs)  # after the checks: a pair without a GGUF target is refused
     for temperature in temperatures:
         replace(options_from_args(args).for_method(REFERENCE), temperature=temperature).validate()
     if args.limit is not None and args.limit < 1:

@@ -2,7 +2,8 @@
 
 A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus those
 that are the bench's own: `kernels` and `weights` (which loaded pair runs the method) and, for transformers'
-assisted generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup.
+assisted generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup. `llama.cpp`
+(the target's GGUF file run by llama-cpp-python: bench/llama_cpp_peer.py) takes no key.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
 DEFAULT_METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted"
 REFERENCE = "ar"
 HF_ASSISTED = "hf-assisted"
+LLAMA_CPP = "llama.cpp"
 KERNELS = ("fast", "torch", "plain")
 PAIR_KEYS = ("kernels", "weights")  # the bench's keys that pick the loaded pair, not a decoder option
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
@@ -42,6 +44,7 @@ METHOD_OPTIONS: dict[str, set[str]] = {
     **{method: {o.bench_key for o in OPTIONS.values() if o.bench_key and o.read_by(method)} | set(PAIR_KEYS)
        for method in METHODS},
     HF_ASSISTED: set(HF_ASSISTED_KEYS) | set(PAIR_KEYS),
+    LLAMA_CPP: set(),  # llama.cpp's own engine on the target's GGUF: no pair copy, no settings of ours to vary
 }
 
 
