@@ -21,7 +21,7 @@ from dynasd.sampling import Draws, mcss_walk
 
 # -- the kernel plan per device ------------------------------------------------------------------------------------
 
-CPU_ONLY = ("linear_layouts", "compiled_kernel", "half_panels")
+CPU_ONLY = ("linear_layouts", "compiled_kernel", "half_panels", "gguf_blocks")
 
 
 @pytest.mark.parametrize("device_type", ["cuda", "mps", "xpu"])
