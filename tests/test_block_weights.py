@@ -155,6 +155,18 @@ def test_a_layer_whose_blocks_do_not_match_keeps_its_float32_weight(kernel, tmp_
     assert isinstance(model.model.layers[1].mlp.down_proj, BlockLinear)
 
 
+def test_other_architectures_keep_their_float32_weights(kernel, tmp_path):
+    """Their GGUF names, q/k row order or biases are not Llama's: nothing is swapped, the file is not even read."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model = Qwen2ForCausalLM(config).eval()
+    assert use_gguf_blocks(model, tmp_path / "absent.gguf", kernel) == [
+        "Qwen2ForCausalLM: only Llama models are kept in GGUF blocks"]
+    assert type(model.model.layers[0].self_attn.q_proj) is torch.nn.Linear
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # which models get blocks
 

@@ -189,7 +189,7 @@ def _gguf_names(model: torch.nn.Module) -> dict[str, str]:
     return names
 
 
-def _raw_for(model, path: str, kind: str, raw: np.ndarray) -> torch.Tensor:
+def _raw_for(model, path: str, raw: np.ndarray) -> torch.Tensor:
     raw = torch.from_numpy(np.array(raw))  # a copy: the file's memory map is read-only
     config = model.config
     if path.endswith("q_proj"):
@@ -201,7 +201,12 @@ def _raw_for(model, path: str, kind: str, raw: np.ndarray) -> torch.Tensor:
 
 def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str]:
     """Swap `model`'s linear layers and tied embedding for block modules over `gguf_path`'s blocks, in place, and
-    drop their float32 weights. Returns the module paths that kept float32 weights, each with why."""
+    drop their float32 weights. Returns the module paths that kept float32 weights, each with why.
+
+    Llama models only: the tensor names and the q/k row order are Llama's (other architectures name, order or bias
+    their projections otherwise), and a layer with a bias keeps its float32 weight."""
+    if type(model).__name__ != "LlamaForCausalLM":
+        return [f"{type(model).__name__}: only Llama models are kept in GGUF blocks"]
     kept: list[str] = []
     blocks = read_blocks(gguf_path)
     tied = model.lm_head.weight is model.model.embed_tokens.weight
@@ -213,7 +218,10 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str
                 kept.append(f"{path}: its GGUF tensor is not Q4_1 or Q8_0")
             continue
         kind, raw_np = blocks[tensor]
-        raw = _raw_for(model, path, kind, raw_np)
+        if module is None or getattr(module, "bias", None) is not None:
+            kept.append(f"{path}: no such bias-free layer in the model")
+            continue
+        raw = _raw_for(model, path, raw_np)
         weight = module.weight
         if raw.shape[0] % PANEL or not torch.equal(dequantize(kind, raw), weight.detach().float()):
             kept.append(f"{path}: its blocks do not expand to the loaded weight")
