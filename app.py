@@ -13,6 +13,7 @@ Every control of a decoder option is built from its entry in dynasd/options.py (
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+import plotly.graph_objects as go
+from gradio.components.plot import PlotData
 
 import viz
 from dynasd.explorer.inputs import (
@@ -80,6 +83,7 @@ def on_zero_gpu(environ=os.environ) -> bool:
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
 STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
 CUSTOM_RECIPE = "custom (set by hand)"  # the Recipe box's value once a method control is changed by hand
+RUNNING, STOPPING = "Running…", "Stopping after the current step…"  # statuses of a Run (the page reads RUNNING)
 
 EXAMPLES = [
     "Explain why the sky is blue in two sentences.",
@@ -217,34 +221,53 @@ def _status(message: str, kind: str = "info") -> str:
     return f"{icon} {message}"
 
 
-def _empty_views(session_id: str, status: str) -> tuple:
-    return (gr.HighlightedText(value=[], color_map={}), None, None, None, None, None, "", status, "",
-            gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"), session_id)
+FIGURES = ("tree", "mask", "pq", "stop", "timeline")  # the step's figures, in the order of the views' outputs
 
 
-def render(session: Session, index: int | None = None, status: str = "") -> tuple:
-    """Every view of one step of the session's run (pure figure builders; no model involved)."""
-    run = session.run
-    if run is None or not run.steps:
-        return _empty_views(session.id, status or _status("Press **Step** or **Run** to start."))
-    last = len(run.steps) - 1
-    index = last if index is None else max(0, min(int(index), last))
+def _figures_sent(session: Session, figures: dict[str, go.Figure | None]) -> list:
+    """Each figure as it is sent to the session's page: its Plotly JSON, or gr.skip() when the page shows that
+    very content already (dynasd/explorer/shown.py), so it neither travels nor is drawn again."""
+    with session.sent.update() as page:
+        sent = []
+        for name in FIGURES:
+            plot = None if figures[name] is None else PlotData(type="plotly", plot=figures[name].to_json())
+            sent.append(plot if page.changed(name, plot.plot if plot is not None else "") else gr.skip())
+    return sent
+
+
+def _empty_views(session: Session, status: str) -> tuple:
+    return (gr.HighlightedText(value=[], color_map={}), *_figures_sent(session, dict.fromkeys(FIGURES)), "",
+            status, "", gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"),
+            session.id)
+
+
+def step_views(run, index: int) -> tuple[list, dict, str, str]:
+    """The text spans, figures, summary and story of step `index` of `run` (pure builders; nothing is sent)."""
     step = run.steps[index]
     root = viz.root_token(run, index)
-    max_rows = viz.max_mask_rows(run.config, step.max_nodes)
     lossy = not run.lossless
     story = viz.step_story(run, index)
     if lossy:
         story = "**LOSSY method** (ti-mcsd, width > 1): the text may differ from the target's own. " + story
-    spans = viz.text_spans(run, index)
+    figures = dict(tree=viz.tree_figure(step, root, lossy=lossy),
+                   mask=viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes), root_label=root),
+                   pq=viz.pq_figure(step), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
+    return viz.text_spans(run, index), figures, viz.summary_markdown(run, index), story
+
+
+def render(session: Session, index: int | None = None, status: str = "") -> tuple:
+    """Every view of one step of the session's run, as sent to its page: a figure the page shows already is
+    left out."""
+    run = session.run
+    if run is None or not run.steps:
+        return _empty_views(session, status or _status("Press **Step** or **Run** to start."))
+    last = len(run.steps) - 1
+    index = last if index is None else max(0, min(int(index), last))
+    spans, figures, summary, story = step_views(run, index)
     return (
         gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
-        viz.tree_figure(step, root, lossy=lossy),
-        viz.mask_figure(step, max_rows, root_label=root),
-        viz.pq_figure(step),
-        viz.stop_figure(step),
-        viz.timeline_figure(run, index),
-        viz.summary_markdown(run, index),
+        *_figures_sent(session, figures),
+        summary,
         status,
         story,
         gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
@@ -267,7 +290,7 @@ def _failed(session: Session, exc: Exception) -> tuple:
         return render(session, status=_status(message, kind))
     except Exception as render_exc:  # the run on show cannot be drawn (a hostile trace?): show nothing instead
         _unexpected(render_exc)
-        return _empty_views(session.id, _status(message, kind))
+        return _empty_views(session, _status(message, kind))
 
 
 class FinishedRun(UserError):
@@ -317,14 +340,17 @@ def _start_costs(session: Session) -> str:
     return f"{loaded}prefill of {tokens} prompt tokens took {session.prefill_seconds * 1000:.0f} ms"
 
 
-def _loading_notice(settings: Settings) -> tuple | None:
-    """An update that says the models are loading, for the first use of a pair (it can take tens of seconds on
-    a CPU, and without it the page showed nothing until the first step was done)."""
-    if settings.pair_key in PAIRS.loaded():
-        return None
-    return tuple(gr.skip() for _ in range(7)) + (
-        _status(f"Loading the model pair **{settings.pair_key[:80]}** (first use: this can take a while on a "
-                "CPU)…"),) + tuple(gr.skip() for _ in range(3))
+def on_loading_notice(pair, target="", draft=""):
+    """Step and Run also fire this quick event (no queue, no model): on the first use of a pair the status says
+    the models are loading, which can take tens of seconds on a CPU; otherwise it leaves the status alone. A
+    separate event, so that Step and Run stay plain functions: a generator's last update is sent twice."""
+    try:
+        key = Settings(pair=pair, target=target or "", draft=draft or "").pair_key
+    except Exception:  # the Step itself reports a bad setting
+        return gr.skip()
+    if key in PAIRS.loaded():
+        return gr.skip()
+    return _status(f"Loading the model pair **{key[:80]}** (first use: this can take a while on a CPU)…")
 
 
 def _step_time(step) -> str:
@@ -338,18 +364,15 @@ def on_step(session_id, prompt, **controls):
     try:
         _busy_guard(session)
         settings = settings_from(controls)
-        notice = _loading_notice(settings)
-        if notice is not None:
-            yield notice[:-1] + (session.id,)
         with session.lock:
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
         status = _step_time(step) + (f" ({note})" if note else "")
         if session.done:
             status += " The run is finished."
-        yield render(session, status=_status(status, "ok"))
+        return render(session, status=_status(status, "ok"))
     except Exception as exc:
-        yield _failed(session, exc)
+        return _failed(session, exc)
 
 
 def _run_finished_status(session: Session, run) -> str:
@@ -368,33 +391,33 @@ def on_run_begin(session_id, prompt, tick, **controls):
     session = SESSIONS.get(session_id)
     try:
         settings = settings_from(controls)
-        notice = _loading_notice(settings)
-        if notice is not None:
-            yield notice + (gr.skip(),)
         with session.lock:
             _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             note = _ensure_run(session, settings, prompt)
-            session.stop_requested = False
+            session.stop_requested = session.stopped_by_page = False
+            session.paced_at = time.monotonic()  # in progress from its first step on: a Stop then is heard
             step = session.step(PAIRS)
             session.paced_at = time.monotonic() if not session.done else None
         if session.done:
-            yield render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
-            return
-        running = f"Running… step {step.index}" + (f" ({note})" if note else "")
-        yield render(session, status=_status(running)) + ((tick or 0) + 1,)
+            return render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
+        running = f"{RUNNING} step {step.index}" + (f" ({note})" if note else "")
+        return render(session, status=_status(running)) + ((tick or 0) + 1,)
     except Exception as exc:
         session.paced_at = None
-        yield _failed(session, exc) + (gr.skip(),)
+        return _failed(session, exc) + (gr.skip(),)
 
 
 @on_gpu(runs=0)
-def on_run_next(session_id, tick):
-    """One more step of a browser-paced Run (see on_run_begin), or its end: Stop, Reset, or the run finished."""
+def on_run_next(session_id, tick, stop_pressed=False):
+    """One more step of a browser-paced Run (see on_run_begin), or its end: Stop (pressed in the page, which
+    says so with this request: `stop_pressed`, or heard by on_stop), Reset, or the run finished."""
     session = SESSIONS.get(session_id)
     if session.paced_at is None:  # Reset, a loaded trace or a new Step replaced the run: nothing more to draw
         return tuple(gr.skip() for _ in range(12))
     try:
         with session.lock:
+            if stop_pressed and not session.stop_requested:  # the page saw Stop before its request reached us
+                session.stop_requested = session.stopped_by_page = True
             run = session.run
             if session.stop_requested or run is None or run.finished:
                 session.paced_at = None
@@ -403,7 +426,7 @@ def on_run_next(session_id, tick):
             session.paced_at = None if session.done else time.monotonic()
         if session.done:
             return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
-        return render(session, status=_status(f"Running… step {step.index}")) + ((tick or 0) + 1,)
+        return render(session, status=_status(f"{RUNNING} step {step.index}")) + ((tick or 0) + 1,)
     except Exception as exc:
         session.paced_at = None
         return _failed(session, exc) + (gr.skip(),)
@@ -432,7 +455,7 @@ def on_run(session_id, prompt, **controls):
                 now = time.monotonic()
                 if now - last_sent >= STREAM_EVERY_S and not run.finished:
                     last_sent = now
-                    yield render(session, status=_status(f"Running… step {len(run.steps) - 1}"))
+                    yield render(session, status=_status(f"{RUNNING} step {len(run.steps) - 1}"))
         finally:
             session.running = False
             session.touch()
@@ -456,14 +479,19 @@ def on_follow_up(session_id, message):
 
 def on_stop(session_id):
     """Stop takes effect before the next step. With nothing running it says so, and the status does not wait
-    for an end that will never come."""
+    for an end that will never come. The page's paced Run is told by the page itself (NEXT_STEP_JS), which also
+    writes "Stopping…" at once: this reply then leaves the page's status alone, since it may arrive after the
+    run's last update ("Stopped after …"), which it must not overwrite."""
     session = SESSIONS.get(session_id)
+    if session.stopped_by_page:  # this Stop's own click already ended the page's Run
+        session.stopped_by_page = False
+        return gr.skip(), session.id
     if not session.run_in_progress:
         where = (f" (the run on show is finished: {len(session.run.steps)} steps)" if session.done
                  else " (Run to start one, Step to take one step)")
         return _status("Nothing is running: nothing to stop" + where + "."), session.id
     session.stop_requested = True
-    return _status("Stopping after the current step…"), session.id
+    return (gr.skip() if session.paced_run_alive else _status(STOPPING)), session.id
 
 
 def on_reset(session_id):
@@ -472,13 +500,13 @@ def on_reset(session_id):
         session.stop_requested = True
     with session.lock:
         session.reset()
-    return _empty_views(session.id, _status("Reset. Press **Step** or **Run** to start a new run."))
+    return _empty_views(session, _status("Reset. Press **Step** or **Run** to start a new run."))
 
 
 def on_show_step(session_id, index):
     session = SESSIONS.get(session_id)
     if session.run is None or not session.run.steps:
-        return _empty_views(session.id, _status("Nothing to show yet: press **Step** or **Run**."))
+        return _empty_views(session, _status("Nothing to show yet: press **Step** or **Run**."))
     try:
         index = int(index)
         return render(session, index, status=_status(f"Showing step {index}."))
@@ -538,7 +566,7 @@ def on_load(session_id, path):
     """Replay a trace file; its prompt and settings go to the controls, so Step starts a run like it."""
     session = SESSIONS.get(session_id)
     if not path:
-        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn")) + _control_updates()
+        return _empty_views(session, _status("Choose a trace file (.json) to load.", "warn")) + _control_updates()
     try:
         _busy_guard(session)
         run = load_trace(path)
@@ -547,10 +575,10 @@ def on_load(session_id, path):
         with session.lock:
             session.load(run)
             try:
+                step_views(run, 0)  # the scrubber can reach both ends
                 views = render(session, status=_status(
                     f"Loaded a {run.method[:40]} trace of {len(run.steps)} steps on {run.pair[:80]}: replaying, "
                     "no model needed.", "ok"))
-                render(session, 0)  # the scrubber can reach both ends
             except Exception as exc:  # passed the schema checks but cannot be drawn: refuse it, say why
                 _unexpected(exc)
                 session.reset()
@@ -640,6 +668,25 @@ document.addEventListener("change", (event) => {
   note.textContent = `${typed} is outside ${low} to ${high}: set to ${used}.`;
 }, true);
 </script>
+"""
+
+
+# The paced Run's page side. Stop sets a flag in the page at once (its request to the server may arrive after
+# the page's next request for a step); the page asks for the next step a frame and a task after it applied the
+# last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
+RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
+STOP_PRESSED_JS = f"""
+(status) => {{
+  window.dynasdStopPressed = true;
+  return (typeof status === "string" && status.startsWith({json.dumps(_status(RUNNING))}))
+    ? {json.dumps(_status(STOPPING))} : status;
+}}
+"""
+NEXT_STEP_JS = """
+async (session, tick, stopPressed) => {
+  await new Promise((drawn) => requestAnimationFrame(() => setTimeout(drawn, 0)));
+  return [session, tick, window.dynasdStopPressed === true];
+}
 """
 
 
@@ -776,17 +823,25 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
-        # Run in the page: one step per event, the next asked for when the page has applied the last (a tick
-        # State whose change is the request), so the display keeps pace and Stop lands within a step.
+        pair_controls = {name: controls[name] for name in ("pair", "target", "draft")}
+        for button in (step_btn, run_btn):
+            button.click(on_loading_notice, None, [status], inputs_kwargs=pair_controls, queue=False,
+                         show_progress="hidden", api_visibility="private")
+        # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
+        # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
+        # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
         run_tick = gr.State(0)
+        stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
+        run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
         run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
                       api_visibility="private")
-        run_tick.change(on_run_next, [session_id, run_tick], views + [run_tick], api_visibility="private",
-                        show_progress="hidden")
+        run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,
+                        api_visibility="private", show_progress="hidden")
         # Run for API clients: a stream of updates (there is no page to pace it)
         run_api = gr.Button("Run (API)", visible=False)
         run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
         follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up")
+        stop_btn.click(None, [status], [status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number
