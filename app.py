@@ -40,6 +40,7 @@ from dynasd.explorer.inputs import (
 )
 from dynasd.explorer.memory import start_heap_trimmer
 from dynasd.explorer.pairs import pairs_from_env
+from dynasd.explorer.peer import PEER_LABEL, run_peer
 from dynasd.explorer.recipes import RECIPES, recipe_values
 from dynasd.explorer.registry import SessionRegistry
 from dynasd.explorer.session import Session, SessionFailed, compare_methods, load_trace
@@ -174,6 +175,12 @@ COMPARE_HELP = """
 method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
 *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
 random draws differ (they agree in distribution, not token by token).
+
+**hf-assisted (transformers)** is the peer: transformers' own assisted generation, `generate(assistant_model=...)`,
+with the same pair, prompt, sampling settings, seed and token budget, and its own defaults otherwise: a chain of
+up to 20 draft tokens a round, cut where the draft's confidence falls under 0.4; no tree. Its numbers are read
+like ours: tokens / s counts decoding only (its prefill, done inside `generate`, is measured apart just before,
+one forward of each model over the prompt, and taken out), and each target forward is one verification round.
 
 **Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
 the CPU is busy computing, not waiting for memory, so verifying the 45 rows of the default 4,2,2,1 tree costs
@@ -514,8 +521,10 @@ def on_show_step(session_id, index):
         return _failed(session, exc)
 
 
-@on_gpu(runs=len(METHODS))
+@on_gpu(runs=len(METHODS) + 1)
 def on_compare(session_id, prompt, **controls):
+    """Every method on the prompt, then transformers' assisted generation as the peer (when the pair allows it;
+    dynasd/explorer/peer.py); the table grows as each one finishes."""
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
@@ -523,10 +532,15 @@ def on_compare(session_id, prompt, **controls):
         for method, run in compare_methods(PAIRS, settings, prompt):
             runs[method] = run
             rows = viz.compare_rows(runs)
-            done = len(runs) < len(METHODS)
-            yield (pd.DataFrame(rows), viz.compare_figure(rows),
-                   _status(f"{method} done{'…' if done else ': all methods compared.'}",
-                           "info" if done else "ok"), session.id)
+            yield (pd.DataFrame(rows), viz.compare_figure(rows), _status(f"{method} done…"), session.id)
+        yield (gr.skip(), gr.skip(), _status(f"Our methods done; running {PEER_LABEL}…"), session.id)
+        try:
+            peers = {PEER_LABEL: run_peer(PAIRS, settings, prompt)}
+            done = f"all methods compared, and {PEER_LABEL} beside them."
+        except UserError as exc:  # the explorer's rows stand; the status says why the peer is missing
+            peers, done = {}, f"all methods compared; no {PEER_LABEL} row: {exc}."
+        rows = viz.compare_rows(runs, peers)
+        yield pd.DataFrame(rows), viz.compare_figure(rows), _status(done[0].upper() + done[1:], "ok"), session.id
     except Exception as exc:
         if not isinstance(exc, (UserError, SessionFailed)):
             exc = _unexpected(exc)
@@ -804,8 +818,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     with gr.Tab("Compare"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} on this prompt",
-                                                        elem_id="compare-btn")
+                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
+                                                        "assisted generation on this prompt", elem_id="compare-btn")
                                 compare_status = gr.Markdown("", label="compare status")
                                 compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
                                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)

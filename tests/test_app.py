@@ -436,15 +436,34 @@ def test_sessions_do_not_share_runs(connect):
     assert "Step 3" in a.predict(prompt="hello", **TINY, api_name="/step")[OUT["status"]]
 
 
-def test_compare_tab_runs_every_method(connect):
+def test_compare_tab_runs_every_method_and_transformers_assisted_generation(connect):
+    """Every method, then transformers' assisted generation as the peer: at temperature 0 it writes ar's text
+    too, in fewer target forwards than tokens, and its row has every column the others have."""
     client = connect()
     table, plot, status = client.predict(prompt="hello", pair="tiny-random", max_new_tokens=16,
                                          api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
-    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle"}
-    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle"))
+    peer = "hf-assisted (transformers)"
+    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle", peer}
+    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle", peer))
     assert rows["mcsd"]["tokens / target forward"] > 1.0
-    assert len(plot_json(plot)["data"]) == 2 and "all methods" in status
+    assert rows[peer]["new tokens"] == rows["ar"]["new tokens"] == 16
+    assert 1.0 < rows[peer]["tokens / target forward"] == round(16 / rows[peer]["target forwards"], 2)
+    assert rows[peer]["tokens / s (decoding)"] > 0 and rows[peer]["prefill (ms)"] >= 0
+    assert all(value is not None for value in rows[peer].values()), rows[peer]
+    assert len(plot_json(plot)["data"]) == 2 and "all methods" in status.lower() and peer in status, status
+
+
+def test_compare_says_why_a_pair_without_a_runnable_draft_has_no_peer_row():
+    from dynasd.explorer.peer import run_peer, why_no_peer
+
+    pair = tiny_random_pair()
+    assert why_no_peer(pair) is None
+    pair.draft = None
+    assert "no draft model" in why_no_peer(pair)
+    pairs = PairCache(loader=lambda *_, **__: pair)
+    with pytest.raises(UserError, match="cannot run here: this pair has no draft model"):
+        run_peer(pairs, Settings(pair="tiny-random", max_new_tokens=4), "hello")
 
 
 def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
