@@ -404,8 +404,9 @@ def on_run_begin(session_id, prompt, tick, **controls):
             session.stop_requested = session.stopped_by_page = False
             session.paced_at = time.monotonic()  # in progress from its first step on: a Stop then is heard
             step = session.step(PAIRS)
-            session.paced_at = time.monotonic() if not session.done else None
-        if session.done:
+            ended = session.done or session.stop_requested  # a Stop heard during the step ends the run with it
+            session.paced_at = None if ended else time.monotonic()
+        if ended:
             return render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
         running = f"{RUNNING} step {step.index}" + (f" ({note})" if note else "")
         return render(session, status=_status(running)) + ((tick or 0) + 1,)
@@ -430,8 +431,9 @@ def on_run_next(session_id, tick, stop_pressed=False):
                 session.paced_at = None
                 return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
             step = session.step(PAIRS)
-            session.paced_at = None if session.done else time.monotonic()
-        if session.done:
+            ended = session.done or session.stop_requested  # a Stop heard during the step ends the run with it
+            session.paced_at = None if ended else time.monotonic()
+        if ended:
             return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
         return render(session, status=_status(f"{RUNNING} step {step.index}")) + ((tick or 0) + 1,)
     except Exception as exc:
@@ -494,7 +496,9 @@ def on_stop(session_id):
         session.stopped_by_page = False
         return gr.skip(), session.id
     if not session.run_in_progress:
-        where = (f" (the run on show is finished: {len(session.run.steps)} steps)" if session.done
+        steps = len(session.run.steps) if session.run is not None else 0
+        where = (f" (the run on show is finished: {steps} steps)" if session.done
+                 else f" (the run on show stopped after {steps} steps: Run or Step go on with it)" if steps
                  else " (Run to start one, Step to take one step)")
         return _status("Nothing is running: nothing to stop" + where + "."), session.id
     session.stop_requested = True

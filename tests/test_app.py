@@ -299,6 +299,27 @@ def test_a_stopped_paced_run_ends_without_sending_its_figures_again():
     assert "Nothing is running" in app.on_stop(session.id)[0]
 
 
+def test_a_stop_heard_during_a_step_ends_the_run_with_that_step():
+    """The Stop request arrives while the page's next step is being taken: that step's update is the run's last
+    (no tick for another request), so the page's 'Stopping…' is followed by 'Stopped', not by 'Running…'."""
+    import app
+
+    session, tick = paced_run(app, 2)
+    take_step = session.step
+
+    def step_while_stop_is_pressed(pairs):
+        taken = take_step(pairs)
+        app.on_stop(session.id)
+        return taken
+
+    session.step = step_while_stop_is_pressed
+    last = app.on_run_next(session.id, tick, False)
+    assert "Stopped after 3 steps" in last[OUT["status"]] and last[-1] == app.gr.skip()
+    assert sent_figures(last) == {"tree", "mask", "pq", "timeline"}, "the new step is drawn"
+    assert not session.run_in_progress
+    assert "stopped after 3 steps" in app.on_stop(session.id)[0], "a second Stop: nothing is running"
+
+
 def test_the_page_stops_its_run_with_the_request_for_the_next_step():
     """Stop pressed in the page travels with the page's next request: no step is taken, whether or not the
     server heard the Stop request yet; when that request comes after the end, its reply changes nothing, and a
