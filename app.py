@@ -9,6 +9,8 @@ a folder: custom models are then the folders and .gguf files inside it (never hu
 only the decision models shipped in dynasd/assets may be chosen, never a folder path.
 Without DYNASD_PUBLIC, DYNASD_MODEL_DIR confines local paths to that folder and hub ids still work.
 Every control of a decoder option is built from its entry in dynasd/options.py (label, range, help).
+Through the API, the step's five figures (tree, mask, p vs q, stop scores, timeline) are Plotly JSON strings; a
+figure left out of an update (gr.skip(): an update without a value) is the one the session already received.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+import plotly
 import plotly.graph_objects as go
-from gradio.components.plot import PlotData
 
 import viz
 from dynasd.explorer.inputs import (
@@ -232,13 +234,13 @@ FIGURES = ("tree", "mask", "pq", "stop", "timeline")  # the step's figures, in t
 
 
 def _figures_sent(session: Session, figures: dict[str, go.Figure | None]) -> list:
-    """Each figure as it is sent to the session's page: its Plotly JSON, or gr.skip() when the page shows that
-    very content already (dynasd/explorer/shown.py), so it neither travels nor is drawn again."""
+    """Each figure as it is sent to the session's page: its Plotly JSON (None: no figure), or gr.skip() when the
+    page shows that very content already (dynasd/explorer/shown.py), so it neither travels nor is drawn again."""
     with session.sent.update() as page:
         sent = []
         for name in FIGURES:
-            plot = None if figures[name] is None else PlotData(type="plotly", plot=figures[name].to_json())
-            sent.append(plot if page.changed(name, plot.plot if plot is not None else "") else gr.skip())
+            plot = None if figures[name] is None else figures[name].to_json()
+            sent.append(plot if page.changed(name, plot or "") else gr.skip())
     return sent
 
 
@@ -708,6 +710,35 @@ async (session, tick, stopPressed) => {
 """
 
 
+# The step's five figures are drawn by the page into one Plotly div each, kept from one update to the next
+# (Plotly.react redraws it in place). gr.Plot rebuilds its Plotly component for every new figure and draws the
+# figure twice, once into the component it throws away: half of a Step's drawing time in the page. The figures
+# travel as Plotly JSON, drawn by the plotly.js of the installed plotly package (the version that wrote them).
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+FIGURE_HEAD = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
+# The library is kept as window.dynasdPlotly at first use: a gr.Plot shown later (Learn, Compare) loads gradio's
+# own copy as window.Plotly, and a div must stay with the library that drew it.
+FIGURE_JS = """
+const box = element.querySelector('.dynasd-figure');
+const draw = () => {
+  const plotly = window.dynasdPlotly = window.dynasdPlotly || window.Plotly;
+  if (!plotly) { setTimeout(draw, 50); return; }  // plotly.js is still loading
+  if (!props.value) { plotly.purge(box); return; }
+  const figure = JSON.parse(props.value);
+  figure.layout.autosize = true;
+  plotly.react(box, figure.data, figure.layout, {responsive: true, displaylogo: false});
+};
+watch('value', draw);
+draw();
+"""
+
+
+def figure_view(label: str, elem_id: str) -> gr.HTML:
+    """One of the step's figures: its value is the figure's Plotly JSON (None: empty), drawn by FIGURE_JS."""
+    return gr.HTML(None, label=label, elem_id=elem_id, html_template='<div class="dynasd-figure"></div>',
+                   js_on_load=FIGURE_JS, head=FIGURE_HEAD, container=True, min_height=120)
+
+
 def options_in(group: str) -> list[str]:
     return [name for name, o in OPTIONS.items() if o.group == group]
 
@@ -799,25 +830,25 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                 story = gr.Markdown("", elem_id="story", label="story")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=1, min_width=360):
-                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot", show_label=False)
+                        tree_plot = figure_view("Candidate tree", "tree-plot")
                         with gr.Accordion("What am I seeing? (tree)", open=True):
                             gr.Markdown(TREE_HELP, elem_classes="explain")
                     with gr.Column(scale=1, min_width=360):
-                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot", show_label=False)
+                        mask_plot = figure_view("Verify mask", "mask-plot")
                         with gr.Accordion("What am I seeing? (mask)", open=True):
                             gr.Markdown(MASK_HELP, elem_classes="explain")
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
                     with gr.Tab("Decisions"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot", show_label=False)
-                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot", show_label=False)
+                                pq_plot = figure_view("p vs q per candidate", "pq-plot")
+                                stop_plot = figure_view("Early-stop scores", "stop-plot")
                             gr.Markdown(DECISIONS_HELP, elem_classes="explain")
                     with gr.Tab("Summary"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
                                 summary = gr.Markdown("", elem_id="summary", label="summary")
-                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot", show_label=False)
+                                timeline_plot = figure_view("Run timeline", "timeline-plot")
                             gr.Markdown(SUMMARY_HELP, elem_classes="explain")
                     with gr.Tab("Compare"):
                         with gr.Row(equal_height=False):
@@ -1270,6 +1301,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> gr.Blocks:
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
+    gr.set_static_paths([PLOTLY_JS])  # the page's figures are drawn by it (figure_view)
     start_heap_trimmer()  # abandoned sessions' freed memory goes back to the OS (flat RSS in the soak)
     demo.queue(default_concurrency_limit=16).launch(
         server_name=host, server_port=port, css=CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",

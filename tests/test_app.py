@@ -216,19 +216,18 @@ def spans(outputs) -> list[dict]:
 
 
 def plot_json(value) -> dict:
-    assert value is not None and value["type"] == "plotly"
-    return json.loads(value["plot"])
+    """A figure as the API sends it: the Plotly JSON of the step's figure views (the compare plot is a gr.Plot)."""
+    assert value is not None
+    return json.loads(value if isinstance(value, str) else value["plot"])
 
 
 FIGURES = ("tree", "mask", "pq", "stop", "timeline")
 
 
 def sent_figures(outputs) -> set[str]:
-    """The figures an update carries, as a client receives them (dicts) or a handler returns them (PlotData); one
-    left out (gr.skip()) is an update without a value."""
-    def carries_a_plot(output) -> bool:
-        return (isinstance(output, dict) and "plot" in output) or hasattr(output, "plot")
-    return {name for name in FIGURES if carries_a_plot(outputs[OUT[name]])}
+    """The figures an update carries (each as its Plotly JSON); one left out (gr.skip()) is an update without a
+    value, a cleared one is None."""
+    return {name for name in FIGURES if isinstance(outputs[OUT[name]], str)}
 
 
 def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
@@ -242,7 +241,7 @@ def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
     heat = plot_json(second[OUT["mask"]])["data"][0]
     # root row + 44 nodes, sent as a typed array that Gradio passes through to plotly.js
     assert heat["type"] == "heatmap" and heat["z"]["dtype"] == "u1" and heat["z"]["shape"] == "45, 46"
-    figures = sum(len(second[OUT[name]]["plot"]) for name in sent_figures(second))
+    figures = sum(len(second[OUT[name]]) for name in sent_figures(second))
     assert figures <= 60_000, f"one update sends {figures} bytes of figures"
     text = spans(second)
     assert len(text) > len(spans(first)) >= 1
@@ -353,7 +352,7 @@ def test_a_step_sends_its_figures_to_the_page_once(explorer_inprocess, monkeypat
     for _ in range(2):
         messages.clear()
         client.predict(prompt="hello", **TINY, api_name="/step")
-        carrying_figures = [m[:120] for m in messages if '"plotly"' in m]
+        carrying_figures = [m[:120] for m in messages if '\\"layout\\"' in m]  # a figure's JSON, quoted
         assert len(carrying_figures) == 1, carrying_figures
 
 
