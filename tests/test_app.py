@@ -334,6 +334,18 @@ def test_the_page_stops_its_run_with_the_request_for_the_next_step():
     assert app.on_run_next(session.id, tick + 1, True) == tuple(app.gr.skip() for _ in range(12))
 
 
+def test_the_first_use_of_a_pair_says_the_models_are_loading(monkeypatch):
+    """Step and Run fire a quick notice beside themselves: a pair not loaded yet gets a 'Loading' status, a
+    loaded one leaves the status to the Step."""
+    import app
+
+    monkeypatch.setattr(app, "PAIRS", PairCache(loader=CountingLoader()))
+    assert "Loading the model pair **tiny-random**" in app.on_loading_notice("tiny-random")
+    app.PAIRS.get(Settings(pair="tiny-random"))
+    assert app.on_loading_notice("tiny-random") == app.gr.skip()
+    assert "my/target + my/draft" in app.on_loading_notice(CUSTOM, "my/target", "my/draft")
+
+
 def test_a_step_sends_its_figures_to_the_page_once(explorer_inprocess, monkeypatch):
     """Every message Gradio queues for the page, counted: a Step's figures travel in one message (a generator
     handler's last update travels twice, once more as its result)."""
