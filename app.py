@@ -349,17 +349,14 @@ def _start_costs(session: Session) -> str:
     return f"{loaded}prefill of {tokens} prompt tokens took {session.prefill_seconds * 1000:.0f} ms"
 
 
-def on_loading_notice(pair, target="", draft=""):
-    """Step and Run also fire this quick event (no queue, no model): on the first use of a pair the status says
-    the models are loading, which can take tens of seconds on a CPU; otherwise it leaves the status alone. A
-    separate event, so that Step and Run stay plain functions: a generator's last update is sent twice."""
-    try:
-        key = Settings(pair=pair, target=target or "", draft=draft or "").pair_key
-    except Exception:  # the Step itself reports a bad setting
-        return gr.skip()
-    if key in PAIRS.loaded():
-        return gr.skip()
-    return _status(f"Loading the model pair **{key[:80]}** (first use: this can take a while on a CPU)…")
+def _announce_loading(settings: Settings) -> bool:
+    """On the first use of a pair, a toast says the models are loading (tens of seconds on a CPU): it goes at
+    once, in the event's own stream and so before its update, which a separate status event could not promise.
+    Returns whether it was said."""
+    if settings.pair_key in PAIRS.loaded():
+        return False
+    gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
+    return True
 
 
 def _step_time(step) -> str:
@@ -373,6 +370,7 @@ def on_step(session_id, prompt, **controls):
     try:
         _busy_guard(session)
         settings = settings_from(controls)
+        _announce_loading(settings)
         with session.lock:
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
@@ -400,6 +398,7 @@ def on_run_begin(session_id, prompt, tick, **controls):
     session = SESSIONS.get(session_id)
     try:
         settings = settings_from(controls)
+        _announce_loading(settings)
         with session.lock:
             _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             note = _ensure_run(session, settings, prompt)
@@ -872,10 +871,6 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
-        pair_controls = {name: controls[name] for name in ("pair", "target", "draft")}
-        for button in (step_btn, run_btn):
-            button.click(on_loading_notice, None, [status], inputs_kwargs=pair_controls, queue=False,
-                         show_progress="hidden", api_visibility="private")
         # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
         # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
         # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.

@@ -335,15 +335,17 @@ def test_the_page_stops_its_run_with_the_request_for_the_next_step():
 
 
 def test_the_first_use_of_a_pair_says_the_models_are_loading(monkeypatch):
-    """Step and Run fire a quick notice beside themselves: a pair not loaded yet gets a 'Loading' status, a
-    loaded one leaves the status to the Step."""
+    """Step and Run say in a toast that a pair not loaded yet is loading; a loaded pair goes without a word."""
     import app
 
+    said = []
     monkeypatch.setattr(app, "PAIRS", PairCache(loader=CountingLoader()))
-    assert "Loading the model pair **tiny-random**" in app.on_loading_notice("tiny-random")
-    app.PAIRS.get(Settings(pair="tiny-random"))
-    assert app.on_loading_notice("tiny-random") == app.gr.skip()
-    assert "my/target + my/draft" in app.on_loading_notice(CUSTOM, "my/target", "my/draft")
+    monkeypatch.setattr(app.gr, "Info", said.append)
+    session = app.SESSIONS.get(None)
+    app.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
+    assert len(said) == 1 and "Loading the model pair tiny-random" in said[0]
+    app.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
+    assert len(said) == 1, "loaded: nothing said"
 
 
 def test_a_step_sends_its_figures_to_the_page_once(explorer_inprocess, monkeypatch):
