@@ -725,8 +725,16 @@ const draw = () => {
   if (!props.value) { plotly.purge(box); return; }
   const figure = JSON.parse(props.value);
   figure.layout.autosize = true;
-  plotly.react(box, figure.data, figure.layout, {responsive: true, displaylogo: false});
+  plotly.react(box, figure.data, figure.layout, {displaylogo: false});
 };
+// A figure drawn in a hidden tab takes plotly's default width: redraw it to the box's width when that changes
+// (the tab shown, the window resized).
+let width = box.clientWidth;
+new ResizeObserver(() => {
+  const now = box.clientWidth;
+  if (now && now !== width && box.data && window.dynasdPlotly) window.dynasdPlotly.Plots.resize(box);
+  width = now;
+}).observe(box);
 watch('value', draw);
 draw();
 """
