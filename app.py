@@ -9,10 +9,13 @@ a folder: custom models are then the folders and .gguf files inside it (never hu
 only the decision models shipped in dynasd/assets may be chosen, never a folder path.
 Without DYNASD_PUBLIC, DYNASD_MODEL_DIR confines local paths to that folder and hub ids still work.
 Every control of a decoder option is built from its entry in dynasd/options.py (label, range, help).
+Through the API, the step's five figures (tree, mask, p vs q, stop scores, timeline) are Plotly JSON strings; a
+figure left out of an update (gr.skip(): an update without a value) is the one the session already received.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -23,6 +26,8 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+import plotly
+import plotly.graph_objects as go
 
 import viz
 from dynasd.explorer.inputs import (
@@ -37,6 +42,7 @@ from dynasd.explorer.inputs import (
 )
 from dynasd.explorer.memory import start_heap_trimmer
 from dynasd.explorer.pairs import pairs_from_env
+from dynasd.explorer.peer import PEER_LABEL, run_peer
 from dynasd.explorer.recipes import RECIPES, recipe_values
 from dynasd.explorer.registry import SessionRegistry
 from dynasd.explorer.session import Session, SessionFailed, compare_methods, load_trace
@@ -80,6 +86,7 @@ def on_zero_gpu(environ=os.environ) -> bool:
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
 STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
 CUSTOM_RECIPE = "custom (set by hand)"  # the Recipe box's value once a method control is changed by hand
+RUNNING, STOPPING = "Running…", "Stopping after the current step…"  # statuses of a Run (the page reads RUNNING)
 
 EXAMPLES = [
     "Explain why the sky is blue in two sentences.",
@@ -171,6 +178,12 @@ method wrote exactly what the target alone writes. At temperature 0 every lossle
 *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
 random draws differ (they agree in distribution, not token by token).
 
+**hf-assisted (transformers)** is the peer: transformers' own assisted generation, `generate(assistant_model=...)`,
+with the same pair, prompt, sampling settings, seed and token budget, and its own defaults otherwise: a chain of
+up to 20 draft tokens a round, cut where the draft's confidence falls under 0.4; no tree. Its numbers are read
+like ours: tokens / s counts decoding only (its prefill, done inside `generate`, is measured apart just before,
+one forward of each model over the prompt, and taken out), and each target forward is one verification round.
+
 **Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
 the CPU is busy computing, not waiting for memory, so verifying the 45 rows of the default 4,2,2,1 tree costs
 several single-token forwards, and each of the tree's 4 draft forwards is not free either. A wide tree then
@@ -217,34 +230,53 @@ def _status(message: str, kind: str = "info") -> str:
     return f"{icon} {message}"
 
 
-def _empty_views(session_id: str, status: str) -> tuple:
-    return (gr.HighlightedText(value=[], color_map={}), None, None, None, None, None, "", status, "",
-            gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"), session_id)
+FIGURES = ("tree", "mask", "pq", "stop", "timeline")  # the step's figures, in the order of the views' outputs
 
 
-def render(session: Session, index: int | None = None, status: str = "") -> tuple:
-    """Every view of one step of the session's run (pure figure builders; no model involved)."""
-    run = session.run
-    if run is None or not run.steps:
-        return _empty_views(session.id, status or _status("Press **Step** or **Run** to start."))
-    last = len(run.steps) - 1
-    index = last if index is None else max(0, min(int(index), last))
+def _figures_sent(session: Session, figures: dict[str, go.Figure | None]) -> list:
+    """Each figure as it is sent to the session's page: its Plotly JSON (None: no figure), or gr.skip() when the
+    page shows that very content already (dynasd/explorer/shown.py), so it neither travels nor is drawn again."""
+    with session.sent.update() as page:
+        sent = []
+        for name in FIGURES:
+            plot = None if figures[name] is None else figures[name].to_json()
+            sent.append(plot if page.changed(name, plot or "") else gr.skip())
+    return sent
+
+
+def _empty_views(session: Session, status: str) -> tuple:
+    return (gr.HighlightedText(value=[], color_map={}), *_figures_sent(session, dict.fromkeys(FIGURES)), "",
+            status, "", gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"),
+            session.id)
+
+
+def step_views(run, index: int) -> tuple[list, dict, str, str]:
+    """The text spans, figures, summary and story of step `index` of `run` (pure builders; nothing is sent)."""
     step = run.steps[index]
     root = viz.root_token(run, index)
-    max_rows = viz.max_mask_rows(run.config, step.max_nodes)
     lossy = not run.lossless
     story = viz.step_story(run, index)
     if lossy:
         story = "**LOSSY method** (ti-mcsd, width > 1): the text may differ from the target's own. " + story
-    spans = viz.text_spans(run, index)
+    figures = dict(tree=viz.tree_figure(step, root, lossy=lossy),
+                   mask=viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes), root_label=root),
+                   pq=viz.pq_figure(step), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
+    return viz.text_spans(run, index), figures, viz.summary_markdown(run, index), story
+
+
+def render(session: Session, index: int | None = None, status: str = "") -> tuple:
+    """Every view of one step of the session's run, as sent to its page: a figure the page shows already is
+    left out."""
+    run = session.run
+    if run is None or not run.steps:
+        return _empty_views(session, status or _status("Press **Step** or **Run** to start."))
+    last = len(run.steps) - 1
+    index = last if index is None else max(0, min(int(index), last))
+    spans, figures, summary, story = step_views(run, index)
     return (
         gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
-        viz.tree_figure(step, root, lossy=lossy),
-        viz.mask_figure(step, max_rows, root_label=root),
-        viz.pq_figure(step),
-        viz.stop_figure(step),
-        viz.timeline_figure(run, index),
-        viz.summary_markdown(run, index),
+        *_figures_sent(session, figures),
+        summary,
         status,
         story,
         gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
@@ -267,7 +299,7 @@ def _failed(session: Session, exc: Exception) -> tuple:
         return render(session, status=_status(message, kind))
     except Exception as render_exc:  # the run on show cannot be drawn (a hostile trace?): show nothing instead
         _unexpected(render_exc)
-        return _empty_views(session.id, _status(message, kind))
+        return _empty_views(session, _status(message, kind))
 
 
 class FinishedRun(UserError):
@@ -317,14 +349,14 @@ def _start_costs(session: Session) -> str:
     return f"{loaded}prefill of {tokens} prompt tokens took {session.prefill_seconds * 1000:.0f} ms"
 
 
-def _loading_notice(settings: Settings) -> tuple | None:
-    """An update that says the models are loading, for the first use of a pair (it can take tens of seconds on
-    a CPU, and without it the page showed nothing until the first step was done)."""
+def _announce_loading(settings: Settings) -> bool:
+    """On the first use of a pair, a toast says the models are loading (tens of seconds on a CPU): it goes at
+    once, in the event's own stream and so before its update, which a separate status event could not promise.
+    Returns whether it was said."""
     if settings.pair_key in PAIRS.loaded():
-        return None
-    return tuple(gr.skip() for _ in range(7)) + (
-        _status(f"Loading the model pair **{settings.pair_key[:80]}** (first use: this can take a while on a "
-                "CPU)…"),) + tuple(gr.skip() for _ in range(3))
+        return False
+    gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
+    return True
 
 
 def _step_time(step) -> str:
@@ -338,18 +370,16 @@ def on_step(session_id, prompt, **controls):
     try:
         _busy_guard(session)
         settings = settings_from(controls)
-        notice = _loading_notice(settings)
-        if notice is not None:
-            yield notice[:-1] + (session.id,)
+        _announce_loading(settings)
         with session.lock:
             note = _ensure_run(session, settings, prompt)
             step = session.step(PAIRS)
         status = _step_time(step) + (f" ({note})" if note else "")
         if session.done:
             status += " The run is finished."
-        yield render(session, status=_status(status, "ok"))
+        return render(session, status=_status(status, "ok"))
     except Exception as exc:
-        yield _failed(session, exc)
+        return _failed(session, exc)
 
 
 def _run_finished_status(session: Session, run) -> str:
@@ -368,42 +398,45 @@ def on_run_begin(session_id, prompt, tick, **controls):
     session = SESSIONS.get(session_id)
     try:
         settings = settings_from(controls)
-        notice = _loading_notice(settings)
-        if notice is not None:
-            yield notice + (gr.skip(),)
+        _announce_loading(settings)
         with session.lock:
             _busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             note = _ensure_run(session, settings, prompt)
-            session.stop_requested = False
+            session.stop_requested = session.stopped_by_page = False
+            session.paced_at = time.monotonic()  # in progress from its first step on: a Stop then is heard
             step = session.step(PAIRS)
-            session.paced_at = time.monotonic() if not session.done else None
-        if session.done:
-            yield render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
-            return
-        running = f"Running… step {step.index}" + (f" ({note})" if note else "")
-        yield render(session, status=_status(running)) + ((tick or 0) + 1,)
+            ended = session.done or session.stop_requested  # a Stop heard during the step ends the run with it
+            session.paced_at = None if ended else time.monotonic()
+        if ended:
+            return render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
+        running = f"{RUNNING} step {step.index}" + (f" ({note})" if note else "")
+        return render(session, status=_status(running)) + ((tick or 0) + 1,)
     except Exception as exc:
         session.paced_at = None
-        yield _failed(session, exc) + (gr.skip(),)
+        return _failed(session, exc) + (gr.skip(),)
 
 
 @on_gpu(runs=0)
-def on_run_next(session_id, tick):
-    """One more step of a browser-paced Run (see on_run_begin), or its end: Stop, Reset, or the run finished."""
+def on_run_next(session_id, tick, stop_pressed=False):
+    """One more step of a browser-paced Run (see on_run_begin), or its end: Stop (pressed in the page, which
+    says so with this request: `stop_pressed`, or heard by on_stop), Reset, or the run finished."""
     session = SESSIONS.get(session_id)
     if session.paced_at is None:  # Reset, a loaded trace or a new Step replaced the run: nothing more to draw
         return tuple(gr.skip() for _ in range(12))
     try:
         with session.lock:
+            if stop_pressed and not session.stop_requested:  # the page saw Stop before its request reached us
+                session.stop_requested = session.stopped_by_page = True
             run = session.run
             if session.stop_requested or run is None or run.finished:
                 session.paced_at = None
                 return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
             step = session.step(PAIRS)
-            session.paced_at = None if session.done else time.monotonic()
-        if session.done:
+            ended = session.done or session.stop_requested  # a Stop heard during the step ends the run with it
+            session.paced_at = None if ended else time.monotonic()
+        if ended:
             return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
-        return render(session, status=_status(f"Running… step {step.index}")) + ((tick or 0) + 1,)
+        return render(session, status=_status(f"{RUNNING} step {step.index}")) + ((tick or 0) + 1,)
     except Exception as exc:
         session.paced_at = None
         return _failed(session, exc) + (gr.skip(),)
@@ -432,7 +465,7 @@ def on_run(session_id, prompt, **controls):
                 now = time.monotonic()
                 if now - last_sent >= STREAM_EVERY_S and not run.finished:
                     last_sent = now
-                    yield render(session, status=_status(f"Running… step {len(run.steps) - 1}"))
+                    yield render(session, status=_status(f"{RUNNING} step {len(run.steps) - 1}"))
         finally:
             session.running = False
             session.touch()
@@ -456,14 +489,21 @@ def on_follow_up(session_id, message):
 
 def on_stop(session_id):
     """Stop takes effect before the next step. With nothing running it says so, and the status does not wait
-    for an end that will never come."""
+    for an end that will never come. The page's paced Run is told by the page itself (NEXT_STEP_JS), which also
+    writes "Stopping…" at once: this reply then leaves the page's status alone, since it may arrive after the
+    run's last update ("Stopped after …"), which it must not overwrite."""
     session = SESSIONS.get(session_id)
+    if session.stopped_by_page:  # this Stop's own click already ended the page's Run
+        session.stopped_by_page = False
+        return gr.skip(), session.id
     if not session.run_in_progress:
-        where = (f" (the run on show is finished: {len(session.run.steps)} steps)" if session.done
+        steps = len(session.run.steps) if session.run is not None else 0
+        where = (f" (the run on show is finished: {steps} steps)" if session.done
+                 else f" (the run on show stopped after {steps} steps: Run or Step go on with it)" if steps
                  else " (Run to start one, Step to take one step)")
         return _status("Nothing is running: nothing to stop" + where + "."), session.id
     session.stop_requested = True
-    return _status("Stopping after the current step…"), session.id
+    return (gr.skip() if session.paced_run_alive else _status(STOPPING)), session.id
 
 
 def on_reset(session_id):
@@ -472,13 +512,13 @@ def on_reset(session_id):
         session.stop_requested = True
     with session.lock:
         session.reset()
-    return _empty_views(session.id, _status("Reset. Press **Step** or **Run** to start a new run."))
+    return _empty_views(session, _status("Reset. Press **Step** or **Run** to start a new run."))
 
 
 def on_show_step(session_id, index):
     session = SESSIONS.get(session_id)
     if session.run is None or not session.run.steps:
-        return _empty_views(session.id, _status("Nothing to show yet: press **Step** or **Run**."))
+        return _empty_views(session, _status("Nothing to show yet: press **Step** or **Run**."))
     try:
         index = int(index)
         return render(session, index, status=_status(f"Showing step {index}."))
@@ -486,8 +526,10 @@ def on_show_step(session_id, index):
         return _failed(session, exc)
 
 
-@on_gpu(runs=len(METHODS))
+@on_gpu(runs=len(METHODS) + 1)
 def on_compare(session_id, prompt, **controls):
+    """Every method on the prompt, then transformers' assisted generation as the peer (when the pair allows it;
+    dynasd/explorer/peer.py); the table grows as each one finishes."""
     session = SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
@@ -495,10 +537,15 @@ def on_compare(session_id, prompt, **controls):
         for method, run in compare_methods(PAIRS, settings, prompt):
             runs[method] = run
             rows = viz.compare_rows(runs)
-            done = len(runs) < len(METHODS)
-            yield (pd.DataFrame(rows), viz.compare_figure(rows),
-                   _status(f"{method} done{'…' if done else ': all methods compared.'}",
-                           "info" if done else "ok"), session.id)
+            yield (pd.DataFrame(rows), viz.compare_figure(rows), _status(f"{method} done…"), session.id)
+        yield (gr.skip(), gr.skip(), _status(f"Our methods done; running {PEER_LABEL}…"), session.id)
+        try:
+            peers = {PEER_LABEL: run_peer(PAIRS, settings, prompt)}
+            done = f"all methods compared, and {PEER_LABEL} beside them."
+        except UserError as exc:  # the explorer's rows stand; the status says why the peer is missing
+            peers, done = {}, f"all methods compared; no {PEER_LABEL} row: {exc}."
+        rows = viz.compare_rows(runs, peers)
+        yield pd.DataFrame(rows), viz.compare_figure(rows), _status(done[0].upper() + done[1:], "ok"), session.id
     except Exception as exc:
         if not isinstance(exc, (UserError, SessionFailed)):
             exc = _unexpected(exc)
@@ -538,7 +585,7 @@ def on_load(session_id, path):
     """Replay a trace file; its prompt and settings go to the controls, so Step starts a run like it."""
     session = SESSIONS.get(session_id)
     if not path:
-        return _empty_views(session.id, _status("Choose a trace file (.json) to load.", "warn")) + _control_updates()
+        return _empty_views(session, _status("Choose a trace file (.json) to load.", "warn")) + _control_updates()
     try:
         _busy_guard(session)
         run = load_trace(path)
@@ -547,10 +594,10 @@ def on_load(session_id, path):
         with session.lock:
             session.load(run)
             try:
+                step_views(run, 0)  # the scrubber can reach both ends
                 views = render(session, status=_status(
                     f"Loaded a {run.method[:40]} trace of {len(run.steps)} steps on {run.pair[:80]}: replaying, "
                     "no model needed.", "ok"))
-                render(session, 0)  # the scrubber can reach both ends
             except Exception as exc:  # passed the schema checks but cannot be drawn: refuse it, say why
                 _unexpected(exc)
                 session.reset()
@@ -641,6 +688,62 @@ document.addEventListener("change", (event) => {
 }, true);
 </script>
 """
+
+
+# The paced Run's page side. Stop sets a flag in the page at once (its request to the server may arrive after
+# the page's next request for a step); the page asks for the next step a frame and a task after it applied the
+# last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
+RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
+STOP_PRESSED_JS = f"""
+(status) => {{
+  window.dynasdStopPressed = true;
+  return (typeof status === "string" && status.startsWith({json.dumps(_status(RUNNING))}))
+    ? {json.dumps(_status(STOPPING))} : status;
+}}
+"""
+NEXT_STEP_JS = """
+async (session, tick, stopPressed) => {
+  await new Promise((drawn) => requestAnimationFrame(() => setTimeout(drawn, 0)));
+  return [session, tick, window.dynasdStopPressed === true];
+}
+"""
+
+
+# The step's five figures are drawn by the page into one Plotly div each, kept from one update to the next
+# (Plotly.react redraws it in place). gr.Plot rebuilds its Plotly component for every new figure and draws the
+# figure twice, once into the component it throws away: half of a Step's drawing time in the page. The figures
+# travel as Plotly JSON, drawn by the plotly.js of the installed plotly package (the version that wrote them).
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+FIGURE_HEAD = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
+# The library is kept as window.dynasdPlotly at first use: a gr.Plot shown later (Learn, Compare) loads gradio's
+# own copy as window.Plotly, and a div must stay with the library that drew it.
+FIGURE_JS = """
+const box = element.querySelector('.dynasd-figure');
+const draw = () => {
+  const plotly = window.dynasdPlotly = window.dynasdPlotly || window.Plotly;
+  if (!plotly) { setTimeout(draw, 50); return; }  // plotly.js is still loading
+  if (!props.value) { plotly.purge(box); return; }
+  const figure = JSON.parse(props.value);
+  figure.layout.autosize = true;
+  plotly.react(box, figure.data, figure.layout, {displaylogo: false});
+};
+// A figure drawn in a hidden tab takes plotly's default width: redraw it to the box's width when that changes
+// (the tab shown, the window resized).
+let width = box.clientWidth;
+new ResizeObserver(() => {
+  const now = box.clientWidth;
+  if (now && now !== width && box.data && window.dynasdPlotly) window.dynasdPlotly.Plots.resize(box);
+  width = now;
+}).observe(box);
+watch('value', draw);
+draw();
+"""
+
+
+def figure_view(label: str, elem_id: str) -> gr.HTML:
+    """One of the step's figures: its value is the figure's Plotly JSON (None: empty), drawn by FIGURE_JS."""
+    return gr.HTML(None, label=label, elem_id=elem_id, html_template='<div class="dynasd-figure"></div>',
+                   js_on_load=FIGURE_JS, head=FIGURE_HEAD, container=True, min_height=120)
 
 
 def options_in(group: str) -> list[str]:
@@ -734,31 +837,31 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                 story = gr.Markdown("", elem_id="story", label="story")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=1, min_width=360):
-                        tree_plot = gr.Plot(label="Candidate tree", elem_id="tree-plot", show_label=False)
+                        tree_plot = figure_view("Candidate tree", "tree-plot")
                         with gr.Accordion("What am I seeing? (tree)", open=True):
                             gr.Markdown(TREE_HELP, elem_classes="explain")
                     with gr.Column(scale=1, min_width=360):
-                        mask_plot = gr.Plot(label="Verify mask", elem_id="mask-plot", show_label=False)
+                        mask_plot = figure_view("Verify mask", "mask-plot")
                         with gr.Accordion("What am I seeing? (mask)", open=True):
                             gr.Markdown(MASK_HELP, elem_classes="explain")
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
                     with gr.Tab("Decisions"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                pq_plot = gr.Plot(label="p vs q per candidate", elem_id="pq-plot", show_label=False)
-                                stop_plot = gr.Plot(label="Early-stop scores", elem_id="stop-plot", show_label=False)
+                                pq_plot = figure_view("p vs q per candidate", "pq-plot")
+                                stop_plot = figure_view("Early-stop scores", "stop-plot")
                             gr.Markdown(DECISIONS_HELP, elem_classes="explain")
                     with gr.Tab("Summary"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
                                 summary = gr.Markdown("", elem_id="summary", label="summary")
-                                timeline_plot = gr.Plot(label="Run timeline", elem_id="timeline-plot", show_label=False)
+                                timeline_plot = figure_view("Run timeline", "timeline-plot")
                             gr.Markdown(SUMMARY_HELP, elem_classes="explain")
                     with gr.Tab("Compare"):
                         with gr.Row(equal_height=False):
                             with gr.Column(scale=3):
-                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} on this prompt",
-                                                        elem_id="compare-btn")
+                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
+                                                        "assisted generation on this prompt", elem_id="compare-btn")
                                 compare_status = gr.Markdown("", label="compare status")
                                 compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
                                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
@@ -776,17 +879,21 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
-        # Run in the page: one step per event, the next asked for when the page has applied the last (a tick
-        # State whose change is the request), so the display keeps pace and Stop lands within a step.
+        # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
+        # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
+        # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
         run_tick = gr.State(0)
+        stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
+        run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
         run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
                       api_visibility="private")
-        run_tick.change(on_run_next, [session_id, run_tick], views + [run_tick], api_visibility="private",
-                        show_progress="hidden")
+        run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,
+                        api_visibility="private", show_progress="hidden")
         # Run for API clients: a stream of updates (there is no page to pace it)
         run_api = gr.Button("Run (API)", visible=False)
         run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
         follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up")
+        stop_btn.click(None, [status], [status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number
@@ -1197,6 +1304,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> gr.Blocks:
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
+    gr.set_static_paths([PLOTLY_JS])  # the page's figures are drawn by it (figure_view)
     start_heap_trimmer()  # abandoned sessions' freed memory goes back to the OS (flat RSS in the soak)
     demo.queue(default_concurrency_limit=16).launch(
         server_name=host, server_port=port, css=CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",

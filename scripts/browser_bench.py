@@ -6,14 +6,18 @@
 
 Measures, on the page a user sees:
 - Step click -> figures drawn: from the click until the tree and the mask both show the new step's title
-  (median over --clicks clicks after the first, which also starts the run and is reported apart);
-- payload per update: the bytes of figure JSON one Step sends (the five figures' Plotly JSON, through the API);
+  (median over --clicks clicks after the first, which also starts the run and is reported apart), split into
+  the server's part (click -> the update queued for the page) and the page's (transfer, then drawing);
+- payload per update: the bytes the server queues for the page per Step, per scrub and per step of a Run (every
+  message of the event as Gradio serialises it: what travels, with figures left out or sent twice);
 - scrubbing: typing a step number in the step slider until the tree shows that step (median);
 - Run pacing: during a Run, how many steps the server is ahead of the step on show (the largest lag seen), and
   when the server and the page finish;
-- Stop latency: from the Stop click until the status says the run stopped, and the steps taken after the click.
-The app is imported from --repo and served in this process, so the server's own step count can be read beside
-the page's. Targets: click -> figures median <= 0.5 s, payload <= 60 kB, scrubbing <= 0.3 s, lag <= 1 step.
+- Stop: the step on show is read and Stop clicked in one script; then the steps the run took after the one on
+  show (the one the page had already asked for may follow), and the time until the status says it stopped.
+The app is imported from --repo and served in this process, so the server's own step count and the messages it
+queues can be read beside the page. Targets: click -> figures median <= 0.5 s, payload <= 60 kB, scrubbing
+<= 0.3 s, lag <= 1 step, at most one step after the step on show at Stop.
 """
 from __future__ import annotations
 
@@ -31,8 +35,41 @@ import time
 from pathlib import Path
 
 WAIT_S = 120
-FIGURES = ("tree", "mask", "pq", "stop", "timeline")
-OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
+MESSAGES: list[tuple[float, str, str, int]] = []  # (time, handler, message type, bytes) of every queued message
+
+
+def record_messages() -> None:
+    """Every message Gradio queues for a page, with its time and serialised size (the server is in-process)."""
+    from gradio import queueing
+
+    original = queueing.Queue.send_message
+
+    def recorded(self, event, message):
+        name = getattr(event.fn.fn, "__name__", str(event.fn.api_name))
+        MESSAGES.append((time.perf_counter(), name, type(message).__name__, len(message.model_dump_json())))
+        return original(self, event, message)
+
+    queueing.Queue.send_message = recorded
+
+
+def update_bytes(handler: str, since: float, until: float | None = None) -> list[int]:
+    """Bytes of each finished event of `handler` queued in [since, until]: its data messages summed."""
+    sizes, current = [], 0
+    for at, name, kind, size in MESSAGES:
+        if name != handler or at < since or (until is not None and at > until):
+            continue
+        if kind in ("ProcessGeneratingMessage", "ProcessCompletedMessage"):
+            current += size
+        if kind == "ProcessCompletedMessage":
+            sizes.append(current)
+            current = 0
+    return sizes
+
+
+def queued_at(handler: str, since: float) -> float | None:
+    """When the first event of `handler` after `since` finished (its last message was queued)."""
+    return next((at for at, name, kind, _ in MESSAGES
+                 if name == handler and at >= since and kind == "ProcessCompletedMessage"), None)
 
 
 def free_port() -> int:
@@ -53,6 +90,7 @@ def serve(repo: Path, pair: str):
     started = time.perf_counter()
     app.PAIRS.get(Settings(pair=pair))
     load_s = time.perf_counter() - started
+    record_messages()
     port = free_port()
     app.serve(app.build_app(pair), "127.0.0.1", port, block=False)
     return app, f"http://127.0.0.1:{port}/", load_s
@@ -125,12 +163,16 @@ def session_ids(app) -> set[str]:
 
 
 def measure_steps(page: Page, clicks: int) -> dict:
-    times = []
+    times, server, starts = [], [], []
     for index in range(clicks + 1):
         started = page.click("step-btn")
         page.wait.until(lambda _, index=index: page.shows_step(index))
         times.append(time.perf_counter() - started)
-    scrub = []
+        queued = queued_at("on_step", started)
+        server.append(queued - started if queued is not None else float("nan"))
+        starts.append(started)
+    step_bytes = update_bytes("on_step", starts[1])
+    scrub, scrub_started = [], time.perf_counter()
     for index in [0, clicks, 1, clicks - 1][: max(2, min(4, clicks + 1))]:
         if page.shows_step(index):
             continue
@@ -139,21 +181,18 @@ def measure_steps(page: Page, clicks: int) -> dict:
         scrub.append(time.perf_counter() - started)
     return dict(first_click_s=times[0], click_to_figures_median_s=statistics.median(times[1:]),
                 click_to_figures_s=[round(t, 3) for t in times[1:]],
-                scrub_median_s=statistics.median(scrub) if scrub else None, scrub_s=[round(t, 3) for t in scrub])
+                click_server_median_s=statistics.median(server[1:]),
+                click_page_median_s=statistics.median(t - q for t, q in zip(times[1:], server[1:])),
+                step_update_bytes=step_bytes,
+                scrub_median_s=statistics.median(scrub) if scrub else None, scrub_s=[round(t, 3) for t in scrub],
+                scrub_update_bytes=update_bytes("on_show_step", scrub_started))
 
 
-def measure_payload(url: str, pair: str, steps: int) -> dict:
-    from gradio_client import Client
-
-    client = Client(url, verbose=False)
-    sizes = []
-    for _ in range(steps):
-        out = client.predict(prompt="Explain why the sky is blue in two sentences.", pair=pair, api_name="/step")
-        sizes.append({name: len(out[OUT[name]]["plot"]) if isinstance(out[OUT[name]], dict)
-                      and "plot" in out[OUT[name]] else 0 for name in FIGURES})
-    totals = [sum(s.values()) for s in sizes]
-    return dict(payload_per_update_bytes=max(totals), payload_mean_bytes=round(statistics.mean(totals)),
-                payload_by_figure_last=sizes[-1])
+STOP_AND_READ_JS = """
+const shown = document.getElementById('scrubber').innerText.match(/\\((\\d+) of \\d+\\)/);
+document.getElementById('stop-btn').click();
+return shown ? Number(shown[1]) : null;
+"""
 
 
 def measure_run(page: Page, app, before: set[str], stop_after_s: float | None) -> dict:
@@ -162,7 +201,7 @@ def measure_run(page: Page, app, before: set[str], stop_after_s: float | None) -
     page.wait.until(lambda _: "Reset" in page.text("status"))
     session = the_browser_session(app, before)
     started = page.click("run-btn")
-    lag, server_done, stop_clicked, steps_at_stop = 0, None, None, None
+    lag, server_done, stop_clicked, shown_at_stop = 0, None, None, None
     deadline = started + WAIT_S
     while time.perf_counter() < deadline:
         run = session.run
@@ -174,18 +213,20 @@ def measure_run(page: Page, app, before: set[str], stop_after_s: float | None) -
             server_done = time.perf_counter() - started
         status = page.text("status")
         if stop_after_s is not None and stop_clicked is None and time.perf_counter() - started >= stop_after_s:
-            steps_at_stop = server_steps
-            stop_clicked = page.click("stop-btn")
+            shown_at_stop = page.driver.execute_script(STOP_AND_READ_JS)
+            stop_clicked = time.perf_counter()
         if ("Done after" in status) or (stop_clicked is not None and "Stopped after" in status):
             break
         time.sleep(0.02)
     ended = time.perf_counter()
-    result = dict(max_lag_steps=lag, page_unresponsive_reads=page.unresponsive,
-                  server_steps=len(session.run.steps) if session.run else 0,
-                  server_done_s=server_done, page_done_s=ended - started, final_status=page.text("status")[:120])
+    steps = len(session.run.steps) if session.run else 0
+    result = dict(max_lag_steps=lag, page_unresponsive_reads=page.unresponsive, server_steps=steps,
+                  server_done_s=server_done, page_done_s=ended - started, final_status=page.text("status")[:120],
+                  run_step_update_bytes=max(update_bytes("on_run_next", started, ended), default=None))
     if stop_clicked is not None:
-        result.update(stop_latency_s=ended - stop_clicked if "Stopped" in page.text("status") else None,
-                      steps_after_stop=result["server_steps"] - steps_at_stop)
+        stopped = "Stopped" in page.text("status")
+        result.update(stop_latency_s=ended - stop_clicked if stopped else None, step_on_show_at_stop=shown_at_stop,
+                      steps_after_the_step_on_show=steps - 1 - shown_at_stop if shown_at_stop is not None else None)
     return result
 
 
@@ -215,7 +256,6 @@ def main(argv: list[str] | None = None) -> None:
         numbers["run_stopped"] = measure_run(page, app, before, args.stop_after)
     finally:
         driver.quit()
-    numbers.update(measure_payload(url, args.pair, 2))
     print(json.dumps(numbers, indent=2, default=lambda v: round(v, 3) if isinstance(v, float) else str(v)))
     if args.json:
         Path(args.json).write_text(json.dumps(numbers, indent=2))

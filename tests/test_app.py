@@ -104,6 +104,44 @@ def test_public_mode_refuses_custom_models():
         pairs.get(Settings(pair="../../secret"))
 
 
+def test_sent_outputs_leave_out_what_the_page_holds_until_a_failure_or_a_wait():
+    """An output whose content was the last one sent is left out; after an update that failed, or one that had
+    to wait for another update of the session (the two may reach the page in either order), all is sent."""
+    import threading
+
+    from dynasd.explorer.shown import SentOutputs
+
+    sent = SentOutputs()
+    with sent.update() as page:
+        assert page.changed("tree", "a") and page.changed("mask", "b")
+    with sent.update() as page:
+        assert not page.changed("tree", "a") and page.changed("mask", "c")
+    with pytest.raises(RuntimeError), sent.update() as page:
+        page.changed("stop", "d")
+        raise RuntimeError("the update failed")
+    with sent.update() as page:
+        assert page.changed("tree", "a"), "after a failure everything is sent"
+    holding, release, results = threading.Event(), threading.Event(), []
+
+    def first():
+        with sent.update():
+            holding.set()
+            release.wait(10)
+
+    def second():
+        with sent.update() as page:
+            results.append(page.changed("tree", "a"))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    holding.wait(10)
+    threads[1].start()
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert results == [True], "an update that waited for another one sends in full"
+
+
 def test_bad_settings_are_user_errors_with_a_reason():
     pairs = PairCache(loader=CountingLoader())
     session = SessionRegistry().get(None)
@@ -178,8 +216,18 @@ def spans(outputs) -> list[dict]:
 
 
 def plot_json(value) -> dict:
-    assert value is not None and value["type"] == "plotly"
-    return json.loads(value["plot"])
+    """A figure as the API sends it: the Plotly JSON of the step's figure views (the compare plot is a gr.Plot)."""
+    assert value is not None
+    return json.loads(value if isinstance(value, str) else value["plot"])
+
+
+FIGURES = ("tree", "mask", "pq", "stop", "timeline")
+
+
+def sent_figures(outputs) -> set[str]:
+    """The figures an update carries (each as its Plotly JSON); one left out (gr.skip()) is an update without a
+    value, a cleared one is None."""
+    return {name for name in FIGURES if isinstance(outputs[OUT[name]], str)}
 
 
 def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
@@ -193,13 +241,133 @@ def test_step_shows_the_tree_mask_and_text_of_each_step(connect):
     heat = plot_json(second[OUT["mask"]])["data"][0]
     # root row + 44 nodes, sent as a typed array that Gradio passes through to plotly.js
     assert heat["type"] == "heatmap" and heat["z"]["dtype"] == "u1" and heat["z"]["shape"] == "45, 46"
-    figures = sum(len(second[OUT[name]]["plot"]) for name in ("tree", "mask", "pq", "stop", "timeline"))
+    figures = sum(len(second[OUT[name]]) for name in sent_figures(second))
     assert figures <= 60_000, f"one update sends {figures} bytes of figures"
     text = spans(second)
     assert len(text) > len(spans(first)) >= 1
     assert any(s["class_or_confidence"].endswith("this step") for s in text)
     assert second[OUT["scrubber"]]["maximum"] == 1 and second[OUT["scrubber"]]["value"] == 1
     assert "Step 1" in second[OUT["story"]]
+
+
+def test_an_update_sends_only_the_figures_that_changed(connect):
+    """A figure the page shows already is left out of an update: the step on show shown again sends none, the
+    stop scores of a run without a stop policy go once, a step elsewhere sends the figures that differ, and a
+    Reset clears them once."""
+    client = connect()
+    first = client.predict(prompt="hello", **TINY, api_name="/step")
+    assert sent_figures(first) == set(FIGURES)
+    second = client.predict(prompt="hello", **TINY, api_name="/step")
+    assert sent_figures(second) == {"tree", "mask", "pq", "timeline"}, "no stop policy: the same stop figure"
+    again = client.predict(1, api_name="/show_step")
+    assert sent_figures(again) == set() and "Showing step 1" in again[OUT["status"]]
+    assert spans(again) == spans(second), "the text comes with every update"
+    back = client.predict(0, api_name="/show_step")
+    assert sent_figures(back) == {"tree", "mask", "pq", "timeline"}
+    assert all(plot_json(back[OUT[name]]) == plot_json(first[OUT[name]]) for name in ("tree", "mask", "pq"))
+    cleared = client.predict(api_name="/reset")
+    assert all(cleared[OUT[name]] is None for name in FIGURES), "Reset sends the empty figures"
+    assert sent_figures(client.predict(prompt="hello", **TINY, api_name="/step")) == set(FIGURES)
+
+
+def paced_run(app, steps: int):
+    """A page's Run driven by hand: on_run_begin, then on_run_next until `steps` steps are taken."""
+    session = app.SESSIONS.get(None)
+    begun = app.on_run_begin(session.id, "hello", 0, pair="tiny-random", method="mcsd", max_new_tokens=64)
+    assert sent_figures(begun) == set(FIGURES) and begun[-1] == 1, "the first step, and the tick for the next"
+    tick = 1
+    for _ in range(steps - 1):
+        update = app.on_run_next(session.id, tick, False)
+        assert sent_figures(update) == {"tree", "mask", "pq", "timeline"} and update[-1] == tick + 1
+        tick += 1
+    return session, tick
+
+
+def test_a_stopped_paced_run_ends_without_sending_its_figures_again():
+    """The page's Run, stopped through the server (the Stop request arrives first): the next request ends it,
+    and that last update shows the step already on show, so it carries no figure. Stop's own reply leaves the
+    status to the run's last update, which it could overtake."""
+    import app
+
+    session, tick = paced_run(app, 2)
+    assert app.on_stop(session.id)[0] == app.gr.skip() and session.stop_requested
+    stopped = app.on_run_next(session.id, tick, False)
+    assert "Stopped after 2 steps" in stopped[OUT["status"]]
+    assert sent_figures(stopped) == set(), "the step on show is unchanged: no figure is sent again"
+    assert not session.run_in_progress
+    assert "Nothing is running" in app.on_stop(session.id)[0]
+
+
+def test_a_stop_heard_during_a_step_ends_the_run_with_that_step():
+    """The Stop request arrives while the page's next step is being taken: that step's update is the run's last
+    (no tick for another request), so the page's 'Stopping…' is followed by 'Stopped', not by 'Running…'."""
+    import app
+
+    session, tick = paced_run(app, 2)
+    take_step = session.step
+
+    def step_while_stop_is_pressed(pairs):
+        taken = take_step(pairs)
+        app.on_stop(session.id)
+        return taken
+
+    session.step = step_while_stop_is_pressed
+    last = app.on_run_next(session.id, tick, False)
+    assert "Stopped after 3 steps" in last[OUT["status"]] and last[-1] == app.gr.skip()
+    assert sent_figures(last) == {"tree", "mask", "pq", "timeline"}, "the new step is drawn"
+    assert not session.run_in_progress
+    assert "stopped after 3 steps" in app.on_stop(session.id)[0], "a second Stop: nothing is running"
+
+
+def test_the_page_stops_its_run_with_the_request_for_the_next_step():
+    """Stop pressed in the page travels with the page's next request: no step is taken, whether or not the
+    server heard the Stop request yet; when that request comes after the end, its reply changes nothing, and a
+    second Stop says nothing is running."""
+    import app
+
+    session, tick = paced_run(app, 3)
+    stopped = app.on_run_next(session.id, tick, True)
+    assert "Stopped after 3 steps" in stopped[OUT["status"]] and len(session.run.steps) == 3
+    assert not session.run_in_progress
+    assert app.on_stop(session.id)[0] == app.gr.skip(), "the late Stop request does not overwrite 'Stopped'"
+    assert "Nothing is running" in app.on_stop(session.id)[0]
+    assert app.on_run_next(session.id, tick + 1, True) == tuple(app.gr.skip() for _ in range(12))
+
+
+def test_the_first_use_of_a_pair_says_the_models_are_loading(monkeypatch):
+    """Step and Run say in a toast that a pair not loaded yet is loading; a loaded pair goes without a word."""
+    import app
+
+    said = []
+    monkeypatch.setattr(app, "PAIRS", PairCache(loader=CountingLoader()))
+    monkeypatch.setattr(app.gr, "Info", said.append)
+    session = app.SESSIONS.get(None)
+    app.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
+    assert len(said) == 1 and "Loading the model pair tiny-random" in said[0]
+    app.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
+    assert len(said) == 1, "loaded: nothing said"
+
+
+def test_a_step_sends_its_figures_to_the_page_once(explorer_inprocess, monkeypatch):
+    """Every message Gradio queues for the page, counted: a Step's figures travel in one message (a generator
+    handler's last update travels twice, once more as its result)."""
+    from gradio import queueing
+    from gradio_client import Client
+
+    messages = []
+    original = queueing.Queue.send_message
+
+    def counted(self, event, message):
+        messages.append(message.model_dump_json())
+        return original(self, event, message)
+
+    monkeypatch.setattr(queueing.Queue, "send_message", counted)
+    client = Client(explorer_inprocess.url, verbose=False)
+    for _ in range(2):
+        messages.clear()
+        client.predict(prompt="hello", **TINY, api_name="/step")
+        carrying_figures = [m[:120] for m in messages if '\\"layout\\"' in m]  # a figure's JSON, quoted
+        assert len(carrying_figures) == 1, carrying_figures
 
 
 def test_the_feature_draft_checkbox_switches_the_draft_and_stays_lossless(connect):
@@ -302,15 +470,34 @@ def test_sessions_do_not_share_runs(connect):
     assert "Step 3" in a.predict(prompt="hello", **TINY, api_name="/step")[OUT["status"]]
 
 
-def test_compare_tab_runs_every_method(connect):
+def test_compare_tab_runs_every_method_and_transformers_assisted_generation(connect):
+    """Every method, then transformers' assisted generation as the peer: at temperature 0 it writes ar's text
+    too, in fewer target forwards than tokens, and its row has every column the others have."""
     client = connect()
     table, plot, status = client.predict(prompt="hello", pair="tiny-random", max_new_tokens=16,
                                          api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
-    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle"}
-    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle"))
+    peer = "hf-assisted (transformers)"
+    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle", peer}
+    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle", peer))
     assert rows["mcsd"]["tokens / target forward"] > 1.0
-    assert len(plot_json(plot)["data"]) == 2 and "all methods" in status
+    assert rows[peer]["new tokens"] == rows["ar"]["new tokens"] == 16
+    assert 1.0 < rows[peer]["tokens / target forward"] == round(16 / rows[peer]["target forwards"], 2)
+    assert rows[peer]["tokens / s (decoding)"] > 0 and rows[peer]["prefill (ms)"] >= 0
+    assert all(value is not None for value in rows[peer].values()), rows[peer]
+    assert len(plot_json(plot)["data"]) == 2 and "all methods" in status.lower() and peer in status, status
+
+
+def test_compare_says_why_a_pair_without_a_runnable_draft_has_no_peer_row():
+    from dynasd.explorer.peer import run_peer, why_no_peer
+
+    pair = tiny_random_pair()
+    assert why_no_peer(pair) is None
+    pair.draft = None
+    assert "no draft model" in why_no_peer(pair)
+    pairs = PairCache(loader=lambda *_, **__: pair)
+    with pytest.raises(UserError, match="cannot run here: this pair has no draft model"):
+        run_peer(pairs, Settings(pair="tiny-random", max_new_tokens=4), "hello")
 
 
 def test_a_saved_trace_replays_in_another_session_without_stepping(connect):

@@ -129,8 +129,9 @@ def _shown_step(browser) -> int | None:
 
 
 def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
-    """Run draws step after step; Stop ends it within a step, the status says so and stays idle (no step is drawn
-    after it), and a second Stop says nothing is running instead of waiting for ever. On the way: a temperature
+    """Run draws step after step; Stop ends it within a step (at most the step the page had already asked for
+    follows the one on show), the status says so and stays idle (no step is drawn after it), and a second Stop
+    says nothing is running instead of waiting for ever. On the way: a temperature
     typed above the slider's range is announced where it is typed, not silently replaced."""
     import time
 
@@ -151,11 +152,17 @@ def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
     browser.find_element(By.ID, "run-btn").click()
     wait.until(lambda _: (_shown_step(browser) or 0) >= 3)
     assert "Running" in status()
-    browser.find_element(By.ID, "stop-btn").click()
+    # the step on show when Stop is clicked, read in the same script as the click: nothing can come in between
+    shown_at_stop = browser.execute_script(
+        "const shown = document.getElementById('scrubber').innerText.match(/\\((\\d+) of \\d+\\)/);"
+        "document.getElementById('stop-btn').click();"
+        "return shown ? Number(shown[1]) : null;")
     wait.until(lambda _: "Stopped after" in status())
     stopped_at = _shown_step(browser)
     steps = int(status().split("Stopped after ")[1].split(" steps")[0])
     assert stopped_at == steps - 1, "the page shows the last step the server took"
+    assert shown_at_stop is not None and stopped_at <= shown_at_stop + 1, \
+        f"Stop at step {shown_at_stop}: only the step already asked for may follow, the run went on to {stopped_at}"
     time.sleep(2.0)
     assert _shown_step(browser) == stopped_at and "Stopped after" in status(), "nothing runs after Stop"
     browser.find_element(By.ID, "stop-btn").click()

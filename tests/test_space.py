@@ -226,7 +226,7 @@ def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_pa
             proc.kill()
     status, tree = outputs[7], outputs[1]
     assert status.startswith("✓ Step 0"), f"{status}\n{log_path.read_text()[-3000:]}"
-    assert tree is not None and '"Step 0: ' in tree["plot"]
+    assert tree is not None and '"Step 0: ' in tree
     assert embedded.cached_gguf_path(cache).is_file(), "the GGUF was fetched into the cache folder"
     assert "could not preload" not in log_path.read_text()
     print(f"space build: install {clock['installed'] - clock['start']:.0f} s, app serving after "

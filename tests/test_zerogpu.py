@@ -141,7 +141,7 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
         demo.close()
 
     assert results["/step"][OUT_STATUS].startswith("✓ Step 0"), results["/step"][OUT_STATUS]
-    assert json.loads(results["/step"][OUT_TREE]["plot"])["layout"]["title"]["text"].startswith("Step 0")
+    assert json.loads(results["/step"][OUT_TREE])["layout"]["title"]["text"].startswith("Step 0")
     assert "Loaded" in results["/load_trace"][OUT_STATUS], "a trace replays with no model, outside spaces.GPU"
     outside = sorted({endpoint for endpoint, inside in loader.forwards if not inside})
     assert not outside, f"models ran outside spaces.GPU in {outside}"

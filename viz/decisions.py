@@ -84,8 +84,11 @@ def stop_figure(step: StepTrace) -> go.Figure:
         why = no_scores_reason(step)
         annotations.append(dict(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper"))
     depth = max(step.max_depth, 1)
-    layout = base_layout(f"Step {step.index}: early-stop scores per draft level<br>stop policy: {step.stop_policy}",
-                         height=300 + LEGEND_ROOM)
+    # Without scores the figure says only why there are none: no step number, so that steps alike draw the same
+    # figure and the explorer need not send it again (dynasd/explorer/shown.py).
+    title = "early-stop scores per draft level"
+    title = f"Step {step.index}: {title}" if step.stop_scores else title.capitalize()
+    layout = base_layout(f"{title}<br>stop policy: {step.stop_policy}", height=300 + LEGEND_ROOM)
     layout.update(shapes=shapes, annotations=annotations, legend=TOP_LEGEND,
                   margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
                   xaxis=dict(title="after draft level", tickmode="array", tickvals=list(range(1, depth + 1)),

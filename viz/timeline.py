@@ -128,8 +128,9 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
     return go.Figure(data=traces, layout=layout)
 
 
-def compare_rows(runs: dict[str, RunTrace]) -> list[dict]:
-    """One row per method; `same text as ar` compares with the target-alone (AR) output when it was run."""
+def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[dict]:
+    """One row per method, then one per peer (label -> a run of another implementation with the fields of
+    dynasd/explorer/peer.PeerRun); `same text as ar` compares with the target-alone (AR) output when it was run."""
     reference = runs["ar"].text if "ar" in runs else None
     rows = []
     for method, run in runs.items():
@@ -145,6 +146,19 @@ def compare_rows(runs: dict[str, RunTrace]) -> list[dict]:
             ACCEPTED_LENGTH: round(s["accepted_length"], 2) if drafts else None,
             LEVEL_RATE: f"{s['acceptance_rate']:.0%}" if drafts else "–",
             "same text as ar": "n/a" if reference is None else ("yes" if run.text == reference else "NO"),
+        })
+    for label, peer in (peers or {}).items():
+        rounds = max(peer.target_forwards, 1)
+        rows.append({
+            "method": label,
+            "new tokens": peer.new_tokens,
+            "target forwards": peer.target_forwards,
+            "tokens / target forward": round(peer.new_tokens / rounds, 2),
+            TOKENS_PER_S: round(peer.new_tokens / peer.decoding_seconds, 1) if peer.decoding_seconds > 0 else 0.0,
+            "prefill (ms)": round(peer.prefill_seconds * 1000),
+            ACCEPTED_LENGTH: round(peer.accepted_tokens / rounds, 2),
+            LEVEL_RATE: f"{peer.accepted_tokens / peer.assistant_forwards:.0%}" if peer.assistant_forwards else "–",
+            "same text as ar": "n/a" if reference is None else ("yes" if peer.text == reference else "NO"),
         })
     return rows
 

@@ -21,6 +21,7 @@ from ..stopping import READS_DECISION_MODEL, load_decision_model
 from ..trace import RunTrace, StepTrace, TraceError, load_run
 from .inputs import Settings, UserError, check_prompt, one_line
 from .pairs import MODEL_BUILD_LOCK, PairCache
+from .shown import SentOutputs
 
 
 def load_decision_model_for(options: DecoderOptions) -> DecisionModel | None:
@@ -75,6 +76,7 @@ class Session:
         self.replay = False          # the run came from a trace file; there is no decoder to step
         self.error: str | None = None  # set when a model call failed; cleared by reset()
         self.stop_requested = False
+        self.stopped_by_page = False   # the page's flag ended its paced Run before the Stop request arrived
         self.running = False           # a Run stream is in progress (it takes self.lock one step at a time)
         # A Run paced by the browser: the page asks for each next step only once it has drawn the last one, so
         # the display is never more than a step behind. `paced_at` is the time of the last step it asked for;
@@ -83,6 +85,7 @@ class Session:
         self.load_seconds = 0.0        # loading the model pair for the current run (0 when it was loaded already)
         self.prefill_seconds = 0.0     # the current run's prompt prefill: not part of any step's time
         self.restart_asked = False     # Step or Run on the finished run was pressed once: the next press replaces it
+        self.sent = SentOutputs()      # what this session's page shows, so that an update sends only what changed
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -116,6 +119,7 @@ class Session:
         self.paced_at = None
         self.decoder = self.run = self.settings = self.pair = None
         self.prompt, self.replay, self.error, self.stop_requested = "", False, None, False
+        self.stopped_by_page = False
         self.restart_asked = False
         self.turns = []
 

@@ -1,0 +1,85 @@
+"""The Compare tab's peer: transformers' own assisted generation (`target.generate(assistant_model=draft)`, the
+bench's `hf-assisted`, dynasd/bench/measure.py) on the same pair, prompt, sampling settings, seed and budget.
+
+Why a peer: the explorer's methods are compared with each other and with ar; a row from an implementation that is
+not this project's says whether they are any good. Its numbers are read the way the explorer reads its own runs:
+- tokens / s counts decoding only. transformers prefills inside `generate`, so its prefill is measured apart, just
+  before, as the explorer's methods pay it (one forward of the target and one of the draft over the prompt), and
+  taken out of the `generate` time;
+- target forwards come from the forward hooks (bench.measure.ForwardClock): each is one verification round (the
+  first one also reads the prompt), and each round commits its accepted candidates and one token of the target.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..bench.measure import ForwardClock, run_hf_assisted
+from ..bench.specs import HF_ASSISTED, MethodSpec
+from ..models import ModelPair
+from .inputs import Settings, UserError, check_prompt, one_line
+from .pairs import PairCache
+
+PEER_LABEL = "hf-assisted (transformers)"
+
+
+@dataclass
+class PeerRun:
+    """One run of the peer, in the terms of the Compare table."""
+
+    text: str
+    new_tokens: int
+    target_forwards: int
+    accepted_tokens: int      # draft candidates the target kept: new tokens - target forwards
+    assistant_forwards: int   # one per candidate the draft proposed
+    decoding_seconds: float   # generate()'s time less the prefill below
+    prefill_seconds: float    # one forward of the target and one of the draft over the prompt, measured apart
+
+
+def why_no_peer(pair: ModelPair) -> str | None:
+    """Why transformers' assisted generation cannot run on this pair, or None when it can. A pair shares one
+    tokenizer and one vocabulary by construction (models.py checks both when it loads a pair; a reduced draft head
+    scores every token id), so what is left to ask is a draft that transformers can run."""
+    if pair.draft is None or not hasattr(pair.draft, "generate"):
+        return "this pair has no draft model that transformers can run"
+    return None
+
+
+def _prefill_seconds(pair: ModelPair, ids: list[int]) -> float:
+    input_ids = torch.tensor([ids], dtype=torch.long, device=pair.device)
+    with torch.inference_mode():
+        if pair.device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        pair.target(input_ids, use_cache=True)
+        pair.draft(input_ids, use_cache=True)
+        if pair.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+
+def run_peer(pairs: PairCache, settings: Settings, prompt: str) -> PeerRun:
+    """transformers' assisted generation of `prompt` with these settings' pair, sampling, seed and budget. Holds
+    the pair's lock for the whole `generate` call (it cannot be cut into steps): other sessions on this pair wait
+    that long. Raises UserError when the pair does not allow it or transformers refuses."""
+    settings = settings.normalised()
+    pair = pairs.get(settings)
+    reason = why_no_peer(pair)
+    if reason:
+        raise UserError(f"transformers' assisted generation cannot run here: {reason}")
+    with pairs.lock_for(pair):
+        ids = pair.encode_prompt(check_prompt(prompt))
+        prefill = _prefill_seconds(pair, ids)
+        clock = ForwardClock(pair)  # hooks on the shared models: only while the lock keeps other sessions out
+        try:
+            measured = run_hf_assisted(MethodSpec(HF_ASSISTED, HF_ASSISTED), pair, settings.options, ids,
+                                       settings.max_new_tokens, clock)
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise UserError(f"transformers' assisted generation failed on this pair ({one_line(exc)})") from exc
+        finally:
+            clock.close()
+    return PeerRun(text=measured.text, new_tokens=len(measured.token_ids), target_forwards=measured.target_forwards,
+                   accepted_tokens=measured.accepted_draft_levels, assistant_forwards=measured.attempted_draft_levels,
+                   decoding_seconds=max(measured.seconds - prefill, 0.0), prefill_seconds=prefill)
