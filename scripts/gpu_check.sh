@@ -173,7 +173,7 @@ try:
                                              api_name="/step")
     status, tree = out[7], out[1]
     print(f"status: {status} ({time.monotonic() - started:.1f} s)")
-    if not status.startswith("✓ Step 0") or not tree or '"Step 0: ' not in tree["plot"]:
+    if not status.startswith("✓ Step 0") or not isinstance(tree, str) or '"Step 0: ' not in tree:  # Plotly JSON
         sys.exit("the Step did not return a tree")
 finally:
     app.terminate()

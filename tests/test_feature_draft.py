@@ -70,9 +70,12 @@ def test_the_draft_cache_holds_the_committed_text_read_with_the_targets_states(t
         fresh = CachedModel(tiny_pair.feature_draft, need_hidden=True)
         inputs = torch.cat([torch.zeros(1, states.shape[1]), states[:-1]])
         fresh.forward(decoder.committed[:cached], [], None, [], keep_logits=1, features=inputs)
+        # Where MKL is tuned (Intel), the draft's float16 panels serve 1-24 rows and its float32 weights more
+        # (fast_linear.PretransposedLinear): a one-go read of over 24 tokens rounds its weights otherwise (~3e-4),
+        # while a position read with the wrong state is off by whole units.
         for layer, reference in zip(draft_tree.cache.cache.layers, fresh.cache.layers):
-            assert torch.allclose(layer.keys[:, :, :cached], reference.keys, atol=1e-5)
-            assert torch.allclose(layer.values[:, :, :cached], reference.values, atol=1e-5)
+            assert torch.allclose(layer.keys[:, :, :cached], reference.keys, atol=2e-3)
+            assert torch.allclose(layer.values[:, :, :cached], reference.values, atol=2e-3)
     assert accepted > 0  # steps that accepted draft nodes were checked too
 
 
