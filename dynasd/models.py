@@ -32,6 +32,7 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 BUILTIN_PAIRS = ("embedded", "tiny-random")
 WEIGHT_MODES = ("gguf", "fp32")  # how a GGUF target's weights are held: the file's blocks, or float32
+DEFAULT_WEIGHTS = "gguf"  # measured faster: docs/benchmarks.md, "The target from its GGUF blocks"
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
@@ -395,7 +396,7 @@ def has_feature_draft(pair: str | None) -> bool:
 
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
               device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
-              fast_kernels: bool = True, compiled_kernel: bool = True, weights: str = "gguf") -> ModelPair:
+              fast_kernels: bool = True, compiled_kernel: bool = True, weights: str = DEFAULT_WEIGHTS) -> ModelPair:
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
     Unless `fast_kernels` is False, the pair is accelerated (dynasd/kernels/: packed grouped-query attention,

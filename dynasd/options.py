@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from .models import WEIGHT_MODES, load_pair
+from .models import DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
 from .sampling import SamplingConfig
 from .stopping import DEFAULT_DECISION_MODEL, STOP_POLICIES
 from .tree import TreeShape, parse_branching
@@ -488,7 +488,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft model: hub id, local folder or .gguf file")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--dtype", default="auto", help="fp32 (default), bf16 or fp16")
-    p.add_argument("--weights", default="gguf", choices=WEIGHT_MODES,
+    p.add_argument("--weights", default=DEFAULT_WEIGHTS, choices=WEIGHT_MODES,
                    help="how a GGUF target's weights are held on CPU: gguf (default: the file's 4- and 8-bit blocks, "
                         "where this CPU has AVX-512; the same values, a fifth of the bytes) or fp32 (transformers' "
                         "float32 copy)")
@@ -498,4 +498,4 @@ def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True, compiled
                    weights: str | None = None):
     return load_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype,
                      fast_kernels=fast_kernels, compiled_kernel=compiled_kernel,
-                     weights=weights or getattr(args, "weights", "gguf"))
+                     weights=weights or getattr(args, "weights", DEFAULT_WEIGHTS))

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from dynasd.feature_draft import is_feature_draft
-from dynasd.models import load_distilled_draft, load_pair
+from dynasd.models import WEIGHT_MODES, load_distilled_draft, load_pair
 from dynasd.prompts import select_prompts
 from dynasd.training.agreement import agreement
 from dynasd.training.feature_data import target_features
@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1, help="prompts per category")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--weights", default="fp32", choices=("fp32", "gguf"),
+    parser.add_argument("--weights", default="fp32", choices=WEIGHT_MODES,
                         help="whose greedy answers are scored: the float32 target's (default) or the target "
                              "computing from its GGUF blocks (dynasd/kernels/block_weights.py)")
     args = parser.parse_args()
@@ -53,7 +53,8 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     pair = load_pair(args.pair, device="cpu", fast_kernels=False)
     # The drafts are scored as stock modules either way; only the answers come from the chosen target.
-    answering = pair.target if args.weights == "fp32" else load_pair(args.pair, device="cpu", weights="gguf").target
+    answering = (pair.target if args.weights == "fp32"
+                 else load_pair(args.pair, device="cpu", weights=args.weights).target)
     drafts = {"pair draft": pair.draft}
     if pair.feature_draft is not None:
         drafts["pair feature draft"] = pair.feature_draft
