@@ -88,9 +88,12 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     kernels out (the benchmark's `kernels=torch`), `weights="fp32"` the GGUF blocks. Training code, which needs
     plain nn.Linear modules, must not accelerate its pair."""
     drafts = [model for model in (pair.draft, pair.feature_draft) if model is not None]
-    target_embedding = pair.target.get_input_embeddings().weight
-    sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
-    accelerate_model(pair.target, plan_for(pair.device, compiled_kernel, True, weights, pair.dtype))
+    target_plan = plan_for(pair.device, compiled_kernel, True, weights, pair.dtype)
+    sharing = []
+    if target_plan.gguf_blocks:  # which drafts can read the target's block embedding (asked before it is swapped)
+        target_embedding = pair.target.get_input_embeddings().weight
+        sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
+    accelerate_model(pair.target, target_plan)
     embedding = pair.target.get_input_embeddings()
     for model in drafts:
         if any(model is draft for draft in sharing) and isinstance(embedding, BlockEmbedding):
