@@ -14,14 +14,13 @@ greedy identity is a property within one weight mode (tests/test_block_weights.p
 """
 from __future__ import annotations
 
-import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .compile import compiled_op
+from .compile import kernel_once
 
 PANEL = 32  # output columns per panel (block_linear.cpp)
 BLOCK = 32  # inputs per quantization block
@@ -30,17 +29,10 @@ FORMAT_CODE = {Q4_1: 0, Q8_0: 1}  # the kernel's `format` argument
 RAW_BYTES = {Q4_1: 20, Q8_0: 34}  # bytes per block in the file: d, (m,) codes
 KERNEL_SOURCE = Path(__file__).with_name("block_linear.cpp")
 
-_kernel_lock = threading.Lock()
-_kernel: dict[str, object] = {}
-
 
 def block_kernel():
     """The compiled `block_linear(x, panels, format)` op, or None where it cannot be built here (warned once)."""
-    with _kernel_lock:
-        if "op" not in _kernel:
-            _kernel["op"] = compiled_op("dynasd_block_linear", KERNEL_SOURCE,
-                                        lambda: torch.ops.dynasd_blocks.block_linear)
-        return _kernel["op"]
+    return kernel_once("dynasd_block_linear", KERNEL_SOURCE, lambda: torch.ops.dynasd_blocks.block_linear)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -108,8 +100,8 @@ class BlockLinear(torch.nn.Module):
         # A buffer, not a parameter: code that reads a model's dtype from its first parameter must not see uint8.
         self.register_buffer("panels", to_panels(kind, raw), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernel(x.float(), self.panels, self.format).to(x.dtype)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # float32: plan_for gives blocks to float32 targets only
+        return self.kernel(x, self.panels, self.format)
 
     def extra_repr(self) -> str:
         return f"{self.in_features} -> {self.out_features}, {self.kind} blocks"
@@ -142,7 +134,7 @@ class FusedBlocks:
         return FusedBlocks(list(layers))
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return list(self.kernel(x.float(), self.panels, self.format).to(x.dtype).split(self.sizes, dim=-1))
+        return list(self.kernel(x, self.panels, self.format).split(self.sizes, dim=-1))
 
 
 class BlockEmbedding(torch.nn.Module):

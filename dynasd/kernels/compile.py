@@ -10,9 +10,22 @@ import functools
 import hashlib
 import os
 import sysconfig
+import threading
 import warnings
 from pathlib import Path
 from typing import Callable
+
+_built_lock = threading.Lock()
+_built: dict[str, object] = {}
+
+
+def kernel_once(name: str, source: Path, op: Callable[[], object]):
+    """`compiled_op`, built (or found unbuildable, warned once) the first time a process asks for `name`, then the
+    same answer every time: each layer of every model asks at load."""
+    with _built_lock:
+        if name not in _built:
+            _built[name] = compiled_op(name, source, op)
+        return _built[name]
 
 
 def compiled_op(name: str, source: Path, op: Callable[[], object]):

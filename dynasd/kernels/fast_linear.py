@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 from pathlib import Path
 
 import torch
 
-from .compile import compiled_op, has_avx512
+from .compile import has_avx512, kernel_once
 
 SMALL_ROWS = 3  # up to this many rows F.linear is as fast as it gets (measured, see above)
 PANEL = 32  # output columns per panel, fixed by panel_linear.cpp
@@ -42,17 +41,10 @@ PANEL_ROWS = range(2, 25)  # row counts the compiled kernel takes where MKL is t
 ALL_ROWS = range(1, sys.maxsize)  # ... and where it is not
 KERNEL_SOURCE = Path(__file__).with_name("panel_linear.cpp")
 
-_kernel_lock = threading.Lock()
-_kernel_state: dict[str, object] = {}
-
 
 def panel_kernel():
     """The compiled `panel_linear(x, panels)` op, or None where it cannot be built here (warned once)."""
-    with _kernel_lock:
-        if "op" not in _kernel_state:
-            _kernel_state["op"] = compiled_op("dynasd_panel_linear", KERNEL_SOURCE,
-                                              lambda: torch.ops.dynasd.panel_linear)
-        return _kernel_state["op"]
+    return kernel_once("dynasd_panel_linear", KERNEL_SOURCE, lambda: torch.ops.dynasd.panel_linear)
 
 
 @functools.cache  # asked once per linear layer at load: read /proc/cpuinfo once
