@@ -50,6 +50,7 @@ from dynasd.models import has_feature_draft
 from dynasd.options import METHODS, OPTIONS, Choice, Option
 from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 from dynasd.trace import save_run
+from dynasd.tree import TreeShape
 
 try:  # a Hugging Face ZeroGPU Space: every model call must run inside spaces.GPU (elsewhere it changes nothing)
     import spaces
@@ -172,7 +173,8 @@ gap is the target work saved. **Tokens per target forward** is the hardware-inde
 prefill is reported apart, once, because it is paid before the first step whatever the method.
 """
 
-COMPARE_HELP = """
+_DEFAULT_TREE = TreeShape(OPTIONS["k_config"].default)  # the Compare help speaks of the default tree's size
+COMPARE_HELP = f"""
 **What am I seeing?** The same prompt and settings through every method. **same text as ar** says whether a
 method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
 *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
@@ -185,10 +187,11 @@ like ours: tokens / s counts decoding only (its prefill, done inside `generate`,
 one forward of each model over the prompt, and taken out), and each target forward is one verification round.
 
 **Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
-the CPU is busy computing, not waiting for memory, so verifying the 45 rows of the default 4,2,2,1 tree costs
-several single-token forwards, and each of the tree's 4 draft forwards is not free either. A wide tree then
-saves target forwards (tokens / target forward > 1) yet loses time (tokens / s below ar). On a GPU, one forward
-over 45 rows costs about as much as over one, which is where trees pay. On a CPU narrow trees win: see the
+the CPU is busy computing, not waiting for memory, so verifying the {_DEFAULT_TREE.num_nodes + 1} rows of the default \
+{",".join(map(str, _DEFAULT_TREE.branching))} tree costs several single-token forwards, and each of the tree's \
+{_DEFAULT_TREE.depth} draft forwards is not free either. A wide tree then saves target forwards (tokens / target \
+forward > 1) yet loses time (tokens / s below ar). On a GPU, one forward over {_DEFAULT_TREE.num_nodes + 1} rows \
+costs about as much as over one, which is where trees pay. On a CPU narrow trees win: see the
 recipe *Fastest lossless on a CPU*.
 """
 
