@@ -697,6 +697,7 @@ document.addEventListener("change", (event) => {
 # the page's next request for a step); the page asks for the next step a frame and a task after it applied the
 # last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
 RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
+WORKING_JS = f"() => {json.dumps(_status('Working on the next step…'))}"
 STOP_PRESSED_JS = f"""
 (status) => {{
   window.dynasdStopPressed = true;
@@ -881,7 +882,11 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         shown = [controls[name] for name in CONTROL_NAMES]
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
-        step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step")
+        # No progress overlay on a Step, a Run's steps or a scrub: its animation kept a core of this 2-core machine
+        # busy while the model stepped (the step took ~25% longer); the status line says at once that work began.
+        step_btn.click(None, None, [status], js=WORKING_JS, queue=False, api_visibility="private")
+        step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
+                       show_progress="hidden")
         # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
         # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
         # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
@@ -889,7 +894,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
         run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
         run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
-                      api_visibility="private")
+                      api_visibility="private", show_progress="hidden")
         run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,
                         api_visibility="private", show_progress="hidden")
         # Run for API clients: a stream of updates (there is no page to pace it)
@@ -900,7 +905,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
         reset_btn.click(on_reset, [session_id], views, api_name="reset")
         # input: dragging (always_last keeps only the latest position) or typing a step number
-        scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last")
+        scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last",
+                       show_progress="hidden")
         compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
                           inputs_kwargs=controls, api_name="compare")
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")

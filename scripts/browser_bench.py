@@ -5,9 +5,11 @@
     python scripts/browser_bench.py --pair tiny-random --clicks 3
 
 Measures, on the page a user sees:
-- Step click -> figures drawn: from the click until the tree and the mask both show the new step's title
-  (median over --clicks clicks after the first, which also starts the run and is reported apart), split into
-  the server's part (click -> the update queued for the page) and the page's (transfer, then drawing);
+- Step click -> figures drawn: from the click until the step's figures on show (tree, mask, p vs q) all carry the
+  new step's title and the page has painted a frame after that (median over --clicks clicks after the first,
+  which also starts the run and is reported apart), split into the server's part (click -> the update queued
+  for the page) and the page's (transfer, then drawing). The page waits for the figures itself (a
+  MutationObserver): polling it from here would load the 2 cores the server and the page share;
 - payload per update: the bytes the server queues for the page per Step, per scrub and per step of a Run (every
   message of the event as Gradio serialises it: what travels, with figures left out or sent twice);
 - scrubbing: typing a step number in the step slider until the tree shows that step (median);
@@ -114,6 +116,7 @@ class Page:
         from selenium.webdriver.support.ui import WebDriverWait
 
         self.driver, self.by = driver, By
+        driver.set_script_timeout(WAIT_S)
         self.wait = WebDriverWait(driver, WAIT_S, poll_frequency=0.01)
         self.unresponsive = 0  # reads the page did not answer within the script timeout (busy drawing)
 
@@ -133,7 +136,14 @@ class Page:
 
     def shows_step(self, index: int) -> bool:
         mark = f"Step {index}:"
-        return mark in self.text("tree-plot") and mark in self.text("mask-plot")
+        return all(mark in self.text(figure) for figure in STEP_FIGURES)
+
+    def until_step(self, index: int, click: str | None = None) -> float:
+        """Clicks `click` (if given) in the page, waits there until it shows step `index` and has painted it;
+        the time since this call began."""
+        started = time.perf_counter()
+        self.driver.execute_async_script(WAIT_FOR_STEP_JS, f"Step {index}:", list(STEP_FIGURES), click)
+        return time.perf_counter() - started
 
     def shown_step(self) -> int | None:
         match = re.search(r"\((\d+) of (\d+)\)", self.text("scrubber"))
@@ -148,6 +158,18 @@ class Page:
         started = time.perf_counter()
         box.send_keys(Keys.ENTER)
         return started
+
+
+STEP_FIGURES = ("tree-plot", "mask-plot", "pq-plot")  # the step's figures on show in the default layout
+WAIT_FOR_STEP_JS = """
+const [mark, figures, click, done] = arguments;
+const shows = () => figures.every((id) => (document.getElementById(id).textContent || "").includes(mark));
+const painted = () => requestAnimationFrame(() => setTimeout(done, 0));
+if (click) document.getElementById(click).click();
+if (shows()) { painted(); return; }
+const watcher = new MutationObserver(() => { if (shows()) { watcher.disconnect(); painted(); } });
+watcher.observe(document.body, {subtree: true, childList: true, characterData: true});
+"""
 
 
 def the_browser_session(app, before: set[str]):
@@ -165,9 +187,8 @@ def session_ids(app) -> set[str]:
 def measure_steps(page: Page, clicks: int) -> dict:
     times, server, starts = [], [], []
     for index in range(clicks + 1):
-        started = page.click("step-btn")
-        page.wait.until(lambda _, index=index: page.shows_step(index))
-        times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        times.append(page.until_step(index, click="step-btn"))
         queued = queued_at("on_step", started)
         server.append(queued - started if queued is not None else float("nan"))
         starts.append(started)
@@ -177,7 +198,7 @@ def measure_steps(page: Page, clicks: int) -> dict:
         if page.shows_step(index):
             continue
         started = page.type_step(index)
-        page.wait.until(lambda _, index=index: page.shows_step(index))
+        page.until_step(index)
         scrub.append(time.perf_counter() - started)
     return dict(first_click_s=times[0], click_to_figures_median_s=statistics.median(times[1:]),
                 click_to_figures_s=[round(t, 3) for t in times[1:]],

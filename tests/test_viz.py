@@ -141,8 +141,9 @@ def test_duplicate_tokens_keep_distinct_rows(runs):
     heat = fig.data[0]
     rows = step.root_rows + len(step.nodes)
     assert heat.y is None and len(heat.z) == rows, "integer axes (the default): one row per position"
-    assert list(fig.layout.yaxis.tickvals) == list(range(rows))
-    assert len(set(fig.layout.yaxis.ticktext)) == len(fig.layout.yaxis.ticktext) == rows
+    labels = next(t for t in fig.data if t.name == "row labels")
+    assert list(labels.y) == list(range(rows))
+    assert len(set(labels.text)) == len(labels.text) == rows
     assert len({tuple(row) for row in heat.z}) > 1  # rows were not merged into one
 
 
@@ -172,6 +173,21 @@ def test_dynamic_depth_draws_the_live_slice_inside_the_max_mask(runs):
     assert any(s.name == "live slice" for s in viz.mask_figure(full, max_rows).layout.shapes)
     static = runs["mcsd"].steps[0]
     assert not any(s.name == "live slice" for s in viz.mask_figure(static).layout.shapes)
+
+
+def test_step_figures_redraw_without_measuring_many_labels(runs):
+    """The page redraws these figures at every step: Plotly measures each tick label on a redraw (~0.7 ms a
+    label) and automargin draws a figure twice, so the large tree's token labels are a text trace (mask rows) or
+    node ids at a stride (mask columns, p vs q bars), and margins are fixed."""
+    run = runs["mcsd"]
+    step = max(run.steps, key=lambda s: len(s.nodes))
+    assert len(step.nodes) > 16
+    for fig in (viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes)), viz.pq_figure(step)):
+        axes = [fig.layout[name] for name in fig.layout if name.startswith(("xaxis", "yaxis"))]
+        assert not any(axis.automargin for axis in axes)
+        assert sum(len(axis.ticktext or ()) for axis in axes) <= 16
+    mask = viz.mask_figure(step)
+    assert len(next(t for t in mask.data if t.name == "row labels").text) == step.root_rows + len(step.nodes)
 
 
 # -- decisions, timeline, compare ------------------------------------------------------------------------------------

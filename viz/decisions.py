@@ -6,9 +6,13 @@ import plotly.graph_objects as go
 
 from dynasd.trace import StepTrace
 
+from .labels import label_width
 from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
 
-LABELS_UP_TO_NODES = 48
+# Each tick label costs the page ~0.7 ms per redraw (viz/labels.py): token labels for a small tree, node ids (as
+# in the mask's rows and the hover) at a stride for a large one.
+TOKEN_LABELS_UP_TO_NODES = 16
+MAX_ID_TICKS = 12
 
 
 def pq_figure(step: StepTrace) -> go.Figure:
@@ -40,14 +44,22 @@ def pq_figure(step: StepTrace) -> go.Figure:
     if not n:
         annotations.append(dict(text="no candidates this step (autoregressive decoding)", showarrow=False,
                                 x=0.5, y=0.5, xref="paper", yref="paper"))
-    show = n <= LABELS_UP_TO_NODES
+    if n <= TOKEN_LABELS_UP_TO_NODES:
+        tickvals, ticktext, angle = xs, labels, -60
+    else:
+        every = -(-n // MAX_ID_TICKS)
+        tickvals = [i for i in xs if i % every == 0]
+        ticktext, angle = [str(i) for i in tickvals], 0
+    # fixed margins (automargin draws the figure twice): slanted labels need their height times sin 60°
+    label_px = label_width(ticktext, 12) * 0.87 if angle else 16
     layout = base_layout(f"Step {step.index}: p vs q per candidate<br>p filled (status colour), q outlined",
                          height=340 + LEGEND_ROOM)
     layout.update(shapes=shapes, annotations=annotations, barmode="group", bargap=0.25,
-                  legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
-                  xaxis=dict(tickmode="array", tickvals=xs if show else None, ticktext=labels if show else None,
-                             tickangle=-60, range=[-0.6, max(n, 1) - 0.4], automargin=True),
-                  yaxis=dict(title="probability", range=[0, 1.05], automargin=True, gridcolor="#eee"))
+                  legend=TOP_LEGEND, margin=dict(l=56, r=10, b=int(label_px + 58), t=100),
+                  xaxis=dict(tickmode="array", tickvals=tickvals, ticktext=ticktext, tickangle=angle,
+                             range=[-0.6, max(n, 1) - 0.4],
+                             title=dict(text="" if angle else "candidate node id", font=dict(size=11), standoff=4)),
+                  yaxis=dict(title="probability", range=[0, 1.05], gridcolor="#eee"))
     return go.Figure(data=traces, layout=layout)
 
 

@@ -5,7 +5,9 @@ cached yet, then every tree node); columns are what they may look at. All commit
 row, so it is collapsed into one labelled column. Tree nodes see themselves and their ancestors only, which is
 what lets many candidate continuations share one forward without seeing each other.
 
-Axes are integer positions with token tick labels: two nodes with the same token keep two rows.
+Axes are integer positions: two nodes with the same token keep two rows. Rows are labelled with their tokens by a
+text trace (viz/labels.py: Plotly's tick labels cost ~0.7 ms each per redraw); columns repeat the rows' order, so
+they carry only a few node ids.
 With dynamic depth the figure shows the mask of the largest tree, the step's live slice outlined inside it.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import plotly.graph_objects as go
 from dynasd.trace import StepTrace
 from dynasd.tree import TreeShape, ancestor_mask
 
+from .labels import LABEL_AXIS, label_width, row_label_trace
 from .style import (
     LEGEND_ROOM,
     MASK_ACCEPTED,
@@ -34,7 +37,8 @@ BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED = 0, 1, 2, 3  # cell values; UNUSED = in 
 CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted row",
               UNUSED: "max mask, not drafted"}
 MAX_MASK_NODES = 512
-MAX_TICKS = 64
+MAX_TICKS = 64      # row labels at most (every k-th row beyond)
+MAX_COLUMN_TICKS = 12
 MASK_LABEL_CHARS = 8  # tick labels: longer tokens are cut (the tree's hover has them in full)
 # One hover template for every cell, not one string per cell: per-cell text was ~70 bytes a cell, 140 kB for
 # the default 45-row mask, and the mask went out with every update of a Run.
@@ -61,7 +65,6 @@ def max_mask_rows(config: dict, expected_nodes: int | None = None) -> list[str] 
 class MaskView:
     z: list[list[int]]       # rows x columns of cell values (BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED)
     row_labels: list[str]
-    col_labels: list[str]
     root_rows: int           # rows (and columns) before the tree block
     tree_offset: int         # column of tree node 0 (= 1 + root_rows: the context band comes first)
     live: int                # live tree nodes
@@ -95,7 +98,6 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
                  + [ACCEPTED_ROW if (i in accepted and tree_cell(i, j) == ATTENDS) else tree_cell(i, j)
                     for j in range(size)])
 
-    cached = step.context_len - root_rows
     root_names = [f"root {show_token(root_label, MASK_LABEL_CHARS)}" if root_label is not None else "root"] * root_rows
     node_names = []
     for i in range(size):
@@ -105,14 +107,20 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
         else:
             node_names.append(f"{i}·–")
     return MaskView(z=z, row_labels=root_names + node_names,
-                    col_labels=[f"context ({cached} tok)"] + root_names + node_names,
                     root_rows=root_rows, tree_offset=offset, live=live, size=size, shows_max=show_max)
 
 
-def _ticks(labels: list[str]) -> tuple[list[int], list[str]]:
-    every = max(1, -(-len(labels) // MAX_TICKS))
+def _ticks(labels: list[str], most: int = MAX_TICKS) -> tuple[list[int], list[str]]:
+    every = max(1, -(-len(labels) // most))
     keep = [i for i in range(len(labels)) if i % every == 0 or i == len(labels) - 1]
     return keep, [labels[i] for i in keep]
+
+
+def _column_ticks(view: MaskView) -> tuple[list[int], list[str]]:
+    """The context column, the root column(s), then every k-th tree node by id (the rows spell the tokens out)."""
+    ids, _ = _ticks([str(i) for i in range(view.size)], MAX_COLUMN_TICKS)
+    return ([0, *range(1, view.tree_offset), *(view.tree_offset + i for i in ids)],
+            ["ctx", *["root"] * view.root_rows, *(str(i) for i in ids)])
 
 
 def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bool | None = None,
@@ -127,7 +135,9 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
     heat = dict(z=np.asarray(view.z, dtype=np.uint8).reshape(rows, cols), zmin=0, zmax=3, colorscale=colorscale,
                 showscale=False, xgap=1 if small else 0, ygap=1 if small else 0, name="mask",
                 hovertemplate=CELL_HOVER)
-    traces = [go.Heatmap(**heat)]
+    tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
+    yticks, ytext = _ticks(view.row_labels)
+    traces = [go.Heatmap(**heat), row_label_trace(yticks, ytext, tick_size)]
     swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
     for value, color in swatch.items():  # legend entries for the discrete colours
         if value == UNUSED and not view.shows_max:
@@ -149,17 +159,22 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
                                 text=f"live slice: {step.live_depth} of {step.max_depth} levels, "
                                      f"{view.live} of {view.size} nodes"))
 
-    xticks, xtext = _ticks(view.col_labels)
-    yticks, ytext = _ticks(view.row_labels)
+    xticks, xtext = _column_ticks(view)
+    cached = step.context_len - view.root_rows
     title = mask_title(step, view)
     layout = base_layout(title, height=int(min(900, max(300, 190 + LEGEND_ROOM + rows * 15))))
-    tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
+    # fixed margins (no automargin: it draws the figure twice): the row labels on the left, below the plot the
+    # column ticks (turned upright), the axis title and the legend
+    bottom = LEGEND_ROOM + label_width(xtext, tick_size) + 22
     layout.update(
-        shapes=shapes, annotations=annotations, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
-        xaxis=dict(tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90, showgrid=False,
-                   zeroline=False, range=[-0.5, cols - 0.5], automargin=True, tickfont=dict(size=tick_size)),
-        yaxis=dict(tickmode="array", tickvals=yticks, ticktext=ytext, autorange="reversed", showgrid=False,
-                   zeroline=False, automargin=True, tickfont=dict(size=tick_size)))
+        shapes=shapes, annotations=annotations, legend=TOP_LEGEND,
+        margin=dict(l=label_width(ytext, tick_size) + 6, r=10, b=bottom, t=100),
+        xaxis=dict(tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90, showgrid=False, zeroline=False,
+                   range=[-0.5, cols - 0.5], tickfont=dict(size=tick_size),
+                   title=dict(text=f"attends to: context ({cached} tokens, one column), root, nodes by id",
+                              font=dict(size=11), standoff=4)),
+        xaxis2=LABEL_AXIS,
+        yaxis=dict(showticklabels=False, ticks="", autorange="reversed", showgrid=False, zeroline=False))
     return go.Figure(data=traces, layout=layout)
 
 
