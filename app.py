@@ -149,8 +149,8 @@ for the first sibling they equal p and q. A correction token is drawn from that 
 
 MASK_HELP = """
 **What am I seeing?** The attention mask of the target's single verification pass. Each **row** is a position the
-target scores, each **column** a position it may look at (blue = allowed). The whole committed text is one column
-on the left: everyone sees it. Inside the tree block, a candidate sees only **itself and its ancestors**, never its
+target scores, labelled *id·token* (✓ = accepted); each **column** a position it may look at (blue = allowed), in
+the same order, marked by node id. The whole committed text is one column on the left (ctx): everyone sees it. Inside the tree block, a candidate sees only **itself and its ancestors**, never its
 siblings or cousins: that is what lets all branches of the tree be checked at once without mixing them up.
 Green rows are the accepted path. With dynamic depth, the grey area is the mask of the largest tree and the red
 box is the *slice* used this step: the tree stopped growing early and the same mask is simply cut.
@@ -158,7 +158,8 @@ box is the *slice* used this step: the tree stopped growing early and the same m
 
 DECISIONS_HELP = """
 **What am I seeing?** *Top*: for every candidate, the target's probability **p** (filled bar, coloured by what
-happened) and the draft's probability **q** (outline). When p ≥ q the candidate is always accepted; when p < q it
+happened) and the draft's probability **q** (outline), in the tree's order (a large tree's bars carry node ids, as
+in the mask's rows; hover a bar for its token). When p ≥ q the candidate is always accepted; when p < q it
 is accepted with probability p/q, which makes the output follow the target exactly. *Bottom*: with a stop policy,
 after each draft level every tip gets a score (e.g. the draft's confidence); drafting goes one level deeper only
 while the best score reaches the threshold (dashed line). Low confidence means the next guess is likely wrong, so
