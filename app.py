@@ -150,10 +150,11 @@ for the first sibling they equal p and q. A correction token is drawn from that 
 MASK_HELP = """
 **What am I seeing?** The attention mask of the target's single verification pass. Each **row** is a position the
 target scores, labelled *id·token* (✓ = accepted); each **column** a position it may look at (blue = allowed), in
-the same order, marked by node id. The whole committed text is one column on the left (ctx): everyone sees it. Inside the tree block, a candidate sees only **itself and its ancestors**, never its
-siblings or cousins: that is what lets all branches of the tree be checked at once without mixing them up.
-Green rows are the accepted path. With dynamic depth, the grey area is the mask of the largest tree and the red
-box is the *slice* used this step: the tree stopped growing early and the same mask is simply cut.
+the same order, marked by node id. The whole committed text is one column on the left (ctx): everyone sees it.
+Inside the tree block, a candidate sees only **itself and its ancestors**, never its siblings or cousins: that is
+what lets all branches of the tree be checked at once without mixing them up. Green rows are the accepted path.
+With dynamic depth, the grey area is the mask of the largest tree and the red box is the *slice* used this step:
+the tree stopped growing early and the same mask is simply cut.
 """
 
 DECISIONS_HELP = """

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from dynasd.trace import StepTrace
 
-from .labels import label_width
+from .labels import label_width, strided
 from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
 
 # Each tick label costs the page ~0.7 ms per redraw (viz/labels.py): token labels for a small tree, node ids (as
@@ -47,8 +47,7 @@ def pq_figure(step: StepTrace) -> go.Figure:
     if n <= TOKEN_LABELS_UP_TO_NODES:
         tickvals, ticktext, angle = xs, labels, -60
     else:
-        every = -(-n // MAX_ID_TICKS)
-        tickvals = [i for i in xs if i % every == 0]
+        tickvals = strided(n, MAX_ID_TICKS)
         ticktext, angle = [str(i) for i in tickvals], 0
     # fixed margins (automargin draws the figure twice): slanted labels need their height times sin 60°
     label_px = label_width(ticktext, 12) * 0.87 if angle else 16

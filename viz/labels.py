@@ -16,6 +16,12 @@ CHAR_WIDTH = 0.62  # an average glyph's width as a share of the font size (a san
 PAD_PX = 8
 
 
+def strided(count: int, most: int) -> list[int]:
+    """At most about `most` of the indices 0..count-1: every k-th, and the last (so the end is always marked)."""
+    every = max(1, -(-count // most))
+    return [i for i in range(count) if i % every == 0 or i == count - 1]
+
+
 def label_width(labels: list[str], size: int) -> int:
     """Pixels the longest label takes at this font size (an estimate on the wide side: labels must not be cut)."""
     longest = max((len(html.unescape(label)) for label in labels), default=0)

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from dynasd.trace import StepTrace
 from dynasd.tree import TreeShape, ancestor_mask
 
-from .labels import LABEL_AXIS, label_width, row_label_trace
+from .labels import LABEL_AXIS, label_width, row_label_trace, strided
 from .style import (
     LEGEND_ROOM,
     MASK_ACCEPTED,
@@ -37,7 +37,7 @@ BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED = 0, 1, 2, 3  # cell values; UNUSED = in 
 CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted row",
               UNUSED: "max mask, not drafted"}
 MAX_MASK_NODES = 512
-MAX_TICKS = 64      # row labels at most (every k-th row beyond)
+MAX_ROW_LABELS = 64  # row labels at most (every k-th row beyond)
 MAX_COLUMN_TICKS = 12
 MASK_LABEL_CHARS = 8  # tick labels: longer tokens are cut (the tree's hover has them in full)
 # One hover template for every cell, not one string per cell: per-cell text was ~70 bytes a cell, 140 kB for
@@ -110,15 +110,9 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
                     root_rows=root_rows, tree_offset=offset, live=live, size=size, shows_max=show_max)
 
 
-def _ticks(labels: list[str], most: int = MAX_TICKS) -> tuple[list[int], list[str]]:
-    every = max(1, -(-len(labels) // most))
-    keep = [i for i in range(len(labels)) if i % every == 0 or i == len(labels) - 1]
-    return keep, [labels[i] for i in keep]
-
-
 def _column_ticks(view: MaskView) -> tuple[list[int], list[str]]:
     """The context column, the root column(s), then every k-th tree node by id (the rows spell the tokens out)."""
-    ids, _ = _ticks([str(i) for i in range(view.size)], MAX_COLUMN_TICKS)
+    ids = strided(view.size, MAX_COLUMN_TICKS)
     return ([0, *range(1, view.tree_offset), *(view.tree_offset + i for i in ids)],
             ["ctx", *["root"] * view.root_rows, *(str(i) for i in ids)])
 
@@ -136,7 +130,8 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
                 showscale=False, xgap=1 if small else 0, ygap=1 if small else 0, name="mask",
                 hovertemplate=CELL_HOVER)
     tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
-    yticks, ytext = _ticks(view.row_labels)
+    yticks = strided(len(view.row_labels), MAX_ROW_LABELS)
+    ytext = [view.row_labels[i] for i in yticks]
     traces = [go.Heatmap(**heat), row_label_trace(yticks, ytext, tick_size)]
     swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
     for value, color in swatch.items():  # legend entries for the discrete colours
