@@ -200,3 +200,72 @@ def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_u
     browser.execute_script("document.getElementById('mask-plot').scrollIntoView()")
     browser.save_screenshot(str(tmp_path / "phone-mask.png"))
     print(f"phone screenshots: {tmp_path}")
+
+
+def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(browser, explorer_url, tmp_path):
+    """At T = 1 on tiny-random, on a step that ended with a correction, the Learn tab explains the step on show.
+    The guided step starts at phase 1 and moves with its buttons and the arrow keys (Shift+→ takes a step); the
+    residual panel draws p, q and the residual at the rejection, and the acceptance test draws min(1, p/q)
+    against u. The screenshots are for a person to look at."""
+    import re
+
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
+    browser.get(explorer_url)
+    wait.until(ready.element_to_be_clickable((By.ID, "step-btn")))
+    browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#temperature input[type=number]"))
+    _set_slider(browser, "temperature", 1)
+    text = lambda elem_id: browser.find_element(By.ID, elem_id).text  # noqa: E731
+    for index in range(12):  # step until a step ends with a correction (about every other step here)
+        browser.find_element(By.ID, "step-btn").click()
+        wait.until(lambda _, index=index: f"Step {index} took" in text("status"))
+        if "supplied a correction token" in text("story"):
+            break
+    else:
+        pytest.fail("no step of 12 ended with a correction at T = 1")
+    tab = next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Learn")
+    tab.click()
+    wait.until(lambda _: "Phase 1 of" in text("learn-phase-text"))
+    phases = int(re.search(r"Phase 1 of (\d+)", text("learn-phase-text")).group(1))
+    assert phases >= 4, "draft level(s), verify, at least one test, commit"
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#learn-guided-plot .js-plotly-plot"))
+    assert f"Explaining step {index}" in text("learn-status")
+    browser.execute_script("document.getElementById('learn-guided-plot').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "learn-phase-1.png"))
+
+    browser.find_element(By.ID, "learn-next").click()
+    wait.until(lambda _: "Phase 2 of" in text("learn-phase-text"))
+    browser.find_element(By.TAG_NAME, "body").click()  # the keys act when no input has the focus
+    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
+    wait.until(lambda _: "Phase 3 of" in text("learn-phase-text"))
+    ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
+    wait.until(lambda _: "Phase 2 of" in text("learn-phase-text"))
+    browser.find_element(By.ID, "learn-prev").click()
+    wait.until(lambda _: "Phase 1 of" in text("learn-phase-text"))
+    ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ARROW_RIGHT).key_up(Keys.SHIFT).perform()
+    wait.until(lambda _: f"Step {index + 1} took" in text("status"))
+
+    inner = lambda label: next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]")  # noqa: E731
+                               if b.text.strip() == label)
+    inner("Residual").click()
+    explained = wait.until(lambda _: text("learn-residual-text"))
+    plot = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#learn-residual-plot .js-plotly-plot"))
+    assert plot
+    assert "walk rejected" in explained and "The correction was" in explained, explained
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#learn-residual-plot .bars .point"))
+    legend = text("learn-residual-plot")
+    assert "residual" in legend and "p" in legend and "q" in legend
+    browser.execute_script("document.getElementById('learn-residual-plot').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "learn-residual.png"))
+    inner("Acceptance test").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#learn-acceptance-plot .js-plotly-plot"))
+    wait.until(lambda _: "u" in text("learn-acceptance-plot"))
+    browser.execute_script("document.getElementById('learn-acceptance-plot').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "learn-acceptance.png"))
+    print(f"learn screenshots: {tmp_path}")
