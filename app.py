@@ -942,11 +942,12 @@ from viz.losslessness import losslessness_figure, losslessness_markdown  # noqa:
 from viz.residual import acceptance_figure, residual_explanation, residual_figure  # noqa: E402
 
 LEARN_HELP = """
-**Learn one step at a time.** Each view below explains the step on show (the step slider on the left). **Guided
-step** replays it phase by phase: **→** / **←** (or the buttons) go to the next / previous phase, **Shift + →**
-presses **Step**. **Residual** shows why sampling stays exact when a candidate is rejected, **Acceptance test** the
-draw behind every decision. **Cost model** explains the speed-up on this device; **Side by side** runs two methods
-from the same prefix; **Losslessness** samples the next token hundreds of times and compares it with the target.
+**Learn one step at a time.** Each view below explains the step on show (the step slider on the left) and follows
+it while this tab is open (a Run is followed once it ends). **Guided step** replays it phase by phase: **→** /
+**←** (or the buttons) go to the next / previous phase, **Shift + →** presses **Step**. **Residual** shows why
+sampling stays exact when a candidate is rejected, **Acceptance test** the draw behind every decision. **Cost
+model** explains the speed-up on this device; **Side by side** runs two methods from the same prefix;
+**Losslessness** samples the next token hundreds of times and compares it with the target.
 """
 
 # Keyboard shortcuts: a page-load script (Blocks.load with js only). Keys typed into a text box are left alone.
@@ -966,6 +967,15 @@ LEARN_KEYS_JS = """
   });
 }
 """
+
+LEARN_FOLLOWS_JS = """
+() => {
+  const explain = document.getElementById('learn-explain');
+  const status = document.getElementById('status');
+  const running = status && status.innerText.includes(%s);
+  if (explain && explain.offsetParent !== null && !running) explain.click();
+}
+""" % json.dumps(RUNNING)
 
 # The link box receives "?query" from Python; the browser knows the page's own address and completes it.
 FULL_LINK_JS = """
@@ -1184,13 +1194,15 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
     examples = list(share.example_traces())
     with tabs, gr.Tab("Learn") as tab:
         gr.Markdown(LEARN_HELP, elem_classes="explain")
-        learn_status = gr.Markdown("", elem_id="learn-status", label="learn status")
+        with gr.Row(equal_height=True):
+            learn_status = gr.Markdown("", elem_id="learn-status", label="learn status")
+            explain_btn = gr.Button("Explain the step on show", elem_id="learn-explain", size="sm", scale=0,
+                                    min_width=200)
         with gr.Tabs(overflow_behavior="wrap"):
             with gr.Tab("Guided step"):
                 with gr.Row():
                     prev_btn = gr.Button("← previous phase", elem_id="learn-prev", size="sm")
                     next_btn = gr.Button("next phase →", elem_id="learn-next", size="sm", variant="primary")
-                    explain_btn = gr.Button("Explain the step on show", elem_id="learn-explain", size="sm")
                 phase = gr.Slider(0, 1, value=0, step=1, label="Phase", elem_id="learn-phase")
                 phase_text = gr.Markdown("", elem_id="learn-phase-text", label="phase explanation")
                 guided_plot = gr.Plot(label="The step, phase by phase", elem_id="learn-guided-plot")
@@ -1254,6 +1266,9 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
     learn_views = [guided_plot, phase_text, phase, residual_plot, residual_text, acceptance_plot, learn_status,
                    session_id]
     explain_btn.click(on_learn, [session_id, scrubber], learn_views, api_name="learn_step")
+    # While the Learn tab is open its views follow the step on show (a Step, Shift+→, a scrub); not during a Run,
+    # where they would add a server event to every step.
+    scrubber.change(None, js=LEARN_FOLLOWS_JS, queue=False, api_visibility="private")
     tab.select(on_learn, [session_id, scrubber], learn_views, api_visibility="private")
     phase_views = [guided_plot, phase_text, phase, session_id]
     phase.input(on_phase, [session_id, scrubber, phase], phase_views, api_name="learn_phase",

@@ -205,8 +205,8 @@ def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_u
 def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(browser, explorer_url, tmp_path):
     """At T = 1 on tiny-random, on a step that ended with a correction, the Learn tab explains the step on show.
     The guided step starts at phase 1 and moves with its buttons and the arrow keys (Shift+→ takes a step); the
-    residual panel draws p, q and the residual at the rejection, and the acceptance test draws min(1, p/q)
-    against u. The screenshots are for a person to look at."""
+    Learn views follow the step on show (a Step, a scrub); the residual panel draws p, q and the residual at the
+    rejection, and the acceptance test draws min(1, p/q) against u. The screenshots are for a person to look at."""
     import re
 
     from selenium.webdriver.common.action_chains import ActionChains
@@ -250,6 +250,10 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
     wait.until(lambda _: "Phase 1 of" in text("learn-phase-text"))
     ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ARROW_RIGHT).key_up(Keys.SHIFT).perform()
     wait.until(lambda _: f"Step {index + 1} took" in text("status"))
+    wait.until(lambda _: f"Explaining step {index + 1}" in text("learn-status"))  # the Learn views follow
+    wait.until(lambda _: "Phase 1 of" in text("learn-phase-text"))
+    _set_slider(browser, "scrubber", index)  # back to the step that ended with a correction
+    wait.until(lambda _: f"Explaining step {index}" in text("learn-status"))
 
     inner = lambda label: next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]")  # noqa: E731
                                if b.text.strip() == label)
