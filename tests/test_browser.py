@@ -205,8 +205,9 @@ def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_u
 def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(browser, explorer_url, tmp_path):
     """At T = 1 on tiny-random, on a step that ended with a correction, the Learn tab explains the step on show.
     The guided step starts at phase 1 and moves with its buttons and the arrow keys (Shift+→ takes a step); the
-    Learn views follow the step on show (a Step, a scrub); the residual panel draws p, q and the residual at the
-    rejection, and the acceptance test draws min(1, p/q) against u. The screenshots are for a person to look at."""
+    Learn views follow the step on show (a Step, a scrub, the end of a Run); the residual panel draws p, q and the
+    residual at the rejection, and the acceptance test draws min(1, p/q) against u. The screenshots are for a
+    person to look at."""
     import re
 
     from selenium.webdriver.common.action_chains import ActionChains
@@ -272,4 +273,8 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
     wait.until(lambda _: "u" in text("learn-acceptance-plot"))
     browser.execute_script("document.getElementById('learn-acceptance-plot').scrollIntoView()")
     browser.save_screenshot(str(tmp_path / "learn-acceptance.png"))
+    browser.find_element(By.ID, "run-btn").click()  # a Run is followed once it ends (not at every step)
+    wait.until(lambda _: "Done after" in text("status"))
+    last = int(text("status").split("Done after ")[1].split(" steps")[0]) - 1
+    wait.until(lambda _: f"Explaining step {last}." in text("learn-status"))
     print(f"learn screenshots: {tmp_path}")
