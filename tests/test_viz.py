@@ -190,6 +190,21 @@ def test_step_figures_redraw_without_measuring_many_labels(runs):
     assert len(next(t for t in mask.data if t.name == "row labels").text) == step.root_rows + len(step.nodes)
 
 
+def test_strided_labels_mark_the_start_never_crowd_and_stay_few():
+    from viz.labels import strided
+
+    for count in range(0, 130):
+        for most in (1, 12, 64):
+            kept = strided(count, most)
+            assert kept == sorted(set(kept)) and all(0 <= i < count for i in kept)
+            assert (kept[0] == 0) if count else kept == []
+            assert len(kept) <= most + 1
+            every = max(1, -(-count // most))
+            assert all(b - a > every / 2 for a, b in zip(kept, kept[1:])), (count, most, kept)
+            if count and count <= most:
+                assert kept == list(range(count)), "a short axis is labelled in full"
+
+
 # -- decisions, timeline, compare ------------------------------------------------------------------------------------
 
 def test_pq_bars_follow_the_nodes(runs):

@@ -17,9 +17,13 @@ PAD_PX = 8
 
 
 def strided(count: int, most: int) -> list[int]:
-    """At most about `most` of the indices 0..count-1: every k-th, and the last (so the end is always marked)."""
+    """At most about `most` of the indices 0..count-1: every k-th, and the last one unless it would crowd the
+    k-th before it (so the end is marked without two labels running into each other)."""
     every = max(1, -(-count // most))
-    return [i for i in range(count) if i % every == 0 or i == count - 1]
+    kept = list(range(0, count, every))
+    if kept and kept[-1] != count - 1 and (count - 1 - kept[-1]) * 2 > every:
+        kept.append(count - 1)
+    return kept
 
 
 def label_width(labels: list[str], size: int) -> int:
