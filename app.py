@@ -47,7 +47,7 @@ from dynasd.explorer.recipes import RECIPES, recipe_values
 from dynasd.explorer.registry import SessionRegistry
 from dynasd.explorer.session import Session, SessionFailed, compare_methods, load_trace
 from dynasd.models import has_feature_draft
-from dynasd.options import METHODS, OPTIONS, Choice, Option
+from dynasd.options import METHODS, OPTIONS, Choice, Option, Shape
 from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 from dynasd.trace import save_run
 from dynasd.tree import TreeShape
@@ -109,13 +109,15 @@ Press **Step** to watch one round (draft → verify → commit), **Run** to keep
 to look back at any earlier round.
 """
 
+_DEFAULT_TREE = TreeShape(OPTIONS["k_config"].default)  # the mcsd and Compare help speak of the default tree
 METHOD_HELP = {
     "ar": "**ar**: the target alone, one forward per token. The baseline every other method is measured against.",
     "sd": "**sd**: the draft guesses a *chain* of γ tokens; the target verifies them in one forward and keeps the "
           "agreeing prefix plus one token of its own. Lossless.",
-    "mcsd": "**mcsd**: the draft guesses a *tree*: k-config `4,2,2,1` means 4 first guesses, 2 continuations of "
-            "each, 2 of each of those, then 1: 44 candidates, depth 4. More shots at being right per forward. "
-            "Lossless.",
+    "mcsd": f"**mcsd**: the draft guesses a *tree*: k-config `{Shape.text(_DEFAULT_TREE.branching)}` means "
+            f"{_DEFAULT_TREE.branching[0]} first guesses and then, level by level, "
+            f"{', '.join(map(str, _DEFAULT_TREE.branching[1:]))} continuations of each: {_DEFAULT_TREE.num_nodes} "
+            f"candidates, depth {_DEFAULT_TREE.depth}. More shots at being right per forward. Lossless.",
     "ti-mcsd": "**ti-mcsd**: the first token of each of *width* chains comes from the **target's** own top "
                "choices (known from the previous step), the draft extends each chain *depth* tokens. The chain "
                "with most accepted tokens wins, which can pick the target's 2nd choice: **LOSSY** when width > 1.",
@@ -175,7 +177,6 @@ gap is the target work saved. **Tokens per target forward** is the hardware-inde
 prefill is reported apart, once, because it is paid before the first step whatever the method.
 """
 
-_DEFAULT_TREE = TreeShape(OPTIONS["k_config"].default)  # the Compare help speaks of the default tree's size
 COMPARE_HELP = f"""
 **What am I seeing?** The same prompt and settings through every method. **same text as ar** says whether a
 method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
@@ -190,7 +191,7 @@ one forward of each model over the prompt, and taken out), and each target forwa
 
 **Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
 the CPU is busy computing, not waiting for memory, so verifying the {_DEFAULT_TREE.num_nodes + 1} rows of the default \
-{",".join(map(str, _DEFAULT_TREE.branching))} tree costs several single-token forwards, and each of the tree's \
+{Shape.text(_DEFAULT_TREE.branching)} tree costs several single-token forwards, and each of the tree's \
 {_DEFAULT_TREE.depth} draft forwards is not free either. A wide tree then saves target forwards (tokens / target \
 forward > 1) yet loses time (tokens / s below ar). On a GPU, one forward over {_DEFAULT_TREE.num_nodes + 1} rows \
 costs about as much as over one, which is where trees pay. On a CPU narrow trees win: see the

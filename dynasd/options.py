@@ -28,6 +28,8 @@ RECYCLING = ("sd", "mcsd", "pld", "recycle")   # methods that can join Token Rec
 DRAFT_KINDS = ("tokens", "features")
 DEFAULT_PLD_TOKENS = 8                      # pld's chain when its lookup is 0
 DEFAULT_RECYCLE = (4, 2, 1)                 # the recycle method's tree when its recycle option is unset
+MCSD_TREE = (4, 2, 2, 1)                    # MCSD's static tree (Yang et al. 2024): the default k_config, and the
+                                            # MCSD of the paper preset and the recipe
 MAX_TREE_NODES = 256                        # the verify forward's largest tree, and a loaded trace's
 MAX_SHAPE_CHARS = 200                       # a tree shape's text ("4,2,2,1")
 MAX_REF_CHARS = 300                         # a model or decision-model reference (hub id or path)
@@ -268,7 +270,7 @@ class DecoderOptions:
         4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "draft chain length", ("sd",), "gamma", "γ: draft chain length",
         "method", "slider", "gamma", (1, 12, 1))
     k_config: tuple[int, ...] = option(
-        (4, 2, 2, 1), Shape(), "tree shape: children per node at each level, e.g. 4,2,2,1 or 2,2,2,2,2", ("mcsd",),
+        MCSD_TREE, Shape(), "tree shape: children per node at each level, e.g. 4,2,2,1 or 2,2,2,2,2", ("mcsd",),
         "tree shape", "Tree shape (k-config)", "method", "textbox", "k")
     width: int = option(
         4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "number of target-initialized chains", ("ti-mcsd",), "width",

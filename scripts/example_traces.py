@@ -19,7 +19,7 @@ from dynasd.trace import save_run
 PROMPT = "Explain why the sky is blue in two sentences."
 # name -> (options, new tokens): a 44-node tree records ~12 KB a step, so its example stays under ~200 KB
 EXAMPLES = {
-    "mcsd-greedy": (DecoderOptions(method="mcsd", k_config=(4, 2, 2, 1)), 21),
+    "mcsd-greedy": (DecoderOptions(method="mcsd"), 21),  # the default tree
     "sd-sampled": (DecoderOptions(method="sd", gamma=4, temperature=0.8, seed=1), 32),
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from ..options import MCSD_TREE, Shape
 from .specs import DEFAULT_METHODS
 
 # The bench's defaults for the flags presets may set (the parser's defaults are None).
@@ -22,7 +23,7 @@ MT_BENCH = "writing,roleplay,reasoning,math,coding,extraction,stem,humanities"
 # The paper's methods beside this project's: MCSD's static tree, the fork (ti-mcsd, 4 chains of 4 draft tokens)
 # with and without the hard decision model at 0.4 (DynaSD), sd, and the fastest lossless recipe measured on a CPU
 # (dynasd/explorer/recipes.py).
-PAPER_METHODS = ("ar,sd,mcsd:k=4,2,2,1,ti-mcsd:w=4:d=4,ti-mcsd:w=4:d=4:stop=decision:th=0.4,"
+PAPER_METHODS = (f"ar,sd,mcsd:k={Shape.text(MCSD_TREE)},ti-mcsd:w=4:d=4,ti-mcsd:w=4:d=4:stop=decision:th=0.4,"
                  "mcsd:k=2,1,1,1:stop=decision:th=0.4:lookup=8")
 
 
@@ -35,7 +36,8 @@ class Preset:
 PRESETS = {
     "dynasd-paper": Preset(
         "the DynaSD paper's evaluation (Lu et al. 2024): MT-bench, both turns, and TriviaQA, T = 0.7, 200 new "
-        "tokens; MCSD 4,2,2,1 and the fork with and without the decision model beside sd and the fastest recipe",
+        f"tokens; MCSD {Shape.text(MCSD_TREE)} and the fork with and without the decision model beside sd and the "
+        "fastest recipe",
         {"prompts": ["../shared/bench/spec_bench_questions.jsonl",
                      "triviaqa=../shared/train_prompts/trivia_qa_questions.json"],
          "categories": MT_BENCH + ",triviaqa", "turns": 2, "temperatures": "0.7", "max_new_tokens": 200,

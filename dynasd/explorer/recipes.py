@@ -8,6 +8,8 @@ prompt and sampling settings (the options of group "sampling") stay as they are.
 """
 from __future__ import annotations
 
+from ..options import MCSD_TREE, Shape
+
 # The base of every recipe but the fastest: full depth, no stop policy, no prompt lookup; each overrides what it needs.
 _STATIC = dict(dynamic_depth=False, stop="none", lookup=0, draft_kind="tokens")
 
@@ -15,8 +17,8 @@ RECIPES: dict[str, dict] = {
     "Fastest lossless on a CPU: two draft chains, prompt lookup, decision-model stop":
         dict(method="mcsd", k_config=(2, 1, 1, 1), dynamic_depth=True, stop="decision", threshold=0.4, lookup=8,
              draft_kind="tokens"),
-    "MCSD (Yang et al. 2024): a static 4,2,2,1 tree from the draft":
-        dict(_STATIC, method="mcsd", k_config=(4, 2, 2, 1)),
+    f"MCSD (Yang et al. 2024): a static {Shape.text(MCSD_TREE)} tree from the draft":
+        dict(_STATIC, method="mcsd", k_config=MCSD_TREE),
     "DynaSD (Lu et al. 2024): target-initialized fork, 4 chains of 4 (lossy)":
         dict(_STATIC, method="ti-mcsd", width=4, depth=4),
     "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)":
