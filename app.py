@@ -973,10 +973,10 @@ LEARN_FOLLOWS_JS = """
 () => {
   const explain = document.getElementById('learn-explain');
   const status = document.getElementById('status');
-  const running = status && status.innerText.includes(%s);
+  const running = status && status.innerText.startsWith(%s);  // as STOP_PRESSED_JS tells a Run
   if (explain && explain.offsetParent !== null && !running) explain.click();
 }
-""" % json.dumps(RUNNING)
+""" % json.dumps(_status(RUNNING))
 
 # The link box receives "?query" from Python; the browser knows the page's own address and completes it.
 FULL_LINK_JS = """

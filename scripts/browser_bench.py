@@ -138,12 +138,9 @@ class Page:
         mark = f"Step {index}:"
         return all(mark in self.text(figure) for figure in STEP_FIGURES)
 
-    def until_step(self, index: int, click: str | None = None) -> float:
-        """Clicks `click` (if given) in the page, waits there until it shows step `index` and has painted it;
-        the time since this call began."""
-        started = time.perf_counter()
+    def until_step(self, index: int, click: str | None = None) -> None:
+        """Clicks `click` (if given) in the page and waits there until it shows step `index` and has painted it."""
         self.driver.execute_async_script(WAIT_FOR_STEP_JS, f"Step {index}:", list(STEP_FIGURES), click)
-        return time.perf_counter() - started
 
     def shown_step(self) -> int | None:
         match = re.search(r"\((\d+) of (\d+)\)", self.text("scrubber"))
@@ -188,7 +185,8 @@ def measure_steps(page: Page, clicks: int) -> dict:
     times, server, starts = [], [], []
     for index in range(clicks + 1):
         started = time.perf_counter()
-        times.append(page.until_step(index, click="step-btn"))
+        page.until_step(index, click="step-btn")
+        times.append(time.perf_counter() - started)
         queued = queued_at("on_step", started)
         server.append(queued - started if queued is not None else float("nan"))
         starts.append(started)

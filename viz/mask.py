@@ -39,7 +39,7 @@ CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted ro
 MAX_MASK_NODES = 512
 MAX_ROW_LABELS = 64  # row labels at most (every k-th row beyond)
 MAX_COLUMN_TICKS = 12
-MASK_LABEL_CHARS = 8  # tick labels: longer tokens are cut (the tree's hover has them in full)
+MASK_LABEL_CHARS = 8  # row labels: longer tokens are cut (the tree's hover has them in full)
 # One hover template for every cell, not one string per cell: per-cell text was ~70 bytes a cell, 140 kB for
 # the default 45-row mask, and the mask went out with every update of a Run.
 CELL_HOVER = ("row %{y} → column %{x}: %{z}<br>(0 blocked · 1 attends · 2 accepted row · 3 max mask, not drafted)"
