@@ -1,4 +1,4 @@
-"""`python -m dynasd COMMAND`: generate, bench, train-draft, train-feature-draft, train-decision.
+"""`python -m dynasd COMMAND`: generate, bench, train-draft, train-feature-draft, train-decision, build-kernels.
 
 Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`. Every error a user
 can cause ends as one line on stderr and a non-zero exit, never a traceback.
@@ -28,6 +28,8 @@ COMMANDS = {
     "train-feature-draft": ("dynasd.training.feature_distill",
                             "Train a draft that also reads the target's hidden states (features, train, export)."),
     "train-decision": ("dynasd.training.decision_training", "Train the hard and soft early-stop decision models."),
+    "build-kernels": ("dynasd.kernels.compile",
+                      "Build the compiled CPU kernels now rather than at the first model load (make setup runs it)."),
 }
 
 

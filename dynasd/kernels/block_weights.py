@@ -27,12 +27,13 @@ BLOCK = 32  # inputs per quantization block
 Q4_1, Q8_0 = "Q4_1", "Q8_0"
 FORMAT_CODE = {Q4_1: 0, Q8_0: 1}  # the kernel's `format` argument
 RAW_BYTES = {Q4_1: 20, Q8_0: 34}  # bytes per block in the file: d, (m,) codes
+KERNEL_NAME = "dynasd_block_linear"
 KERNEL_SOURCE = Path(__file__).with_name("block_linear.cpp")
 
 
 def block_kernel():
     """The compiled `block_linear(x, panels, format)` op, or None where it cannot be built here (warned once)."""
-    return kernel_once("dynasd_block_linear", KERNEL_SOURCE, lambda: torch.ops.dynasd_blocks.block_linear)
+    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda: torch.ops.dynasd_blocks.block_linear)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ The kernel also takes float16 panels (summing in float32): the draft's layers us
 1, reading half the bytes (draft forward ~9 -> ~7 ms); its weights are stored in fp16 anyway, and the draft only
 proposes, so rounding its shared output layer to fp16 can change its proposals, never the output.
 
-The kernel is compiled on first use (torch.utils.cpp_extension, ~15 s once, cached under
-~/.cache/torch_extensions); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
+The kernel is compiled on first use or by `dynasd build-kernels` (compile.py, ~15 s once, cached under
+~/.cache/dynasd/kernels); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
 without AVX-512 (where it is far slower, `kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch
 layouts (the engine as of 2026-11-30). The price is memory: up to two
 more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
@@ -39,12 +39,13 @@ SMALL_ROWS = 3  # up to this many rows F.linear is as fast as it gets (measured,
 PANEL = 32  # output columns per panel, fixed by panel_linear.cpp
 PANEL_ROWS = range(2, 25)  # row counts the compiled kernel takes where MKL is tuned (measured, see above)
 ALL_ROWS = range(1, sys.maxsize)  # ... and where it is not
+KERNEL_NAME = "dynasd_panel_linear"
 KERNEL_SOURCE = Path(__file__).with_name("panel_linear.cpp")
 
 
 def panel_kernel():
     """The compiled `panel_linear(x, panels)` op, or None where it cannot be built here (warned once)."""
-    return kernel_once("dynasd_panel_linear", KERNEL_SOURCE, lambda: torch.ops.dynasd.panel_linear)
+    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda: torch.ops.dynasd.panel_linear)
 
 
 @functools.cache  # asked once per linear layer at load: read /proc/cpuinfo once
