@@ -8,7 +8,8 @@ forward per token. So
 On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are read once either way), so wide
 trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
 slower than ar even when it commits more tokens per step. The functions below are plain arithmetic (tests pin
-them on hand-made numbers); `calibrate` is the only one that runs a model.
+them on hand-made numbers); `calibrate` is the only one that runs a model (`calibrate_run` gives it a run's
+pair and context).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from ..trace import RunTrace
+from .inputs import Settings
+from .pairs import PairCache
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ def costs_from(shape: RunShape, calibration: dict[int, float] | None) -> StepCos
 
 
 CALIBRATION_ROWS = (1, 2, 4, 8, 16, 32, 64)
+CALIBRATION_CONTEXT = 256  # the run's last tokens the calibration's forwards attend to
 
 
 def calibrate(model: torch.nn.Module, context_ids: list[int], rows: tuple[int, ...] = CALIBRATION_ROWS,
@@ -171,3 +175,12 @@ def calibrate(model: torch.nn.Module, context_ids: list[int], rows: tuple[int, .
                 cached.keep_path([], base)
             timings[n] = sorted(runs)[len(runs) // 2]
     return timings
+
+
+def calibrate_run(pairs: PairCache, settings: Settings, run: RunTrace) -> dict[int, float]:
+    """`calibrate` on the target of the settings' pair, behind the end of the run's own text, while no other
+    session uses the pair."""
+    pair = pairs.get(settings)
+    context = (list(run.prompt_ids) + list(run.new_token_ids))[-CALIBRATION_CONTEXT:]
+    with pairs.lock_for(pair):
+        return calibrate(pair.target, context)

@@ -5,6 +5,7 @@ A lossless method's first committed token is distributed exactly as p, so a chi-
 tokens (the rest pooled) should give an unremarkable p-value; ti-mcsd picks the longest of several chains, which
 skews the first token toward roots that continue well, and shows as a deviation once there are enough samples.
 The sampling is a plain function of a decoder factory, so the tests can feed it a deliberately biased sampler.
+check_first_tokens runs the check on a model pair, for several methods at once (the app's Learn tab).
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from typing import Callable
 import torch
 
 from ..sampling import SamplingConfig, logits_to_probs
+from .inputs import Settings, UserError, check_prompt
+from .pairs import PairCache
+from .session import build_decoder, encode
 
 MIN_EXPECTED = 5.0   # chi-square's usual validity rule: every bin expects at least this many samples
 MAX_BINS = 12
@@ -95,3 +99,36 @@ def decoder_first_token(decoder, ids: list[int]) -> Callable[[int], int]:
         decoder.start(list(ids), 1)
         return decoder.step().committed[0]
     return first
+
+
+@dataclass
+class FirstTokenChecks:
+    """Several methods' first tokens after one prompt, each checked against the target's p."""
+    checks: dict[str, LosslessnessCheck]   # by method; every check bins the same way (the bins depend on p and n)
+    lossless: dict[str, bool]              # by method: whether the method claims to be lossless
+    labels: dict[int, str]                 # the checked token ids' strings
+    samples: int                           # per method
+
+
+def check_first_tokens(pairs: PairCache, settings: Settings, prompt: str, methods: list[str],
+                       samples: int) -> FirstTokenChecks:
+    """The first token after `prompt`, sampled `samples` times by each of `methods` (one prefill and one step
+    each, seeds from settings.seed on), against the target's own p under the settings' sampling."""
+    if settings.temperature == 0:
+        raise UserError("set the temperature above 0 (Sampling): at temperature 0 every method is greedy and "
+                        "there is nothing random to compare")
+    samples = int(samples)  # after the temperature's check, as the app has always said that first
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise UserError(f"samples must lie in [1, {MAX_SAMPLES}]")
+    pair = pairs.get(settings)
+    ids = encode(pair, check_prompt(prompt))
+    probs = target_next_probs(pair.target, ids, settings.options.sampling)
+    checks, lossless = {}, {}
+    for method in methods:
+        decoder = build_decoder(pair, settings, method)
+        with pairs.lock_for(pair):
+            draws = sample_first_tokens(decoder_first_token(decoder, ids), samples, seed=settings.seed)
+        checks[method], lossless[method] = check_samples(draws, probs), decoder.lossless
+    token_ids = checks[methods[0]].token_ids
+    labels = dict(zip(token_ids, pair.token_strings([t for t in token_ids if t >= 0])))
+    return FirstTokenChecks(checks, lossless, labels, samples)
