@@ -5,20 +5,20 @@ The machines that build and test the project run 3.11, where a 3.11-only constru
 each file's syntax tree and knows in which Python each syntax form and each standard-library module, member and
 keyword argument appeared, so one run checks both syntax and standard library; a hand-written list of 3.11
 additions would be longer and would miss what it does not list. Its flags:
-  --target=3.10-       fail when a file needs a newer Python than 3.10
+  --target=3.10-       fail when a file needs a newer Python than 3.10 (requires-python's floor)
   --pessimistic        a file this interpreter cannot parse (syntax newer than the running Python) fails too
-  --no-eval-annotations  annotations are not evaluated (`from __future__ import annotations`, which every module
-                       uses), so `list[int] | None` in an annotation is not taken for a runtime expression
-  --no-parse-comments  no `# novm` escape hatch: a file is exempt by nothing but this docstring's list
+  --no-eval-annotations  annotations are not evaluated (`from __future__ import annotations`, which most modules
+                       use), so `list[int] | None` in an annotation is not taken for a run-time expression
+  --no-parse-comments  a `# novm` comment exempts nothing: the check has no escape hatch
   --no-config-file     no vermin.ini or setup.cfg nearby changes the result
 vermin cannot see a method on a value whose type it does not know (an exception's `add_note()`); ruff's
 `target-version = "py310"` (pyproject.toml) catches newer syntax again, and `make test` runs it.
 
 Scope: every Python file of the repository but hidden folders (.venv) and the bench's outputs (runs/, out/),
-tests included. The Space runs app.py, dynasd/, viz/, ui/ and scripts/, never the tests; but requires-python and
-requirements.txt promise 3.10 to whoever installs the project, a rule without exceptions needs no list kept up to
-date as folders appear, and the tests cost nothing to keep 3.10-true (tests/test_space.py reads pyproject.toml
-with a regular expression instead of 3.11's tomllib).
+tests included. The Space runs app.py and what it imports (dynasd/, viz/, ui/), never the tests; but
+requires-python and requirements.txt promise 3.10 to whoever installs the project, scripts and tests included, a
+rule without exceptions needs no list kept up to date as folders appear, and the tests cost nothing to keep
+3.10-true (tests/test_space.py reads pyproject.toml with a regular expression instead of 3.11's tomllib).
 """
 from __future__ import annotations
 
