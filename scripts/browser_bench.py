@@ -24,6 +24,7 @@ queues can be read beside the page. Targets: click -> figures median <= 0.5 s, p
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -81,7 +82,8 @@ def free_port() -> int:
 
 
 def serve(repo: Path, pair: str):
-    """The app of `repo`, served in this process on a free port, with `pair` loaded before any click."""
+    """The app of `repo`, served in this process on a free port, with `pair` loaded before any click: its
+    server-side state (sessions and pairs), its address and the load time."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(repo))
@@ -89,13 +91,15 @@ def serve(repo: Path, pair: str):
     import app
     from dynasd.explorer.inputs import Settings
 
+    # the checkout's server-side state: ui/state.py, or app.py itself in a checkout from before the ui package
+    state = importlib.import_module("ui.state") if (repo / "ui" / "state.py").is_file() else app
     started = time.perf_counter()
-    app.PAIRS.get(Settings(pair=pair))
+    state.PAIRS.get(Settings(pair=pair))
     load_s = time.perf_counter() - started
     record_messages()
     port = free_port()
     app.serve(app.build_app(pair), "127.0.0.1", port, block=False)
-    return app, f"http://127.0.0.1:{port}/", load_s
+    return state, f"http://127.0.0.1:{port}/", load_s
 
 
 def chromium(width: int, height: int):
@@ -169,16 +173,16 @@ watcher.observe(document.body, {subtree: true, childList: true, characterData: t
 """
 
 
-def the_browser_session(app, before: set[str]):
+def the_browser_session(state, before: set[str]):
     """The session the page created (the registry's newest one)."""
-    with app.SESSIONS._guard:
-        fresh = [s for key, s in app.SESSIONS._sessions.items() if key not in before]
+    with state.SESSIONS._guard:
+        fresh = [s for key, s in state.SESSIONS._sessions.items() if key not in before]
     return fresh[-1] if fresh else None
 
 
-def session_ids(app) -> set[str]:
-    with app.SESSIONS._guard:
-        return set(app.SESSIONS._sessions)
+def session_ids(state) -> set[str]:
+    with state.SESSIONS._guard:
+        return set(state.SESSIONS._sessions)
 
 
 def measure_steps(page: Page, clicks: int) -> dict:
@@ -214,11 +218,11 @@ return shown ? Number(shown[1]) : null;
 """
 
 
-def measure_run(page: Page, app, before: set[str], stop_after_s: float | None) -> dict:
+def measure_run(page: Page, state, before: set[str], stop_after_s: float | None) -> dict:
     """Run to the end (stop_after_s None) or Stop after that long; the page's and the server's progress."""
     page.click("reset-btn")
     page.wait.until(lambda _: "Reset" in page.text("status"))
-    session = the_browser_session(app, before)
+    session = the_browser_session(state, before)
     started = page.click("run-btn")
     lag, server_done, stop_clicked, shown_at_stop = 0, None, None, None
     deadline = started + WAIT_S
@@ -260,19 +264,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not (shutil.which("chromium") or shutil.which("chromium-browser")) or not shutil.which("chromedriver"):
         parser.error("needs Debian chromium and chromium-driver")
-    app, url, load_s = serve(Path(args.repo).resolve(), args.pair)
+    state, url, load_s = serve(Path(args.repo).resolve(), args.pair)
     numbers: dict = dict(repo=args.repo, pair=args.pair, load_s=round(load_s, 1))
     driver = chromium(1600, 1800)
     try:
-        before = session_ids(app)
+        before = session_ids(state)
         driver.get(url)
         page = Page(driver)
         page.wait.until(lambda d: d.find_elements(page.by.ID, "step-btn"))
         numbers.update(measure_steps(page, args.clicks))
         print(f"steps: {numbers}", file=sys.stderr, flush=True)
-        numbers["run"] = measure_run(page, app, before, None)
+        numbers["run"] = measure_run(page, state, before, None)
         print(f"run: {numbers['run']}", file=sys.stderr, flush=True)
-        numbers["run_stopped"] = measure_run(page, app, before, args.stop_after)
+        numbers["run_stopped"] = measure_run(page, state, before, args.stop_after)
     finally:
         driver.quit()
     print(json.dumps(numbers, indent=2, default=lambda v: round(v, 3) if isinstance(v, float) else str(v)))

@@ -42,7 +42,9 @@ from dynasd.explorer.memory import process_rss_mb  # noqa: E402  (the hub reads 
 
 def import_app():
     """app.py, loaded from the checkout: a Space runs it from the repository root, so it is not part of the
-    installed package (dynasd and viz are)."""
+    installed package (dynasd and viz are). The ui package beside it is imported from the checkout too."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
     spec = importlib.util.spec_from_file_location("app", REPO / "app.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["app"] = module
@@ -167,7 +169,7 @@ def solo_text(pair, prompt: str, options: dict, max_new: int) -> str:
     return "".join(pair.token_strings(run.new_token_ids))
 
 
-def concurrency_phase(url, app, figures, pair, tabs: int, max_new: int) -> None:
+def concurrency_phase(url, state, figures, pair, tabs: int, max_new: int) -> None:
     """`tabs` tabs step and run at once; each must write exactly what it writes alone."""
     start = threading.Barrier(tabs)
 
@@ -175,7 +177,7 @@ def concurrency_phase(url, app, figures, pair, tabs: int, max_new: int) -> None:
         prompt, options = f"tab {i} says", CONFIGS[i % len(CONFIGS)]
         expected = solo_text(pair, prompt, options, max_new)
         try:
-            tab = Tab(url, figures, app.SESSIONS)
+            tab = Tab(url, figures, state.SESSIONS)
             kwargs = dict(prompt=prompt, pair="tiny-random", max_new_tokens=max_new, **options)
             start.wait()
             for _ in range(i % 4):
@@ -193,8 +195,8 @@ def concurrency_phase(url, app, figures, pair, tabs: int, max_new: int) -> None:
         t.join()
 
 
-def bad_input_phase(url, app, figures) -> None:
-    tab, healthy = Tab(url, figures, app.SESSIONS), Tab(url, figures, app.SESSIONS)
+def bad_input_phase(url, state, figures) -> None:
+    tab, healthy = Tab(url, figures, state.SESSIONS), Tab(url, figures, state.SESSIONS)
     one_token = dict(prompt="healthy", pair="tiny-random", method="ar", max_new_tokens=512)
     healthy.status(**one_token)
     steps = 1
@@ -220,20 +222,22 @@ def bad_input_phase(url, app, figures) -> None:
         figures.fail("the tab that sent bad input cannot step afterwards")
 
 
-def fault_phase(url, app, figures, faults: int) -> None:
+def fault_phase(url, state, figures, faults: int) -> None:
     """Model calls that raise (an OOM, a CUDA error) in one session; a bystander keeps stepping throughout."""
     import torch
 
-    bystander = Tab(url, figures, app.SESSIONS)
+    import viz
+
+    bystander = Tab(url, figures, state.SESSIONS)
     one_token = dict(prompt="bystander", pair="tiny-random", method="ar", max_new_tokens=512)
     steps = 0
     bystander.status(**one_token)
     errors = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB (injected)"),
               RuntimeError("CUDA error: device-side assert triggered (injected)"), MemoryError("injected")]
     for i in range(faults):
-        victim, prompt = Tab(url, figures, app.SESSIONS), f"victim {i}"
+        victim, prompt = Tab(url, figures, state.SESSIONS), f"victim {i}"
         victim.status(prompt=prompt, **TINY)
-        session = next(s for s in list(app.SESSIONS._sessions.values()) if s.prompt == prompt)
+        session = next(s for s in list(state.SESSIONS._sessions.values()) if s.prompt == prompt)
         error = errors[i % len(errors)]
 
         def broken_forward(*args, _error=error, **kwargs):
@@ -252,20 +256,20 @@ def fault_phase(url, app, figures, faults: int) -> None:
         if "Step 0" not in victim.status(prompt=prompt, **TINY):
             figures.fail(f"fault {i}: the victim could not start over after Reset")
     # a bug outside the model (a figure builder) is one line too, and the next request is fine
-    real = app.viz.tree_figure
-    app.viz.tree_figure = lambda *a, **k: (_ for _ in ()).throw(KeyError("injected figure bug"))
+    real = viz.tree_figure
+    viz.tree_figure = lambda *a, **k: (_ for _ in ()).throw(KeyError("injected figure bug"))
     try:
         status = bystander.status(**one_token)
         figures.faults["KeyError in a figure builder"] += 1
         if "something went wrong on the server" not in status:
             figures.fail(f"figure bug: unclear answer {status[:200]!r}")
     finally:
-        app.viz.tree_figure = real
+        viz.tree_figure = real
     if not bystander.status(**one_token).startswith("✓"):
         figures.fail("the bystander broke after the figure bug")
 
 
-def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tuple[float, float, float]:
+def soak_phase(url, state, figures, sessions: int, workers: int, steps: int) -> tuple[float, float, float]:
     """`sessions` tabs opened, stepped a few times and abandoned, `workers` at a time. Returns RSS (MB) at the
     start, at the end, and the peak. The start is after a warm-up that fills both bounded stores (our registry
     and gradio's per-session state, which holds twice as many), so what follows is the steady state."""
@@ -275,7 +279,7 @@ def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tu
     peak = [0.0]
 
     def worker(n):
-        tab = Tab(url, figures, app.SESSIONS)
+        tab = Tab(url, figures, state.SESSIONS)
         for _ in range(n):
             with lock:
                 i = next(counter)
@@ -285,7 +289,7 @@ def soak_phase(url, app, figures, sessions: int, workers: int, steps: int) -> tu
                     peak[0] = max(peak[0], process_rss_mb())
                     figures.rss_track.append((i, process_rss_mb()))
 
-    run_workers(worker, workers, warm_up_tabs(app) // workers + 1)
+    run_workers(worker, workers, warm_up_tabs(state) // workers + 1)
     gc.collect()
     start = process_rss_mb()
     run_workers(worker, workers, per_worker)
@@ -303,8 +307,8 @@ def step_new_tab(tab, figures, i: int, steps: int) -> None:
             figures.fail(f"abandoned tab {i}: {status[:200]!r}")
 
 
-def warm_up_tabs(app) -> int:
-    return 2 * app.SESSIONS.max_sessions + 8
+def warm_up_tabs(state) -> int:
+    return 2 * state.SESSIONS.max_sessions + 8
 
 
 def run_workers(fn, workers, n):
@@ -447,7 +451,9 @@ def main(argv=None) -> int:
     from dynasd.models import tiny_random_pair
 
     app = import_app()
-    app.PAIRS = PairCache(allow_custom=True, device="cpu")
+    from ui import state  # import_app put the checkout on sys.path
+
+    state.PAIRS = PairCache(allow_custom=True, device="cpu")
     port = free_port()
     demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
     url = f"http://127.0.0.1:{port}/"
@@ -457,16 +463,16 @@ def main(argv=None) -> int:
     rss_boot = process_rss_mb()
     try:
         t = time.monotonic()
-        concurrency_phase(url, app, figures, pair, args.concurrent, args.max_new_tokens)
+        concurrency_phase(url, state, figures, pair, args.concurrent, args.max_new_tokens)
         print(f"concurrency: {args.concurrent} tabs at once, {time.monotonic() - t:.0f} s", flush=True)
         t = time.monotonic()
-        bad_input_phase(url, app, figures)
+        bad_input_phase(url, state, figures)
         print(f"bad input: {sum(figures.bad_inputs.values())} tried, {time.monotonic() - t:.0f} s", flush=True)
         t = time.monotonic()
-        fault_phase(url, app, figures, args.faults)
+        fault_phase(url, state, figures, args.faults)
         print(f"faults: {sum(figures.faults.values())} injected, {time.monotonic() - t:.0f} s", flush=True)
         t = time.monotonic()
-        rss_start, rss_end, rss_peak = soak_phase(url, app, figures, args.sessions, args.workers, args.steps)
+        rss_start, rss_end, rss_peak = soak_phase(url, state, figures, args.sessions, args.workers, args.steps)
         print(f"soak: {args.sessions} tabs, {time.monotonic() - t:.0f} s", flush=True)
     finally:
         demo.close()
@@ -475,13 +481,13 @@ def main(argv=None) -> int:
     print("DynaSD Explorer soak (tiny-random, in-process server, gradio_client over HTTP)")
     print(f"  sessions held concurrently     {args.concurrent} tabs stepping/running at once "
           f"(peak {figures.peak_in_flight} requests in flight); registry peak {figures.peak_sessions} "
-          f"of max {app.SESSIONS.max_sessions}, {len(app.SESSIONS)} at the end")
+          f"of max {state.SESSIONS.max_sessions}, {len(state.SESSIONS)} at the end")
     print(f"  requests served                {figures.requests}")
     print(f"  bad inputs tried               {sum(figures.bad_inputs.values())} of {len(figures.bad_inputs)} kinds: "
           + ", ".join(figures.bad_inputs))
     print(f"  faults injected                {sum(figures.faults.values())}: "
           + ", ".join(f"{n}x {kind}" for kind, n in figures.faults.items()))
-    print(f"  sessions created and abandoned {args.sessions} (+{warm_up_tabs(app)} warm-up), "
+    print(f"  sessions created and abandoned {args.sessions} (+{warm_up_tabs(state)} warm-up), "
           f"{args.steps} steps each")
     print(f"  RSS (server + clients)         boot {rss_boot:.0f} MB; soak start {rss_start:.0f} MB, "
           f"end {rss_end:.0f} MB ({rss_end - rss_start:+.0f} MB), peak {rss_peak:.0f} MB "

@@ -27,6 +27,7 @@ from soak import import_app  # this folder (a script's folder is on sys.path); s
 from dynasd.explorer.memory import process_rss_mb
 
 app = import_app()
+from ui import state  # noqa: E402  (import_app put the checkout on sys.path)
 
 DEMO: list = []
 _serve = app.serve
@@ -42,7 +43,7 @@ app.serve = _capture_serve
 
 def _stores() -> dict:
     """Sizes of the per-session stores on the server: ours and gradio's."""
-    out = {"registry": len(app.SESSIONS)}
+    out = {"registry": len(state.SESSIONS)}
     if not DEMO:
         return out
     demo = DEMO[0]

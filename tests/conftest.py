@@ -120,18 +120,20 @@ def explorer_url(tmp_path_factory):
 def explorer_inprocess():
     """The app launched inside the test process (`app.serve(..., block=False)`) on tiny-random, for the tests that
     reach into the server: fault injection into one session's model calls, registry size, memory. Yields an
-    object with `url` and `app` (the imported app module: its SESSIONS and PAIRS are the live ones)."""
+    object with `url`, `app` (the imported app module) and `state` (ui/state.py: its SESSIONS and PAIRS are the live
+    ones)."""
     from types import SimpleNamespace
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import app  # the repository root is on sys.path (pyproject.toml: pythonpath)
     from dynasd.explorer.pairs import PairCache
+    from ui import state
 
-    app.PAIRS = PairCache(allow_custom=True, device="cpu")
+    state.PAIRS = PairCache(allow_custom=True, device="cpu")
     port = free_port()
     demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
     try:
-        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", app=app)
+        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", app=app, state=state)
     finally:
         demo.close()

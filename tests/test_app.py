@@ -164,8 +164,9 @@ def test_every_recipe_runs_and_sets_only_method_controls():
     method controls it names and nothing else (pair, prompt and sampling stay)."""
     from dataclasses import replace
 
-    import app
     from dynasd.explorer.recipes import RECIPES
+    from ui import play
+    from ui.controls import CONTROL_NAMES
 
     pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
     user = Settings(pair="tiny-random", temperature=0.7, top_p=0.9, max_new_tokens=6, seed=3)
@@ -176,14 +177,14 @@ def test_every_recipe_runs_and_sets_only_method_controls():
         session.start(pairs, replace(user, **values), "hello")
         assert session.step(pairs).committed, name  # a step commits at least one token
         assert session.decoder.lossless == (values["method"] != "ti-mcsd"), name
-        *updates, status, dynamic_section = app.on_recipe(name)
+        *updates, status, dynamic_section = play.on_recipe(name)
         assert (dynamic_section.get("open") is True) == bool(values.get("dynamic_depth")), \
             "a recipe that turns on dynamic depth opens that section"
-        changed = {control: update["value"] for control, update in zip(app.CONTROL_NAMES, updates)
+        changed = {control: update["value"] for control, update in zip(CONTROL_NAMES, updates)
                    if "value" in update}
         assert changed == {key: OPTIONS[key].record(value) for key, value in values.items()}, name
         assert status.startswith("✓"), name
-    *updates, status, _ = app.on_recipe("no such recipe")
+    *updates, status, _ = play.on_recipe("no such recipe")
     assert all("value" not in update for update in updates) and "unknown recipe" in status
 
 
@@ -270,14 +271,16 @@ def test_an_update_sends_only_the_figures_that_changed(connect):
     assert sent_figures(client.predict(prompt="hello", **TINY, api_name="/step")) == set(FIGURES)
 
 
-def paced_run(app, steps: int):
+def paced_run(steps: int):
     """A page's Run driven by hand: on_run_begin, then on_run_next until `steps` steps are taken."""
-    session = app.SESSIONS.get(None)
-    begun = app.on_run_begin(session.id, "hello", 0, pair="tiny-random", method="mcsd", max_new_tokens=64)
+    from ui import play, state
+
+    session = state.SESSIONS.get(None)
+    begun = play.on_run_begin(session.id, "hello", 0, pair="tiny-random", method="mcsd", max_new_tokens=64)
     assert sent_figures(begun) == set(FIGURES) and begun[-1] == 1, "the first step, and the tick for the next"
     tick = 1
     for _ in range(steps - 1):
-        update = app.on_run_next(session.id, tick, False)
+        update = play.on_run_next(session.id, tick, False)
         assert sent_figures(update) == {"tree", "mask", "pq", "timeline"} and update[-1] == tick + 1
         tick += 1
     return session, tick
@@ -287,64 +290,72 @@ def test_a_stopped_paced_run_ends_without_sending_its_figures_again():
     """The page's Run, stopped through the server (the Stop request arrives first): the next request ends it,
     and that last update shows the step already on show, so it carries no figure. Stop's own reply leaves the
     status to the run's last update, which it could overtake."""
-    import app
+    import gradio as gr
 
-    session, tick = paced_run(app, 2)
-    assert app.on_stop(session.id)[0] == app.gr.skip() and session.stop_requested
-    stopped = app.on_run_next(session.id, tick, False)
+    from ui import play
+
+    session, tick = paced_run(2)
+    assert play.on_stop(session.id)[0] == gr.skip() and session.stop_requested
+    stopped = play.on_run_next(session.id, tick, False)
     assert "Stopped after 2 steps" in stopped[OUT["status"]]
     assert sent_figures(stopped) == set(), "the step on show is unchanged: no figure is sent again"
     assert not session.run_in_progress
-    assert "Nothing is running" in app.on_stop(session.id)[0]
+    assert "Nothing is running" in play.on_stop(session.id)[0]
 
 
 def test_a_stop_heard_during_a_step_ends_the_run_with_that_step():
     """The Stop request arrives while the page's next step is being taken: that step's update is the run's last
     (no tick for another request), so the page's 'Stopping…' is followed by 'Stopped', not by 'Running…'."""
-    import app
+    import gradio as gr
 
-    session, tick = paced_run(app, 2)
+    from ui import play
+
+    session, tick = paced_run(2)
     take_step = session.step
 
     def step_while_stop_is_pressed(pairs):
         taken = take_step(pairs)
-        app.on_stop(session.id)
+        play.on_stop(session.id)
         return taken
 
     session.step = step_while_stop_is_pressed
-    last = app.on_run_next(session.id, tick, False)
-    assert "Stopped after 3 steps" in last[OUT["status"]] and last[-1] == app.gr.skip()
+    last = play.on_run_next(session.id, tick, False)
+    assert "Stopped after 3 steps" in last[OUT["status"]] and last[-1] == gr.skip()
     assert sent_figures(last) == {"tree", "mask", "pq", "timeline"}, "the new step is drawn"
     assert not session.run_in_progress
-    assert "stopped after 3 steps" in app.on_stop(session.id)[0], "a second Stop: nothing is running"
+    assert "stopped after 3 steps" in play.on_stop(session.id)[0], "a second Stop: nothing is running"
 
 
 def test_the_page_stops_its_run_with_the_request_for_the_next_step():
     """Stop pressed in the page travels with the page's next request: no step is taken, whether or not the
     server heard the Stop request yet; when that request comes after the end, its reply changes nothing, and a
     second Stop says nothing is running."""
-    import app
+    import gradio as gr
 
-    session, tick = paced_run(app, 3)
-    stopped = app.on_run_next(session.id, tick, True)
+    from ui import play
+
+    session, tick = paced_run(3)
+    stopped = play.on_run_next(session.id, tick, True)
     assert "Stopped after 3 steps" in stopped[OUT["status"]] and len(session.run.steps) == 3
     assert not session.run_in_progress
-    assert app.on_stop(session.id)[0] == app.gr.skip(), "the late Stop request does not overwrite 'Stopped'"
-    assert "Nothing is running" in app.on_stop(session.id)[0]
-    assert app.on_run_next(session.id, tick + 1, True) == tuple(app.gr.skip() for _ in range(12))
+    assert play.on_stop(session.id)[0] == gr.skip(), "the late Stop request does not overwrite 'Stopped'"
+    assert "Nothing is running" in play.on_stop(session.id)[0]
+    assert play.on_run_next(session.id, tick + 1, True) == tuple(gr.skip() for _ in range(12))
 
 
 def test_the_first_use_of_a_pair_says_the_models_are_loading(monkeypatch):
     """Step and Run say in a toast that a pair not loaded yet is loading; a loaded pair goes without a word."""
-    import app
+    import gradio as gr
+
+    from ui import play, state
 
     said = []
-    monkeypatch.setattr(app, "PAIRS", PairCache(loader=CountingLoader()))
-    monkeypatch.setattr(app.gr, "Info", said.append)
-    session = app.SESSIONS.get(None)
-    app.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
+    monkeypatch.setattr(state, "PAIRS", PairCache(loader=CountingLoader()))
+    monkeypatch.setattr(gr, "Info", said.append)
+    session = state.SESSIONS.get(None)
+    play.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
     assert len(said) == 1 and "Loading the model pair tiny-random" in said[0]
-    app.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
+    play.on_step(session.id, "hello", pair="tiny-random", max_new_tokens=4)
     assert len(said) == 1, "loaded: nothing said"
 
 
@@ -503,7 +514,7 @@ def test_compare_says_why_a_pair_without_a_runnable_draft_has_no_peer_row():
 def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
     from gradio_client import handle_file
 
-    import app
+    from ui.controls import CONTROL_NAMES
 
     author = connect()
     for _ in range(3):
@@ -516,7 +527,7 @@ def test_a_saved_trace_replays_in_another_session_without_stepping(connect):
     loaded = viewer.predict(handle_file(path), api_name="/load_trace")
     assert "Loaded" in loaded[OUT["status"]] and "no model" in loaded[OUT["status"]]
     # after the views (the session id, a gr.State, is not sent to API clients): the prompt, then every control
-    updates = dict(zip(("prompt",) + app.CONTROL_NAMES, loaded[len(OUT):]))
+    updates = dict(zip(("prompt",) + CONTROL_NAMES, loaded[len(OUT):]))
     controls = {name: update["value"] for name, update in updates.items()}
     assert controls["prompt"] == "hello" and controls["pair"] == "tiny-random" and controls["method"] == "mcsd"
     assert controls["k_config"] == "4,2,2,1" and controls["temperature"] == 0
@@ -538,7 +549,7 @@ def test_loading_a_trace_restores_every_control(connect, changes):
     does not read go back to their defaults), so Step or Run makes the same run again."""
     from gradio_client import handle_file
 
-    import app
+    from ui.controls import CONTROL_NAMES
 
     sent = dict(pair="tiny-random", max_new_tokens=10, **changes)
     author = connect()
@@ -546,7 +557,7 @@ def test_loading_a_trace_restores_every_control(connect, changes):
     assert "Done" in made[OUT["status"]], made[OUT["status"]]
     path, _ = author.predict(api_name="/save_trace")
     loaded = connect().predict(handle_file(path), api_name="/load_trace")
-    controls = {name: update["value"] for name, update in zip(("prompt",) + app.CONTROL_NAMES, loaded[len(OUT):])}
+    controls = {name: update["value"] for name, update in zip(("prompt",) + CONTROL_NAMES, loaded[len(OUT):])}
     defaults = {name: OPTIONS[name].record(OPTIONS[name].default) for name in OPTIONS}
     assert controls == {"prompt": "restore me", "target": "", "draft": "", **defaults, **sent}
     again = connect().predict(prompt="restore me", **{k: v for k, v in controls.items() if k != "prompt"},

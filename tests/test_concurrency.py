@@ -191,7 +191,7 @@ def test_memory_stays_flat_over_many_abandoned_sessions(tiny_pair):
 def test_the_app_registry_stays_bounded_as_clients_come_and_go(server):
     from gradio_client import Client
 
-    registry = server.app.SESSIONS
+    registry = server.state.SESSIONS
     saved = registry.max_sessions
     registry.max_sessions = 6
     try:

@@ -166,13 +166,13 @@ def test_train_feature_draft_learns_and_exports_a_loadable_draft(tmp_path):
 
 
 def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
-    import app
     from dynasd.models import has_feature_draft
+    from ui.play import on_pair_change
 
     assert has_feature_draft("tiny-random") and not has_feature_draft("smollm2-360m+135m")
-    *_, checkbox = app.on_pair_change("tiny-random")
+    *_, checkbox = on_pair_change("tiny-random")
     assert checkbox.visible is True
-    *_, checkbox = app.on_pair_change("smollm2-360m+135m")
+    *_, checkbox = on_pair_change("smollm2-360m+135m")
     assert checkbox.visible is False
 
 

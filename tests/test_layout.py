@@ -1,9 +1,11 @@
 """The package's import structure, read from the source with `ast` (nothing is imported): no import circles, the
-runtime never depends on the training code, and imports sit at the top of their modules.
+runtime never depends on the training code, imports sit at the top of their modules, and nothing imports upward
+(dynasd and viz below the page's ui package, app.py on top).
 
 Why these rules: an import circle works only as long as some import stays hidden inside a function, and breaks
 (or changes what loads first) as soon as someone moves it; the runtime (decoders, app, bench, figures) must load
-and run without the training commands, which only `dynasd/cli.py` names, as strings, to dispatch to them.
+and run without the training commands, which only `dynasd/cli.py` names, as strings, to dispatch to them; the
+engine and the figures must work without the page (the bench, the CLI, a notebook), so they never import ui or app.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAINING = "dynasd.training"
 # The one place the runtime names the training commands: cli.py's command table (module names as strings).
 COMMAND_TABLE = "dynasd.cli"
+# Import layers: a module may import its own layer or a lower one, never a higher one.
+LAYERS = {"dynasd": 0, "viz": 0, "ui": 1, "app": 2}
 
 
 @dataclass(frozen=True)
@@ -32,8 +36,9 @@ def module_name(path: Path) -> str:
 
 
 def package_files() -> dict[str, Path]:
-    """Every module of the dynasd package and of viz/, plus app.py, by dotted name."""
-    files = [*sorted((ROOT / "dynasd").rglob("*.py")), *sorted((ROOT / "viz").rglob("*.py")), ROOT / "app.py"]
+    """Every module of the dynasd package, of viz/ and of ui/, plus app.py, by dotted name."""
+    files = [*sorted((ROOT / "dynasd").rglob("*.py")), *sorted((ROOT / "viz").rglob("*.py")),
+             *sorted((ROOT / "ui").rglob("*.py")), ROOT / "app.py"]
     return {module_name(f): f for f in files}
 
 
@@ -143,6 +148,10 @@ def import_cycles(imports: list[Import]) -> list[list[str]]:
     return sorted(components)
 
 
+def layer(module: str) -> int:
+    return LAYERS[module.partition(".")[0]]
+
+
 def in_training(module: str) -> bool:
     return module == TRAINING or module.startswith(TRAINING + ".")
 
@@ -164,6 +173,33 @@ def test_the_reader_finds_imports_at_module_level_inside_functions_relative_and_
 def test_the_package_has_no_import_circle():
     """Function-level imports count: a circle closed only inside a function is still a circle."""
     assert import_cycles(all_imports()) == []
+
+
+def test_every_module_belongs_to_a_layer():
+    assert {name.partition(".")[0] for name in package_files()} == set(LAYERS)
+
+
+def test_nothing_imports_upward():
+    """dynasd and viz never import the page (ui) or app.py; ui never imports app.py; function-level imports
+    count."""
+    upward = [f"{i.source}:{i.line} imports {i.target}" for i in all_imports() if layer(i.target) > layer(i.source)]
+    named = [f"{name}:{line} loads {target}" for name, path in package_files().items()
+             for _, line, target in string_imports_of(name, path)
+             if target.partition(".")[0] in LAYERS and layer(target) > layer(name)]
+    assert upward + named == []
+
+
+def test_the_layer_rule_catches_an_upward_import(tmp_path):
+    """The analysis itself: an engine module that imports the page is reported."""
+    (tmp_path / "dynasd").mkdir()
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "dynasd" / "engine.py").write_text("def f():\n    from ui import layout\n")
+    (tmp_path / "ui" / "layout.py").write_text("import dynasd.engine\n")
+    known = {"dynasd.engine", "ui.layout", "ui"}
+    found = [*imports_of("dynasd.engine", tmp_path / "dynasd" / "engine.py", known),
+             *imports_of("ui.layout", tmp_path / "ui" / "layout.py", known)]
+    upward = [(i.source, i.target) for i in found if layer(i.target) > layer(i.source)]
+    assert upward == [("dynasd.engine", "ui.layout")]
 
 
 def test_nothing_outside_the_training_package_imports_it():

@@ -12,7 +12,7 @@ import torch
 
 from dynasd.decoders import make_decoder
 from dynasd.explorer.inputs import CUSTOM, MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
-from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.pairs import PairCache, pairs_from_env
 from dynasd.explorer.registry import SessionRegistry
 from dynasd.explorer.session import Session, SessionFailed, load_trace
 from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
@@ -202,15 +202,13 @@ def test_public_mode_with_a_model_dir_allows_only_models_inside_it(model_dir):
 
 
 def test_public_mode_settings_come_from_the_environment(tmp_path):
-    import app
-
-    public = app.pairs_from_env({"DYNASD_PUBLIC": "1"})
+    public = pairs_from_env({"DYNASD_PUBLIC": "1"})
     assert not public.allow_custom
     with pytest.raises(UserError, match="custom models are turned off"):
         public.get(Settings(pair=CUSTOM, target="/etc", draft="/etc"))
-    confined = app.pairs_from_env({"DYNASD_PUBLIC": "1", "DYNASD_MODEL_DIR": str(tmp_path)})
+    confined = pairs_from_env({"DYNASD_PUBLIC": "1", "DYNASD_MODEL_DIR": str(tmp_path)})
     assert confined.allow_custom and not confined.allow_hub and confined.model_dir == tmp_path.resolve()
-    private = app.pairs_from_env({"DYNASD_MODEL_DIR": str(tmp_path)})
+    private = pairs_from_env({"DYNASD_MODEL_DIR": str(tmp_path)})
     assert private.allow_hub and private.model_ref("org/name") == "org/name"
     assert not public.allow_decision_paths and not confined.allow_decision_paths and private.allow_decision_paths
     with pytest.raises(UserError, match="outside"):
@@ -446,7 +444,7 @@ def test_hostile_trace_uploads_are_refused_and_the_session_still_works(connect, 
 
 
 def find_session(server, prompt):
-    matches = [s for s in list(server.app.SESSIONS._sessions.values()) if s.prompt == prompt]
+    matches = [s for s in list(server.state.SESSIONS._sessions.values()) if s.prompt == prompt]
     assert len(matches) == 1
     return matches[0]
 
@@ -471,12 +469,14 @@ def test_a_failing_model_call_fails_one_session_and_the_server_stays_up(server, 
 
 
 def test_an_unexpected_bug_while_drawing_is_one_line_not_a_traceback(server, connect, monkeypatch):
+    import viz
+
     client = connect()
 
     def broken_figure(*args, **kwargs):
         raise KeyError("a bug in a figure builder")
 
-    monkeypatch.setattr(server.app.viz, "tree_figure", broken_figure)
+    monkeypatch.setattr(viz, "tree_figure", broken_figure)
     status = status_or_error(client, prompt="hello", **TINY)
     assert status.startswith("✗") and "something went wrong on the server (KeyError" in status
     monkeypatch.undo()

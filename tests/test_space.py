@@ -133,9 +133,10 @@ def test_the_app_preloads_the_embedded_pair_offline_with_one_line_and_tiny_rando
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.pairs import PairCache
     from dynasd.explorer.registry import SessionRegistry
+    from ui import state
 
     pairs = PairCache(device="cpu")
-    monkeypatch.setattr(app, "PAIRS", pairs)
+    monkeypatch.setattr(state, "PAIRS", pairs)
     app._preload(Settings(pair="embedded"))
     printed = capsys.readouterr().out.strip().splitlines()
     assert len(printed) == 1 and printed[0].startswith("could not preload model pair 'embedded'")

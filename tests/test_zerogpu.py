@@ -1,10 +1,10 @@
 """ZeroGPU: on a ZeroGPU Space a model may run only inside a `spaces.GPU` call, so every handler that runs a model
 must be wrapped, and nothing may touch CUDA while the app is imported.
 
-A fake `spaces` module (put into sys.modules before app.py is imported) records what it wraps and whether a call is
-inside a wrapped handler; forward hooks on every model of the served pair then show which API endpoints ran a
-model. The property is measured both ways: no model forward outside a wrapped handler, no wrapped handler that
-runs no model.
+A fake `spaces` module (put into sys.modules before app.py and the ui package are imported) records what it wraps
+and whether a call is inside a wrapped handler; forward hooks on every model of the served pair then show which API
+endpoints ran a model. The property is measured both ways: no model forward outside a wrapped handler, no wrapped
+handler that runs no model.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -65,19 +66,28 @@ class FakeSpaces(types.ModuleType):
         return decorate(task) if task is not None else decorate
 
 
+def app_modules() -> list[str]:
+    """app.py and the ui package's modules, as imported in this process."""
+    return [name for name in sys.modules if name in ("app", "ui") or name.startswith("ui.")]
+
+
 @pytest.fixture
 def zero_gpu_app(monkeypatch):
-    """app.py imported afresh with the fake `spaces`; the original module comes back afterwards."""
+    """app.py and the ui package imported afresh with the fake `spaces` (ui/gpu.py looks it up on import; the
+    handlers are wrapped as ui/play.py and ui/learn.py are imported): the fresh app, ui.gpu and ui.state, and the
+    fake. The original modules come back afterwards."""
     fake = FakeSpaces()
     monkeypatch.setitem(sys.modules, "spaces", fake)
-    original = sys.modules.pop("app", None)
+    originals = {name: sys.modules.pop(name) for name in app_modules()}
     try:
         app = importlib.import_module("app")
-        yield app, fake
+        fresh = SimpleNamespace(app=app, gpu=sys.modules["ui.gpu"], state=sys.modules["ui.state"])
+        assert fresh.gpu.spaces is fake, "the fake reached ui/gpu.py"
+        yield fresh, fake
     finally:
-        sys.modules.pop("app", None)
-        if original is not None:
-            sys.modules["app"] = original
+        for name in app_modules():
+            sys.modules.pop(name, None)
+        sys.modules.update(originals)
 
 
 class WatchedLoader:
@@ -105,11 +115,11 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
 
     from dynasd.explorer.pairs import PairCache
 
-    app, fake = zero_gpu_app
+    fresh, fake = zero_gpu_app
     loader = WatchedLoader(fake)
-    app.PAIRS = PairCache(loader=loader, device="cpu")
+    fresh.state.PAIRS = PairCache(loader=loader, device="cpu")
     port = free_port()
-    demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
+    demo = fresh.app.serve(fresh.app.build_app("tiny-random"), "127.0.0.1", port, block=False)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         tiny = dict(pair="tiny-random", method="mcsd", max_new_tokens=12)
@@ -156,19 +166,20 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
 
 
 def test_the_gpu_durations_fit_the_requested_run(zero_gpu_app):
-    app, fake = zero_gpu_app
+    fresh, fake = zero_gpu_app
+    gpu = fresh.gpu
     step, run, compare = (fake.wrapped[name] for name in ("on_step", "on_run", "on_compare"))
-    limit = app.MAX_NEW_TOKENS_LIMIT
-    assert step(None, "hi", max_new_tokens=limit) == app.GPU_BASE_S, "a Step asks for the same short slot"
-    assert run(None, "hi", max_new_tokens=8) < run(None, "hi", max_new_tokens=limit) <= app.GPU_MAX_S
+    limit = gpu.MAX_NEW_TOKENS_LIMIT
+    assert step(None, "hi", max_new_tokens=limit) == gpu.GPU_BASE_S, "a Step asks for the same short slot"
+    assert run(None, "hi", max_new_tokens=8) < run(None, "hi", max_new_tokens=limit) <= gpu.GPU_MAX_S
     assert compare(None, "hi", max_new_tokens=64) > run(None, "hi", max_new_tokens=64)
     assert run(None, "hi", max_new_tokens="not a number") == run(None, "hi", max_new_tokens=limit)
-    assert not app.on_zero_gpu({}) and app.on_zero_gpu({"SPACES_ZERO_GPU": "true"})
+    assert not gpu.on_zero_gpu({}) and gpu.on_zero_gpu({"SPACES_ZERO_GPU": "true"})
 
 
 def test_importing_the_app_touches_no_cuda():
     """In a fresh interpreter (an import earlier in this process would hide it): CUDA's lazy initialisation
-    must not run while app.py and dynasd are imported and the UI is built."""
+    must not run while app.py, ui and dynasd are imported and the UI is built."""
     probe = ("import torch, torch.cuda\n"
              "calls = []\n"
              "torch.cuda._lazy_init = lambda *a, **k: calls.append('lazy_init')\n"
@@ -187,10 +198,11 @@ def test_on_zero_gpu_the_start_up_pair_is_placed_on_cuda_before_serving(zero_gpu
     the server starts (the GPU process is forked from this one); elsewhere it loads in the background."""
     import threading
 
-    app, _ = zero_gpu_app
+    fresh, _ = zero_gpu_app
+    app, state = fresh.app, fresh.state
     events = []
     monkeypatch.setattr(app, "_preload", lambda settings: events.append(
-        ("preload", settings.pair, app.PAIRS.device, threading.current_thread() is threading.main_thread())))
+        ("preload", settings.pair, state.PAIRS.device, threading.current_thread() is threading.main_thread())))
     monkeypatch.setattr(app, "serve", lambda *args, **kwargs: events.append(("serve",)))
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     app.main(["--pair", "tiny-random"])
@@ -201,5 +213,5 @@ def test_on_zero_gpu_the_start_up_pair_is_placed_on_cuda_before_serving(zero_gpu
     deadline = time.monotonic() + 10
     while len(events) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert app.PAIRS.device == "auto"
+    assert state.PAIRS.device == "auto"
     assert sorted(events) == [("preload", "tiny-random", "auto", False), ("serve",)], "in a background thread"

@@ -1,0 +1,220 @@
+"""The page: every widget, and every event wired to its handler (ui/play.py, and the Learn tab's section from
+ui/learn.py). Each decoder option's control is built from its entry in dynasd/options.py."""
+from __future__ import annotations
+
+import gradio as gr
+
+import viz
+from dynasd.explorer.inputs import CUSTOM, MAX_NEW_TOKENS_LIMIT, RUN_FIELDS
+from dynasd.explorer.recipes import RECIPES
+from dynasd.models import has_feature_draft
+from dynasd.options import METHODS, OPTIONS, Choice, Option
+from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
+
+from . import state
+from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
+from .learn import learn_section
+from .page_scripts import NEXT_STEP_JS, RUN_PRESSED_JS, STOP_PRESSED_JS, WORKING_JS, figure_view
+from .play import (
+    on_compare,
+    on_control_edited,
+    on_follow_up,
+    on_load,
+    on_method_change,
+    on_pair_change,
+    on_recipe,
+    on_reset,
+    on_run,
+    on_run_begin,
+    on_run_next,
+    on_save,
+    on_show_step,
+    on_step,
+    on_stop,
+)
+from .status import status_line
+from .texts import (
+    COMPARE_HELP,
+    DECISIONS_HELP,
+    EXAMPLES,
+    INTRO,
+    MASK_HELP,
+    METHOD_HELP,
+    SUMMARY_HELP,
+    TRACE_HELP,
+    TREE_HELP,
+)
+
+
+def options_in(group: str) -> list[str]:
+    return [name for name, o in OPTIONS.items() if o.group == group]
+
+
+def option_control(o: Option, pair: str) -> gr.Component:
+    """The control of one decoder option, from its entry in dynasd/options.py: label, help (as info), range."""
+    visible = has_feature_draft(pair) if o.name == "draft_kind" else o.read_by(OPTIONS["method"].default)
+    common = dict(label=o.label, info=o.help, visible=visible, elem_id=o.name.replace("_", "-"))
+    value = o.record(o.default)
+    if o.widget == "radio":
+        return gr.Radio(list(o.kind.choices), value=value, **common)
+    if o.widget == "dropdown":
+        if isinstance(o.kind, Choice):
+            return gr.Dropdown(list(o.kind.choices), value=value, **common)
+        # a decision model: a shipped one by name, or (not on a public server) any folder typed in
+        choices = [(f"default ({DEFAULT_DECISION_MODEL})", "")] + shipped_decision_models()
+        return gr.Dropdown(choices, value=value, allow_custom_value=state.PAIRS.allow_decision_paths, **common)
+    if o.widget == "slider":
+        low, high, step = o.ui_range
+        return gr.Slider(low, high, value=value, step=step, **common)
+    if o.widget == "number":
+        return gr.Number(value=value, precision=0, **common)
+    if o.widget == "checkbox":
+        return gr.Checkbox(value=value, **common)
+    return gr.Textbox(value=value, **common)
+
+
+def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
+    with gr.Blocks(title="DynaSD Explorer") as demo:
+        session_id = gr.State(None)
+        gr.Markdown(INTRO, elem_id="intro")
+        with gr.Row(equal_height=False, elem_id="main-row"):
+            with gr.Column(scale=1, min_width=320, elem_id="controls-column"):
+                # two columns inside: on a phone (CSS) the first stays on top, the results come next and the
+                # settings last, so Step and the figures are in reach without scrolling past every control
+                with gr.Column(elem_id="top-controls"):
+                    prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], lines=3, max_lines=8, elem_id="prompt-box")
+                    # one row of four, on a phone too (CSS), right under the prompt: Step must not need a scroll
+                    with gr.Row(elem_id="run-buttons"):
+                        step_btn = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=60)
+                        run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=60)
+                        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=60)
+                        reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn", min_width=60)
+                    with gr.Row(equal_height=True, elem_id="follow-up-row"):
+                        follow_up = gr.Textbox(label="Follow-up message (after a finished run)", lines=1,
+                                               scale=3, elem_id="follow-up")
+                        follow_up_btn = gr.Button("Send follow-up", scale=1, elem_id="follow-up-btn")
+                    status = gr.Markdown(status_line("Press **Step** or **Run** to start."), elem_id="status",
+                                         label="status")
+                    scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
+                                         interactive=False, elem_id="scrubber")
+                    gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
+                with gr.Column(elem_id="settings-column"):
+                    controls: dict[str, gr.Component] = {}
+                    with gr.Accordion("Model and method", open=True):
+                        controls["pair"] = gr.Dropdown(
+                            pair_choices(), value=default_pair, label="Model pair (target + draft)",
+                            info="tiny-random: instant toy pair; presets need the Hugging Face hub")
+                        controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)",
+                                                        value=default_target, visible=default_pair == CUSTOM)
+                        controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
+                                                       visible=default_pair == CUSTOM)
+                        recipe = gr.Dropdown([CUSTOM_RECIPE, *RECIPES], value=CUSTOM_RECIPE, label="Recipe",
+                                             elem_id="recipe",
+                                             info="set the method controls to a paper's configuration or the fastest "
+                                                  "one measured on a CPU")
+                        for name in options_in("method"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+                            if name == "method":
+                                method_help = gr.Markdown(METHOD_HELP[OPTIONS["method"].default],
+                                                          elem_classes="explain")
+                    with gr.Accordion("Dynamic depth", open=False) as dynamic_section:
+                        for name in options_in("dynamic"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+                    with gr.Accordion("Sampling", open=False):
+                        for name in options_in("sampling"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+                        controls["max_new_tokens"] = gr.Slider(1, MAX_NEW_TOKENS_LIMIT,
+                                                               value=RUN_FIELDS["max_new_tokens"], step=1,
+                                                               label="Max new tokens", elem_id="max-new-tokens")
+                    with gr.Accordion("Advanced", open=False):
+                        for name in options_in("advanced"):
+                            controls[name] = option_control(OPTIONS[name], default_pair)
+            with gr.Column(scale=3, elem_id="results-column"):
+                text = gr.HighlightedText(label="Generated text (colour = where each token came from)",
+                                          color_map=viz.text_color_map(), show_legend=True,
+                                          show_inline_category=False, combine_adjacent=False,
+                                          elem_id="dynasd-text")
+                story = gr.Markdown("", elem_id="story", label="story")
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=1, min_width=360):
+                        tree_plot = figure_view("Candidate tree", "tree-plot")
+                        with gr.Accordion("What am I seeing? (tree)", open=True):
+                            gr.Markdown(TREE_HELP, elem_classes="explain")
+                    with gr.Column(scale=1, min_width=360):
+                        mask_plot = figure_view("Verify mask", "mask-plot")
+                        with gr.Accordion("What am I seeing? (mask)", open=True):
+                            gr.Markdown(MASK_HELP, elem_classes="explain")
+                with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
+                    with gr.Tab("Decisions"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                pq_plot = figure_view("p vs q per candidate", "pq-plot")
+                                stop_plot = figure_view("Early-stop scores", "stop-plot")
+                            gr.Markdown(DECISIONS_HELP, elem_classes="explain")
+                    with gr.Tab("Summary"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                summary = gr.Markdown("", elem_id="summary", label="summary")
+                                timeline_plot = figure_view("Run timeline", "timeline-plot")
+                            gr.Markdown(SUMMARY_HELP, elem_classes="explain")
+                    with gr.Tab("Compare"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
+                                                        "assisted generation on this prompt", elem_id="compare-btn")
+                                compare_status = gr.Markdown("", label="compare status")
+                                compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
+                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
+                            gr.Markdown(COMPARE_HELP, elem_classes="explain")
+                    with gr.Tab("Trace"):
+                        with gr.Row(equal_height=False):
+                            with gr.Column(scale=3):
+                                save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
+                                saved_file = gr.File(label="Trace file to download", interactive=False)
+                                load_file = gr.File(label="Load a trace file (.json) to replay",
+                                                    file_types=[".json"], type="filepath")
+                            gr.Markdown(TRACE_HELP, elem_classes="explain")
+
+        shown = [controls[name] for name in CONTROL_NAMES]
+        views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
+                 session_id]
+        # No progress overlay on a Step, a Run's steps or a scrub: its animation kept a core of this 2-core machine
+        # busy while the model stepped (the step took ~25% longer); the status line says at once that work began.
+        step_btn.click(None, None, [status], js=WORKING_JS, queue=False, api_visibility="private")
+        step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
+                       show_progress="hidden")
+        # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
+        # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
+        # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
+        run_tick = gr.State(0)
+        stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
+        run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
+        run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
+                      api_visibility="private", show_progress="hidden")
+        run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,
+                        api_visibility="private", show_progress="hidden")
+        # Run for API clients: a stream of updates (there is no page to pace it)
+        run_api = gr.Button("Run (API)", visible=False)
+        run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
+        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up")
+        stop_btn.click(None, [status], [status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
+        stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
+        reset_btn.click(on_reset, [session_id], views, api_name="reset")
+        # input: dragging (always_last keeps only the latest position) or typing a step number
+        scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last",
+                       show_progress="hidden")
+        compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
+                          inputs_kwargs=controls, api_name="compare")
+        save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
+        load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace")
+        learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
+        recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False)
+        for name in RECIPE_CONTROLS:
+            controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
+        controls["method"].change(on_method_change, [controls["method"]],
+                                  [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
+                                  api_visibility="private")
+        controls["pair"].change(on_pair_change, [controls["pair"]],
+                                [controls["target"], controls["draft"], controls["draft_kind"]],
+                                api_visibility="private")
+    return demo

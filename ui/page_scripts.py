@@ -1,0 +1,146 @@
+"""What runs in the page: the CSS, the scripts bound to events (the paced Run's, the Learn tab's keys and links),
+and the persistent Plotly divs the step's figures are drawn into (figure_view)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import plotly
+
+from .status import RUNNING, STOPPING, status_line
+
+CSS = """
+#dynasd-text { font-family: ui-monospace, monospace; }
+/* every token is its own span: a hairline between pieces shows where the tokenizer cut ("Ray" + "leigh") */
+#dynasd-text .textfield .token { margin: 1px 1px; box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.35); }
+.explain { font-size: 0.92em; }
+.clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
+#run-buttons { flex-wrap: nowrap; gap: 6px; }
+#run-buttons button { min-width: 0; padding-left: 4px; padding-right: 4px; }
+/* a phone: prompt, buttons and status on top, then the results, then the settings */
+@media (max-width: 640px) {
+  .gradio-container { padding: 4px !important; }
+  #intro { font-size: 0.85em; }
+  #intro h1 { font-size: 1.3em; margin: 0; }
+  #intro p:not(:last-of-type) { display: none; }
+  #main-row { flex-direction: column; }
+  #controls-column { display: contents; }
+  #top-controls { order: 0; }
+  #results-column { order: 1; }
+  #settings-column { order: 2; }
+  #example-prompts, #top-controls .gallery { display: none; }
+  .js-plotly-plot .modebar { display: none !important; }
+}
+"""
+
+# Sliders clamp a typed value to their range without a word (Gradio's own behaviour): this note says what
+# was typed and what it became, next to the slider, so a run at 2.0 after typing 5 is no surprise.
+CLAMP_NOTE_JS = """
+<script>
+document.addEventListener("change", (event) => {
+  const box = event.target;
+  if (!(box instanceof HTMLInputElement) || box.type !== "number") return;
+  const block = box.closest(".block");
+  const range = block && block.querySelector("input[type=range]");
+  if (!range) return;
+  const typed = parseFloat(box.value), low = parseFloat(range.min), high = parseFloat(range.max);
+  let note = block.querySelector(".clamp-note");
+  if (Number.isNaN(typed) || (typed >= low && typed <= high)) { if (note) note.remove(); return; }
+  if (!note) { note = document.createElement("div"); note.className = "clamp-note"; block.appendChild(note); }
+  const used = Math.min(Math.max(typed, low), high);
+  note.textContent = `${typed} is outside ${low} to ${high}: set to ${used}.`;
+}, true);
+</script>
+"""
+
+
+# The paced Run's page side. Stop sets a flag in the page at once (its request to the server may arrive after
+# the page's next request for a step); the page asks for the next step a frame and a task after it applied the
+# last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
+RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
+WORKING_JS = f"() => {json.dumps(status_line('Working on the next step…'))}"
+STOP_PRESSED_JS = f"""
+(status) => {{
+  window.dynasdStopPressed = true;
+  return (typeof status === "string" && status.startsWith({json.dumps(status_line(RUNNING))}))
+    ? {json.dumps(status_line(STOPPING))} : status;
+}}
+"""
+NEXT_STEP_JS = """
+async (session, tick, stopPressed) => {
+  await new Promise((drawn) => requestAnimationFrame(() => setTimeout(drawn, 0)));
+  return [session, tick, window.dynasdStopPressed === true];
+}
+"""
+
+
+# The step's five figures are drawn by the page into one Plotly div each, kept from one update to the next
+# (Plotly.react redraws it in place). gr.Plot rebuilds its Plotly component for every new figure and draws the
+# figure twice, once into the component it throws away: half of a Step's drawing time in the page. The figures
+# travel as Plotly JSON, drawn by the plotly.js of the installed plotly package (the version that wrote them).
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+FIGURE_HEAD = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
+# The library is kept as window.dynasdPlotly at first use: a gr.Plot shown later (Learn, Compare) loads gradio's
+# own copy as window.Plotly, and a div must stay with the library that drew it.
+FIGURE_JS = """
+const box = element.querySelector('.dynasd-figure');
+const draw = () => {
+  const plotly = window.dynasdPlotly = window.dynasdPlotly || window.Plotly;
+  if (!plotly) { setTimeout(draw, 50); return; }  // plotly.js is still loading
+  if (!props.value) { plotly.purge(box); return; }
+  const figure = JSON.parse(props.value);
+  figure.layout.autosize = true;
+  plotly.react(box, figure.data, figure.layout, {displaylogo: false});
+};
+// A figure drawn in a hidden tab takes plotly's default width: redraw it to the box's width when that changes
+// (the tab shown, the window resized).
+let width = box.clientWidth;
+new ResizeObserver(() => {
+  const now = box.clientWidth;
+  if (now && now !== width && box.data && window.dynasdPlotly) window.dynasdPlotly.Plots.resize(box);
+  width = now;
+}).observe(box);
+watch('value', draw);
+draw();
+"""
+
+
+def figure_view(label: str, elem_id: str) -> gr.HTML:
+    """One of the step's figures: its value is the figure's Plotly JSON (None: empty), drawn by FIGURE_JS."""
+    return gr.HTML(None, label=label, elem_id=elem_id, html_template='<div class="dynasd-figure"></div>',
+                   js_on_load=FIGURE_JS, head=FIGURE_HEAD, container=True, min_height=120)
+
+
+# Keyboard shortcuts: a page-load script (Blocks.load with js only). Keys typed into a text box are left alone.
+LEARN_KEYS_JS = """
+() => {
+  if (window.__dynasdLearnKeys) return;
+  window.__dynasdLearnKeys = true;
+  document.addEventListener('keydown', (event) => {
+    const target = event.target;
+    const tag = target && target.tagName ? target.tagName.toLowerCase() : '';
+    if (tag === 'input' || tag === 'textarea' || tag === 'select' || (target && target.isContentEditable)) return;
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const click = (id) => { const b = document.getElementById(id); if (b) { b.click(); event.preventDefault(); } };
+    if (event.key === 'ArrowRight' && event.shiftKey) click('step-btn');
+    else if (event.key === 'ArrowRight') click('learn-next');
+    else if (event.key === 'ArrowLeft') click('learn-prev');
+  });
+}
+"""
+
+LEARN_FOLLOWS_JS = """
+() => {
+  const explain = document.getElementById('learn-explain');
+  const status = document.getElementById('status');
+  const running = status && status.innerText.startsWith(%s);  // as STOP_PRESSED_JS tells a Run
+  if (explain && explain.offsetParent !== null && !running) explain.click();
+}
+""" % json.dumps(status_line(RUNNING))
+
+# The link box receives "?query" from Python; the browser knows the page's own address and completes it.
+FULL_LINK_JS = """
+(query) => (typeof query === 'string' && query.startsWith('?'))
+  ? window.location.origin + window.location.pathname + query : query
+"""

@@ -1,0 +1,130 @@
+"""The page's words: the introduction, each view's "What am I seeing?" help, the Learn tab's help and the example
+prompts. The method and Compare help speak of the default tree, read from dynasd/options.py."""
+from __future__ import annotations
+
+from dynasd.options import OPTIONS, Shape
+from dynasd.tree import TreeShape
+
+EXAMPLES = [
+    "Explain why the sky is blue in two sentences.",
+    "Write a haiku about a cat watching rain.",
+    "List three tips for learning a new language.",
+    "What is the capital of France, and what is it famous for?",
+]
+
+INTRO = """
+# DynaSD Explorer
+**Speculative decoding in one picture.** A large *target* model writes text one token per forward pass, and each
+pass is slow. A small *draft* model is fast but often wrong. So the draft **guesses several tokens ahead**, and the
+target **checks all the guesses in a single forward pass**: it keeps the guesses it agrees with, and where it
+disagrees it writes its own token instead. With *multiple candidates* the draft proposes a whole **tree** of
+alternatives, so when one guess is wrong a sibling may be right. Lossless methods produce exactly the text the
+target would have written alone, only in fewer target passes.
+
+Press **Step** to watch one round (draft → verify → commit), **Run** to keep going, and drag the **step slider**
+to look back at any earlier round.
+"""
+
+_DEFAULT_TREE = TreeShape(OPTIONS["k_config"].default)  # the mcsd and Compare help speak of the default tree
+METHOD_HELP = {
+    "ar": "**ar**: the target alone, one forward per token. The baseline every other method is measured against.",
+    "sd": "**sd**: the draft guesses a *chain* of γ tokens; the target verifies them in one forward and keeps the "
+          "agreeing prefix plus one token of its own. Lossless.",
+    "mcsd": f"**mcsd**: the draft guesses a *tree*: k-config `{Shape.text(_DEFAULT_TREE.branching)}` means "
+            f"{_DEFAULT_TREE.branching[0]} first guesses and then, level by level, "
+            f"{', '.join(map(str, _DEFAULT_TREE.branching[1:]))} continuations of each: {_DEFAULT_TREE.num_nodes} "
+            f"candidates, depth {_DEFAULT_TREE.depth}. More shots at being right per forward. Lossless.",
+    "ti-mcsd": "**ti-mcsd**: the first token of each of *width* chains comes from the **target's** own top "
+               "choices (known from the previous step), the draft extends each chain *depth* tokens. The chain "
+               "with most accepted tokens wins, which can pick the target's 2nd choice: **LOSSY** when width > 1.",
+    "pld": "**pld**: prompt lookup decoding, no draft model. When the last tokens occurred earlier in the text "
+           "(prompt or output), the tokens that followed them there become a chain of candidates (■, q = 1); "
+           "otherwise the target takes a plain step. Free guesses: good on repetitive text. Lossless. "
+           "*Prompt lookup* below sets the chain length (0 = 8); sd and mcsd can use lookup too.",
+}
+
+TREE_HELP = """
+**What am I seeing?** Every token the draft proposed this step, as a tree growing left to right from the *root*
+(the last token already written). Each column is one draft level; siblings are alternative guesses for the same
+position. After the target's single check:
+- <span style="color:#2e9e44">●</span> **accepted**: the target agreed; the thick green line is the path kept.
+- <span style="color:#d64541">●</span> **rejected**: tested and refused.
+  <span style="color:#9b7fcf">●</span> **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
+- <span style="color:#b9b9b9">●</span> **not reached**: below a node that was not accepted, never tested.
+  <span style="color:#a9cdb1">●</span> **not tested**: a sibling was accepted first, so the walk went on from it.
+- ■ square nodes came from **prompt lookup** (pld, or sd/mcsd with lookup on): copied from an earlier place in the
+  text, so their q is 1 and a node is accepted with probability p.
+- <span style="color:#2f7fd1">★</span> **bonus** or <span style="color:#f08a24">★</span> **correction**: the
+  target's own token, sampled after the last accepted node. The lossless methods add one every step, so a step
+  never commits fewer than one token. ti-mcsd adds none: it commits the winning chain, root included.
+
+Hover a node for p (target probability), q (draft probability), p/q and the random draw u: a candidate is
+accepted when u ≤ p'/q' (at temperature 0: when it is the target's top token). **p' and q'** are p and q after
+the siblings tested before it were rejected: the residual max(p − q, 0) and q without them, each renormalised;
+for the first sibling they equal p and q. A correction token is drawn from that residual, so its hover gives
+**p_residual**, not the target's p.
+"""
+
+MASK_HELP = """
+**What am I seeing?** The attention mask of the target's single verification pass. Each **row** is a position the
+target scores, labelled *id·token* (✓ = accepted); each **column** a position it may look at (blue = allowed), in
+the same order, marked by node id. The whole committed text is one column on the left (ctx): everyone sees it.
+Inside the tree block, a candidate sees only **itself and its ancestors**, never its siblings or cousins: that is
+what lets all branches of the tree be checked at once without mixing them up. Green rows are the accepted path.
+With dynamic depth, the grey area is the mask of the largest tree and the red box is the *slice* used this step:
+the tree stopped growing early and the same mask is simply cut.
+"""
+
+DECISIONS_HELP = """
+**What am I seeing?** *Top*: for every candidate, the target's probability **p** (filled bar, coloured by what
+happened) and the draft's probability **q** (outline), in the tree's order (a large tree's bars carry node ids, as
+in the mask's rows; hover a bar for its token). When p ≥ q the candidate is always accepted; when p < q it
+is accepted with probability p/q, which makes the output follow the target exactly. *Bottom*: with a stop policy,
+after each draft level every tip gets a score (e.g. the draft's confidence); drafting goes one level deeper only
+while the best score reaches the threshold (dashed line). Low confidence means the next guess is likely wrong, so
+stopping early saves draft work.
+"""
+
+SUMMARY_HELP = """
+**What am I seeing?** *Left*: how many tokens each step committed, by origin. *Right*: tokens written so far (green)
+against target forwards spent (grey); autoregressive decoding spends one forward per token (dashed red), so the
+gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up. **Tokens / s
+(decoding)** counts the steps' time only (draft + verify + accept) and depends on this machine; the prompt's
+prefill is reported apart, once, because it is paid before the first step whatever the method.
+"""
+
+COMPARE_HELP = f"""
+**What am I seeing?** The same prompt and settings through every method. **same text as ar** says whether a
+method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
+*NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
+random draws differ (they agree in distribution, not token by token).
+
+**hf-assisted (transformers)** is the peer: transformers' own assisted generation, `generate(assistant_model=...)`,
+with the same pair, prompt, sampling settings, seed and token budget, and its own defaults otherwise: a chain of
+up to 20 draft tokens a round, cut where the draft's confidence falls under 0.4; no tree. Its numbers are read
+like ours: tokens / s counts decoding only (its prefill, done inside `generate`, is measured apart just before,
+one forward of each model over the prompt, and taken out), and each target forward is one verification round.
+
+**Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
+the CPU is busy computing, not waiting for memory, so verifying the {_DEFAULT_TREE.num_nodes + 1} rows of the default \
+{Shape.text(_DEFAULT_TREE.branching)} tree costs several single-token forwards, and each of the tree's \
+{_DEFAULT_TREE.depth} draft forwards is not free either. A wide tree then saves target forwards (tokens / target \
+forward > 1) yet loses time (tokens / s below ar). On a GPU, one forward over {_DEFAULT_TREE.num_nodes + 1} rows \
+costs about as much as over one, which is where trees pay. On a CPU narrow trees win: see the
+recipe *Fastest lossless on a CPU*.
+"""
+
+TRACE_HELP = """
+**Trace files.** Save the current run (every step, every candidate, p, q, masks) as JSON; load one to replay it
+here with no model loaded. Use the step slider to walk through a loaded run. Loading also sets the prompt and the
+controls to the ones the run was made with, so **Step** or **Run** makes it again (with a model).
+"""
+
+LEARN_HELP = """
+**Learn one step at a time.** Each view below explains the step on show (the step slider on the left) and follows
+it while this tab is open (a Run is followed once it ends). **Guided step** replays it phase by phase: **→** /
+**←** (or the buttons) go to the next / previous phase, **Shift + →** presses **Step**. **Residual** shows why
+sampling stays exact when a candidate is rejected, **Acceptance test** the draw behind every decision. **Cost
+model** explains the speed-up on this device; **Side by side** runs two methods from the same prefix;
+**Losslessness** samples the next token hundreds of times and compares it with the target.
+"""
