@@ -22,6 +22,15 @@ class NgramIndex:
         self.ends: dict[tuple[int, ...], int] = {}
         self.indexed = 0  # continuation positions e < indexed have been entered for every n
 
+    @classmethod
+    def of(cls, tokens: list[int], min_ngram: int = 2, max_ngram: int = 3) -> "NgramIndex":
+        """The index a run builds step by step over `tokens`, built at once: equal in every entry, since each
+        n-gram keeps the end of its last occurrence whichever way the tokens arrive (a decoder's resume,
+        decoders/snapshot.py, rebuilds its index this way)."""
+        index = cls(min_ngram, max_ngram)
+        index._catch_up(tokens)
+        return index
+
     def _catch_up(self, tokens: list[int]) -> None:
         for end in range(max(self.indexed, self.min_ngram), len(tokens)):
             for n in range(self.min_ngram, min(self.max_ngram, end) + 1):

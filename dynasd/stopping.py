@@ -79,6 +79,16 @@ class StopPolicy:
             self._chain = None
         return keep
 
+    def snapshot(self) -> dict:
+        """The policy's state as data (decoders/snapshot.py): the chain products of the last tree. Every tree
+        starts them again (`start_tree`), so between steps they matter to nothing yet; kept so that a resumed
+        policy is this one exactly."""
+        return {"chain": None if self._chain is None else list(self._chain)}
+
+    def restore(self, state: dict) -> None:
+        chain = state.get("chain")
+        self._chain = None if chain is None else [float(v) for v in chain]
+
 
 READS_DECISION_MODEL = ("decision", "cumulative")
 SHIPPED_DECISION_PREFIX = "decision-"

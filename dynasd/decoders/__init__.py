@@ -1,4 +1,5 @@
-"""Decoders from options. `make_decoder` is the one place that turns DecoderOptions into a decoder."""
+"""Decoders from options. `make_decoder` is the one place that turns DecoderOptions into a decoder; `resume` turns
+a decoder's snapshot (snapshot.py) back into one."""
 from __future__ import annotations
 
 from ..decision import DecisionModel
@@ -8,6 +9,7 @@ from ..stopping import make_stop_policy
 from ..tree import TreeShape
 from .ar import ARDecoder
 from .base import Decoder, RequestError
+from .snapshot import DecoderSnapshot
 from .speculative import TreeDecoder
 
 
@@ -36,4 +38,17 @@ def make_decoder(pair: ModelPair, options: DecoderOptions, decision_model: Decis
     return decoder
 
 
-__all__ = ["ARDecoder", "Decoder", "RequestError", "TreeDecoder", "make_decoder"]
+def resume(pair: ModelPair, snapshot: DecoderSnapshot, decision_model: DecisionModel | None = None) -> Decoder:
+    """The decoder `snapshot` was taken of, on `pair`, ready for its next step (or, for a finished run, for
+    continue_with). Needs no live cache: the caches are rebuilt by one prefill of the committed text.
+
+    Its next StepTrace is the one the original decoder would have made, in every token, test and status; the
+    float values (p, q, scores) agree to float rounding, since a prefill computes the cached keys and values
+    in other shapes than the steps did (docs/method.md, "A decoder's state as data"). `decision_model` as for
+    make_decoder. Raises ValueError for a snapshot of another pair, device kind or format."""
+    decoder = make_decoder(pair, DecoderOptions.from_record(snapshot.options), decision_model)
+    decoder.restore(snapshot)
+    return decoder
+
+
+__all__ = ["ARDecoder", "Decoder", "DecoderSnapshot", "RequestError", "TreeDecoder", "make_decoder", "resume"]

@@ -37,7 +37,7 @@ class ARDecoder(Decoder):
         probs = torch.softmax(logits, -1) if self.sampling.greedy else logits_to_probs(logits, self.sampling)
         token = argmax_rows(logits[None])[0] if self.sampling.greedy else sample_one(probs, self.generator)
         self.committed.append(token)
-        return StepTrace(index=len(self.run.steps), context_len=context_len, nodes=[], max_nodes=0, max_depth=0,
+        return StepTrace(index=self.steps_taken, context_len=context_len, nodes=[], max_nodes=0, max_depth=0,
                          live_depth=0, root_rows=1, verify_mask=[], position_ids=[context_len - 1],
                          accepted_path=[], committed=[token], committed_tokens=self.pair.token_strings([token]),
                          committed_origins=["target"], final_parent=-1,

@@ -1,4 +1,5 @@
-"""The contract every decoder keeps: `start()` a run, `step()` until `done`, read `run` (a RunTrace)."""
+"""The contract every decoder keeps: `start()` a run, `step()` until `done`, read `run` (a RunTrace); between two
+steps, `snapshot()` its state as data, which `dynasd.decoders.resume` turns back into a decoder."""
 from __future__ import annotations
 
 import time
@@ -9,6 +10,7 @@ import torch
 from ..models import ModelPair
 from ..sampling import SamplingConfig
 from ..trace import RunTrace, StepTrace
+from .snapshot import SNAPSHOT_FORMAT, DecoderSnapshot, state_fingerprint
 
 
 class RequestError(ValueError):
@@ -25,6 +27,7 @@ class Decoder(ABC):
         self.run: RunTrace | None = None
         self.committed: list[int] = []
         self.max_new_tokens = 0
+        self.steps_before = 0  # steps of this run taken before a resume: not in run.steps, counted in step indices
         # The DecoderOptions it was made from (set by make_decoder): a run's trace records them, so a saved run
         # gives them back (options.options_of_run).
         self.options = None
@@ -59,6 +62,15 @@ class Decoder(ABC):
     @abstractmethod
     def _step(self) -> StepTrace:
         """Draft, verify once, commit: the method itself."""
+
+    def _source_states(self) -> list[dict]:
+        """The state as data of whatever the decoder keeps besides its caches (its candidate sources)."""
+        return []
+
+    def _restore_sources(self, states: list[dict]) -> None:
+        """Give back what `_source_states` took, after `_prefill` has rebuilt the caches."""
+        if states:
+            raise ValueError(f"a {self.method} decoder keeps no source state; the snapshot has {len(states)}")
 
     # -- the shared run loop -----------------------------------------------------------------------------------
     def start(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str = "") -> RunTrace:
@@ -105,6 +117,7 @@ class Decoder(ABC):
     def _new_run(self, prompt_ids: list[int], max_new_tokens: int, prompt_text: str, turn: int) -> None:
         self.committed = prompt_ids
         self.max_new_tokens = max_new_tokens
+        self.steps_before = 0
         config = self.config() if self.options is None else {**self.config(), "options": self.options.to_record()}
         self.run = RunTrace(method=self.method, config={**config, "turn": turn}, pair=self.pair.name,
                             draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
@@ -113,6 +126,71 @@ class Decoder(ABC):
     @property
     def done(self) -> bool:
         return self.run is not None and bool(self.run.finished)
+
+    @property
+    def steps_taken(self) -> int:
+        """Steps of this run so far, the next step's index: a resumed run's `steps` start after a snapshot's."""
+        return self.steps_before + (len(self.run.steps) if self.run is not None else 0)
+
+    # -- the state as data (snapshot.py) -----------------------------------------------------------------------
+    def snapshot(self) -> DecoderSnapshot:
+        """This decoder's state between two steps as plain data; `resume(pair, snapshot)` goes on from it."""
+        if self.run is None:
+            raise RuntimeError("snapshot() is of a run: call start() first")
+        if self.options is None:
+            raise RuntimeError("a snapshot records the decoder's options: make the decoder with make_decoder")
+        run = self.run
+        return DecoderSnapshot(
+            options=self.options.to_record(), pair=self.pair.name, device=self.pair.device.type,
+            prompt_ids=list(run.prompt_ids), new_token_ids=list(run.new_token_ids), prompt=run.prompt,
+            max_new_tokens=self.max_new_tokens, finished=run.finished, turn=run.config["turn"],
+            steps=self.steps_taken, seconds=run.seconds, committed=list(self.committed),
+            generator_state=self.generator.get_state().numpy().tobytes(), sources=self._source_states())
+
+    def fingerprint(self) -> str:
+        """The fingerprint of the snapshot this decoder would take now (DecoderSnapshot.fingerprint), without
+        taking it."""
+        if self.run is None or self.options is None:
+            raise RuntimeError("a fingerprint is of a run of a decoder made by make_decoder: call start() first")
+        return state_fingerprint(self.pair.name, self.options.to_record(), self.run.config["turn"],
+                                 self.steps_taken, self.max_new_tokens, self.run.prompt_ids, self.committed,
+                                 self.generator.get_state().numpy().tobytes())
+
+    def restore(self, snapshot: DecoderSnapshot) -> RunTrace:
+        """Go on from `snapshot` on this fresh decoder, made from `snapshot.options` (`resume` does both).
+
+        The caches are rebuilt by prefilling the committed text as `start` prefills a prompt; the run's header,
+        the random generator and every source's state come from the snapshot. The run's `steps` start empty; the
+        next step's index is `snapshot.steps`. A finished run resumes finished (continue_with goes on from it).
+        The prefill is not counted in `run.seconds`: it rebuilds state, it decodes nothing."""
+        self._check_snapshot(snapshot)
+        self.generator = torch.Generator(device=self.pair.device)
+        self._new_run(list(snapshot.prompt_ids), snapshot.max_new_tokens, snapshot.prompt, snapshot.turn)
+        self.committed = list(snapshot.committed)
+        self.steps_before = snapshot.steps
+        run = self.run
+        run.new_token_ids = list(snapshot.new_token_ids)
+        run.text = self.pair.decode(run.new_token_ids) if run.new_token_ids else ""
+        run.seconds, run.finished = snapshot.seconds, snapshot.finished
+        self._prefill()
+        self._restore_sources(snapshot.sources)
+        self.generator.set_state(torch.frombuffer(bytearray(snapshot.generator_state), dtype=torch.uint8))
+        return run
+
+    def _check_snapshot(self, snapshot: DecoderSnapshot) -> None:
+        if snapshot.format != SNAPSHOT_FORMAT:
+            raise ValueError(f"a {snapshot.format!r} snapshot; this version reads {SNAPSHOT_FORMAT!r}")
+        if snapshot.pair != self.pair.name:
+            raise ValueError(f"the snapshot is of a run on the pair '{snapshot.pair}', not '{self.pair.name}'")
+        if snapshot.device != self.pair.device.type:
+            raise ValueError(f"the snapshot's random state is of a {snapshot.device} generator; this pair runs on "
+                             f"{self.pair.device.type}")
+        if self.options is not None and snapshot.options != self.options.to_record():
+            raise ValueError("the snapshot was taken with other options than this decoder's")
+        prompt, new = len(snapshot.prompt_ids), len(snapshot.new_token_ids)
+        if (snapshot.committed[:prompt] != snapshot.prompt_ids
+                or snapshot.committed[prompt:prompt + new] != snapshot.new_token_ids or not snapshot.committed):
+            raise ValueError("the snapshot's committed tokens are not its prompt followed by its new tokens")
 
     def step(self) -> StepTrace:
         """One draft phase + one target forward; commits tokens and records what happened."""

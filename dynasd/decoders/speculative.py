@@ -169,6 +169,15 @@ class TreeDecoder(Decoder):
         for source in self.sources:
             source.extend(self.committed, kept, reading)
 
+    def _source_states(self) -> list[dict]:
+        return [source.snapshot() for source in self.sources]
+
+    def _restore_sources(self, states: list[dict]) -> None:
+        if len(states) != len(self.sources):
+            raise ValueError(f"the snapshot has {len(states)} source states for {len(self.sources)} sources")
+        for source, state in zip(self.sources, states):
+            source.restore(state, self.committed)
+
     def _read_prompt(self) -> TargetReading | None:
         """The target reads the committed tokens it has not cached: all of them when a tree is target-rooted (it
         needs the target's next-token distribution before the first step), otherwise all but the last, which is
@@ -263,7 +272,7 @@ class TreeDecoder(Decoder):
         root_rows = verified.root_rows
         nodes = self._node_traces(tree, verified, walked)
         return StepTrace(
-            index=len(self.run.steps), context_len=context_len, nodes=nodes, max_nodes=tree.max_nodes,
+            index=self.steps_taken, context_len=context_len, nodes=nodes, max_nodes=tree.max_nodes,
             max_depth=tree.max_depth, live_depth=tree.depth, root_rows=root_rows, verify_mask=list(tree.mask_rows),
             position_ids=list(range(context_len - root_rows, context_len)) + verified.positions,
             accepted_path=walked.path, committed=walked.committed,

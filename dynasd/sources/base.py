@@ -146,6 +146,7 @@ class CandidateSource(ABC):
     target_rooted = False       # level 1 comes from the target itself: it must read the whole prompt at prefill
     reads_target_hidden = False  # needs the target's final hidden states with every reading
     reads_prompt_logits = False  # needs the target's logits at every prompt position, not just the last
+    kind = "source"             # names it in its snapshot, so that a state is never given to another kind
 
     @property
     @abstractmethod
@@ -170,12 +171,32 @@ class CandidateSource(ABC):
         """The step is done: `accepted` are this source's own nodes on the committed path, top-down (empty when
         it proposed nothing or nothing of it was accepted)."""
 
+    # A decoder's state as data (decoders/snapshot.py): between two steps, in another process.
+    def snapshot(self) -> dict:
+        """This source's state between two steps as plain data (no tensors): what `start` over the committed text
+        cannot rebuild. A source whose state is only a function of the committed text (caches, an index of it)
+        and of what the target reads keeps nothing here."""
+        return {"kind": self.kind}
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        """Take back what `snapshot` gave, on a fresh source that has just `start`ed over `committed` (the
+        decoder's prefill of the committed text, which rebuilt the caches)."""
+        check_kind(state, self.kind)
+
+
+def check_kind(state: dict, kind: str) -> None:
+    if not isinstance(state, dict) or state.get("kind") != kind:
+        found = state.get("kind") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"a source state of kind {found!r} given to a {kind!r} source")
+
 
 class Fallback(CandidateSource):
     """The first source with candidates proposes alone this step.
 
     Why: prompt lookup before the draft model. A lookup costs microseconds and, when the text repeats itself, is
     usually right; the draft model's tree costs a forward per level, so a step with a match skips it."""
+
+    kind = "fallback"
 
     def __init__(self, *sources: CandidateSource) -> None:
         self.sources = sources
@@ -208,3 +229,14 @@ class Fallback(CandidateSource):
     def update(self, outcome: StepOutcome, accepted: list[int]) -> None:
         for source in self.sources:
             source.update(outcome, accepted if source is self.chosen else [])
+
+    def snapshot(self) -> dict:
+        # `chosen` lives from one propose to the next update, within a step: not state between steps.
+        return {"kind": self.kind, "sources": [source.snapshot() for source in self.sources]}
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        check_kind(state, self.kind)
+        if len(state["sources"]) != len(self.sources):
+            raise ValueError(f"a fallback of {len(self.sources)} sources given {len(state['sources'])} states")
+        for source, own in zip(self.sources, state["sources"]):
+            source.restore(own, committed)

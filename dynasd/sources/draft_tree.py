@@ -17,7 +17,7 @@ from ..sampling import SamplingConfig, draw_children, logits_to_probs
 from ..stopping import StopPolicy
 from ..trace import LevelScores
 from ..tree import ROOT, TreeShape, ancestor_mask
-from .base import CandidateSource, DraftRows, Proposal, StepOutcome, TargetReading
+from .base import CandidateSource, DraftRows, Proposal, StepOutcome, TargetReading, check_kind
 
 
 def mask_of(shape: TreeShape, device: torch.device) -> tuple[torch.Tensor, list[str]]:
@@ -27,6 +27,8 @@ def mask_of(shape: TreeShape, device: torch.device) -> tuple[torch.Tensor, list[
 
 
 class DraftTree(CandidateSource):
+    kind = "draft_tree"
+
     def __init__(self, pair: ModelPair, model: torch.nn.Module, shape: TreeShape, sampling: SamplingConfig,
                  without_replacement: bool = True, dynamic_depth: bool = False,
                  stop: StopPolicy | None = None) -> None:
@@ -56,6 +58,15 @@ class DraftTree(CandidateSource):
         self.cache.crop(kept)
         self.fed_nodes = 0
         self._catch_up(committed)
+
+    def snapshot(self) -> dict:
+        # The draft's cache is rebuilt by `start` over the committed text (every token but the last, which is
+        # what the cache holds after a step at most); the stop policy's chain is the rest.
+        return {"kind": self.kind, "stop": self.stop.snapshot()}
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        check_kind(state, self.kind)
+        self.stop.restore(state["stop"])
 
     def _catch_up(self, committed: list[int]) -> None:
         """Cache every committed token but the last (the next step's root), as `start` does for a prompt."""

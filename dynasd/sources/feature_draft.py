@@ -17,6 +17,7 @@ from .draft_tree import DraftTree
 
 class FeatureDraftTree(DraftTree):
     reads_target_hidden = True
+    kind = "feature_draft_tree"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -39,6 +40,13 @@ class FeatureDraftTree(DraftTree):
         self.cache.crop(min(kept, self.features.first + 1))
         self.fed_nodes = 0
         self._catch_up(committed)
+        self.features.drop_before(self.cache.cached_len - 1)
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        """The buffer needs no state of its own: `start` refilled it with the target's states from the prefill of
+        the committed text (the same values as the verifies gave, to float rounding) and the draft read them.
+        What is left is trimmed as after a step: rows before the draft's cache end are never read again."""
+        super().restore(state, committed)
         self.features.drop_before(self.cache.cached_len - 1)
 
     def _chain_features(self, first: int, count: int) -> torch.Tensor:

@@ -10,11 +10,13 @@ import torch
 
 from ..lookup import NgramIndex
 from ..tree import ROOT, TreeShape
-from .base import CandidateSource, Proposal, TargetReading
+from .base import CandidateSource, Proposal, TargetReading, check_kind
 from .draft_tree import mask_of
 
 
 class PromptLookup(CandidateSource):
+    kind = "prompt_lookup"
+
     def __init__(self, length: int, min_ngram: int, device: torch.device) -> None:
         if length < 1:
             raise ValueError(f"prompt lookup length must be positive, got {length}")
@@ -33,6 +35,15 @@ class PromptLookup(CandidateSource):
         # The index only grows with the text: if it has read past `kept` (text since dropped), it starts over.
         if self.index.indexed > kept:
             self.start(committed, reading, None)
+
+    def snapshot(self) -> dict:
+        # The index is a function of the committed tokens it has read, the first `indexed` of them: that count
+        # is its whole state (NgramIndex.of rebuilds it entry for entry).
+        return {"kind": self.kind, "indexed": self.index.indexed}
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        check_kind(state, self.kind)
+        self.index = NgramIndex.of(committed[:state["indexed"]], self.min_ngram, self.index.max_ngram)
 
     def propose(self, committed: list[int], room: int) -> Proposal:
         # looked-up tokens past max new tokens would be cut

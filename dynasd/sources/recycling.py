@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..tree import ROOT, TreeShape
-from .base import CandidateSource, Proposal, StepOutcome, TargetReading
+from .base import CandidateSource, Proposal, StepOutcome, TargetReading, check_kind
 from .draft_tree import mask_of
 
 UNKNOWN = -1  # a table entry for a token the target has not read yet
@@ -46,6 +46,7 @@ def top_k_rows(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 class TokenRecycling(CandidateSource):
     reads_prompt_logits = True
+    kind = "recycling"
 
     def __init__(self, template: TreeShape, vocab_size: int, device: torch.device) -> None:
         if template.target_roots:
@@ -86,6 +87,25 @@ class TokenRecycling(CandidateSource):
         beaten = ((ids[:, None] == ids[None, :]) & (rank[None, :] > rank[:, None])).any(dim=1)
         rows = torch.where(beaten, torch.full_like(ids, self.vocab_size), ids)
         self.table.index_copy_(0, rows, top_k_rows(logits, self.width).to(self.device))
+
+    def snapshot(self) -> dict:
+        """The table's known rows, {token id: its followers} (the scratch row, `vocab_size`, included when
+        written). The table records every row of every verify, rejected nodes' too, so the committed text
+        cannot rebuild it; the rows the target has read are a few hundred of the vocabulary's, hence a dict."""
+        known = (self.table[:, 0] != UNKNOWN).nonzero().flatten()
+        rows = torch.cat([known[:, None], self.table[known]], dim=1).tolist()  # one host read
+        return {"kind": self.kind, "rows": {row[0]: row[1:] for row in rows}}
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        check_kind(state, self.kind)
+        rows = state["rows"]
+        if any(not 0 <= token <= self.vocab_size or len(followers) != self.width
+               for token, followers in rows.items()):
+            raise ValueError(f"a recycling table of other shape than ({self.vocab_size + 1}, {self.width})")
+        self.table.fill_(UNKNOWN)
+        if rows:
+            ids = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+            self.table[ids] = torch.tensor(list(rows.values()), dtype=torch.long, device=self.device)
 
     def propose(self, committed: list[int], room: int) -> Proposal:
         branching = self.template.branching

@@ -14,12 +14,22 @@ from __future__ import annotations
 import torch
 
 from ..sampling import SamplingConfig, draw_children, logits_to_probs
-from .base import CandidateSource, Proposal, StepOutcome, TargetReading
+from .base import CandidateSource, Proposal, StepOutcome, TargetReading, check_kind
 from .draft_tree import DraftTree
+
+
+def vector_bytes(vector: torch.Tensor | None) -> bytes | None:
+    """A float32 vector as bytes (a snapshot holds no tensors)."""
+    return None if vector is None else vector.detach().float().cpu().numpy().tobytes()
+
+
+def vector_from(data: bytes | None, device: torch.device) -> torch.Tensor | None:
+    return None if data is None else torch.frombuffer(bytearray(data), dtype=torch.float32).to(device)
 
 
 class TargetRootedTree(CandidateSource):
     target_rooted = True
+    kind = "target_roots"
 
     def __init__(self, draft: DraftTree, sampling: SamplingConfig) -> None:
         if draft.shape.depth < 2:
@@ -49,6 +59,20 @@ class TargetRootedTree(CandidateSource):
     def extend(self, committed: list[int], kept: int, reading: TargetReading | None) -> None:
         self._keep_root_distribution(reading.logits[-1], None)  # the target read every new token
         self.draft.extend(committed, kept, reading)
+
+    def snapshot(self) -> dict:
+        """The root distribution as float32 bytes (2 x 4 bytes per vocabulary entry when sampling). The prefill
+        of a resume gives the logits again only to float rounding, and the warped probabilities not at all: after
+        rejections they are the walk's residual, which only this step's draws knew."""
+        return {"kind": self.kind, "root_logits": vector_bytes(self.root_logits),
+                "root_probs": vector_bytes(self.root_probs), "draft": self.draft.snapshot()}
+
+    def restore(self, state: dict, committed: list[int]) -> None:
+        check_kind(state, self.kind)
+        device = self.root_logits.device
+        self.root_logits = vector_from(state["root_logits"], device)
+        self.root_probs = vector_from(state["root_probs"], device)
+        self.draft.restore(state["draft"], committed)
 
     def propose(self, committed: list[int], room: int) -> Proposal:
         probs = None if self.sampling.greedy else self.root_probs[None]
