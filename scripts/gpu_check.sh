@@ -8,7 +8,8 @@
 #   env.txt             the GPU (nvidia-smi), python, torch and CUDA versions
 #   tests.log           the device-parametrized engine tests, on this device only (-k DEVICE): greedy identity
 #                       (tiny-random, the embedded pair), cache compaction and tree masks, a chi-square case, the
-#                       kernel plan, host reads per step, a bench per dtype
+#                       kernel plan, host reads per step, a bench per dtype, every method resumed from a pickled
+#                       snapshot before every step
 #   bench-PAIR-DTYPE/   `dynasd bench` (runs.jsonl, summary.json, meta.json, the printed tables in bench.log) on
 #                       tiny-random and the embedded pair, fp32 and bf16: ar, sd, mcsd, the fastest recipe of
 #                       docs/benchmarks.md, ti-mcsd and transformers' assisted generation
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --device) DEVICE="${2:-}"; shift 2 ;;
     --device=*) DEVICE="${1#*=}"; shift ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     -*) echo "gpu_check.sh: unknown option '$1' (use --device cuda|cpu, --quick, RESULTS_DIR)" >&2; exit 2 ;;
     *) RESULTS="$1"; shift ;;
   esac
@@ -104,7 +105,8 @@ else
   [ $EMBEDDED = 0 ] && SELECT="$DEVICE and not embedded"
   part "tests on $DEVICE" 200 "$RESULTS/tests.log" \
     "$PYTHON" -m pytest -q -p no:cacheprovider -k "$SELECT" \
-      tests/test_devices.py tests/test_greedy_identity.py tests/test_cache.py tests/test_losslessness.py
+      tests/test_devices.py tests/test_greedy_identity.py tests/test_cache.py tests/test_losslessness.py \
+      tests/test_snapshot.py
 fi
 
 # -- the benches -------------------------------------------------------------------------------------------------
