@@ -4,8 +4,8 @@ resumed between every two steps is the run taken straight through, for every met
 "The same" means: the same committed tokens, trees, tests, statuses, uniform draws, step indices and run header;
 the float values (p, q, stop scores, residuals) agree within FLOAT_TOLERANCE. They cannot agree bitwise: a resume
 rebuilds the KV caches with one prefill of the committed text, and the products behind a forward round a row
-differently depending on how many rows the forward has and where its keys sit (docs/method.md, "A decoder's state
-as data"); the last test shows the cached keys and values agree to float rounding.
+differently depending on how many rows the forward has and where its keys sit (docs/method.md, section 11); the
+last test shows the cached keys and values agree to float rounding.
 """
 from __future__ import annotations
 

@@ -42,10 +42,11 @@ def resume(pair: ModelPair, snapshot: DecoderSnapshot, decision_model: DecisionM
     """The decoder `snapshot` was taken of, on `pair`, ready for its next step (or, for a finished run, for
     continue_with). Needs no live cache: the caches are rebuilt by one prefill of the committed text.
 
-    Its next StepTrace is the one the original decoder would have made, in every token, test and status; the
-    float values (p, q, scores) agree to float rounding, since a prefill computes the cached keys and values
-    in other shapes than the steps did (docs/method.md, "A decoder's state as data"). `decision_model` as for
-    make_decoder. Raises ValueError for a snapshot of another pair, device kind or format."""
+    Its next StepTrace is the one the original decoder would have made: the same uniform draws, and the float
+    values (p, q, scores) to float rounding, since a prefill computes the cached keys and values in other shapes
+    than the steps did; so the same tokens, tests and statuses unless a test or an argmax falls within rounding
+    (docs/method.md, section 11). `decision_model` as for make_decoder. Raises ValueError for a snapshot of
+    another pair, device kind or format."""
     decoder = make_decoder(pair, DecoderOptions.from_record(snapshot.options), decision_model)
     decoder.restore(snapshot)
     return decoder

@@ -170,7 +170,7 @@ class Decoder(ABC):
         self.steps_before = snapshot.steps
         run = self.run
         run.new_token_ids = list(snapshot.new_token_ids)
-        run.text = self.pair.decode(run.new_token_ids) if run.new_token_ids else ""
+        run.text = self.pair.decode(run.new_token_ids)
         run.seconds, run.finished = snapshot.seconds, snapshot.finished
         self._prefill()
         self._restore_sources(snapshot.sources)
