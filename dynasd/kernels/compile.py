@@ -12,7 +12,7 @@ later model load waiting for it forever, silently. Here no process can leave a s
   - builds of one library are serialised by `flock` on `<name>-<key>.lock`, which the kernel drops when its holder
     dies; the holder writes its pid there for the message of whoever waits;
   - the compiler runs in a child process that ends with its parent, and waiting plus building is bounded
-    (DYNASD_KERNEL_BUILD_TIMEOUT seconds, default 300): past it the build is killed and the engine goes on with
+    (DYNASD_KERNEL_BUILD_TIMEOUT seconds, else BUILD_TIMEOUT_S): past it the build is killed and the engine goes on with
     torch's products, saying so in one line.
 The cache folder is $DYNASD_KERNEL_CACHE, else `kernels` in dynasd's cache folder (~/.cache/dynasd/kernels).
 `dynasd build-kernels` builds the engine's kernels ahead of time (`make setup` runs it).
