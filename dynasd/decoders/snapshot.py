@@ -4,9 +4,9 @@ Why: on a ZeroGPU Space every model call runs in a forked child process; nothing
 reaches the serving process, only its pickled return value does. So a session keeps its decoder as a
 `DecoderSnapshot` (plain ints, floats, strings, lists, dicts and bytes: no tensor, no model) and every call
 rebuilds the decoder from it (`dynasd.decoders.resume`). The KV caches are not in it: `resume` rebuilds them with
-one prefill of the committed text, which costs one forward instead of the cache's bytes (80 KB a token for the
-embedded target). What cannot be rebuilt from the committed text is here: the random generator's state and each
-candidate source's own state (sources/base.py, `CandidateSource.snapshot`).
+one prefill of the committed text, which costs one forward instead of the cache's bytes (45 KB a token for the
+embedded target in float32). What cannot be rebuilt from the committed text is here: the random generator's
+state and each candidate source's own state (sources/base.py, `CandidateSource.snapshot`).
 
 A snapshot is pickled only between the processes of one server: like any pickle it must never be read from a
 stranger (a shared run is a JSON trace, dynasd/trace.py).
