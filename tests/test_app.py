@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from dynasd.decoders import Decoder
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.registry import SessionRegistry
@@ -38,8 +39,8 @@ def test_a_pair_is_loaded_once_and_shared_by_sessions():
         session.start(pairs, Settings(pair="tiny-random", max_new_tokens=8), "hello")
         session.step(pairs)
     assert loader.calls == 1
-    assert a.pair is b.pair and a.decoder is not b.decoder
-    assert a.decoder.target is not b.decoder.target, "caches are per session"
+    assert a.run is not b.run and a.snapshot is not b.snapshot, "each session keeps its own state"
+    assert a.run.steps[0].committed == b.run.steps[0].committed, "the same prompt and settings, the same step"
 
 
 def test_registry_is_bounded_and_evicts_the_longest_idle_session():
@@ -77,20 +78,23 @@ def test_sessions_expire_after_their_time_to_live():
 def test_a_failing_model_call_marks_only_its_own_session(monkeypatch):
     pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
     broken, healthy = registry.get(None), registry.get(None)
-    for session in (broken, healthy):
-        session.start(pairs, Settings(pair="tiny-random", max_new_tokens=16), "hello")
+    for session, prompt in ((broken, "broken"), (healthy, "hello")):
+        session.start(pairs, Settings(pair="tiny-random", max_new_tokens=16), prompt)
+    step = Decoder.step
 
-    def explode():
-        raise RuntimeError("CUDA out of memory")
+    def explode_on_broken(decoder):
+        if decoder.run.prompt == "broken":
+            raise RuntimeError("CUDA out of memory")
+        return step(decoder)
 
-    monkeypatch.setattr(broken.decoder, "step", explode)
+    monkeypatch.setattr(Decoder, "step", explode_on_broken)
     with pytest.raises(SessionFailed, match="CUDA out of memory.*Reset"):
         broken.step(pairs)
     assert broken.error and healthy.error is None
     with pytest.raises(SessionFailed):  # stays failed until reset
         broken.step(pairs)
     assert healthy.step(pairs).index == 0
-    assert not pairs.lock_for(healthy.pair).locked(), "the failure released the model lock"
+    assert not pairs.lock_for(pairs.get(healthy.settings)).locked(), "the failure released the model lock"
     broken.reset()
     broken.start(pairs, Settings(pair="tiny-random", max_new_tokens=16), "hello")
     assert broken.error is None
@@ -176,7 +180,7 @@ def test_every_recipe_runs_and_sets_only_method_controls():
         session = registry.get(None)
         session.start(pairs, replace(user, **values), "hello")
         assert session.step(pairs).committed, name  # a step commits at least one token
-        assert session.decoder.lossless == (values["method"] != "ti-mcsd"), name
+        assert session.run.lossless == (values["method"] != "ti-mcsd"), name
         *updates, status, dynamic_section = play.on_recipe(name)
         assert (dynamic_section.get("open") is True) == bool(values.get("dynamic_depth")), \
             "a recipe that turns on dynamic depth opens that section"
@@ -313,8 +317,8 @@ def test_a_stop_heard_during_a_step_ends_the_run_with_that_step():
     session, tick = paced_run(2)
     take_step = session.step
 
-    def step_while_stop_is_pressed(pairs):
-        taken = take_step(pairs)
+    def step_while_stop_is_pressed(compute, steps=None):
+        taken = take_step(compute, steps)
         play.on_stop(session.id)
         return taken
 

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dynasd.explorer.inputs import Settings
 from dynasd.models import tiny_random_pair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,24 +157,31 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     outside = sorted({endpoint for endpoint, inside in loader.forwards if not inside})
     assert not outside, f"models ran outside spaces.GPU in {outside}"
     ran_models = {endpoint.strip("/") for endpoint, _ in loader.forwards}
-    handlers = {"step": "on_step", "run": "on_run", "compare": "on_compare", "follow_up": "on_follow_up",
-                "cost_model": "on_cost", "side_by_side": "on_side_by_side", "losslessness": "on_losslessness",
-                "goto_step": "on_goto_step"}
-    assert ran_models == set(handlers), "each of these endpoints runs a model, the others none"
-    # The page's paced Run (on_run_begin, then on_run_next per step) has no API endpoint: it steps like /step.
-    paced = {"on_run_begin", "on_run_next"}
-    assert set(fake.wrapped) == set(handlers.values()) | paced, "only model-running handlers are wrapped"
+    model_endpoints = {"step", "run", "compare", "follow_up", "cost_model", "side_by_side", "losslessness",
+                       "goto_step"}
+    assert ran_models == model_endpoints, "each of these endpoints runs a model, the others none"
+    # The model calls are functions of data (ui/gpu.py), not handlers: a handler keeps its session's state in
+    # the serving process, which a GPU process's changes would never reach.
+    calls = {"gpu_start", "gpu_advance", "gpu_follow_up", "gpu_compare", "gpu_calibrate", "gpu_side_by_side",
+             "gpu_losslessness"}
+    assert set(fake.wrapped) == calls, "only the model calls are wrapped"
 
 
-def test_the_gpu_durations_fit_the_requested_run(zero_gpu_app):
+def test_the_gpu_durations_follow_the_work_asked_for(zero_gpu_app):
+    """A call asks ZeroGPU for the time its work should take: a session's measured time when it has one (with a
+    margin), else by the tokens it may produce; never past GPU_MAX_S."""
     fresh, fake = zero_gpu_app
     gpu = fresh.gpu
-    step, run, compare = (fake.wrapped[name] for name in ("on_step", "on_run", "on_compare"))
-    limit = gpu.MAX_NEW_TOKENS_LIMIT
-    assert step(None, "hi", max_new_tokens=limit) == gpu.GPU_BASE_S, "a Step asks for the same short slot"
-    assert run(None, "hi", max_new_tokens=8) < run(None, "hi", max_new_tokens=limit) <= gpu.GPU_MAX_S
-    assert compare(None, "hi", max_new_tokens=64) > run(None, "hi", max_new_tokens=64)
-    assert run(None, "hi", max_new_tokens="not a number") == run(None, "hi", max_new_tokens=limit)
+    start, advance, compare = (fake.wrapped[name] for name in ("gpu_start", "gpu_advance", "gpu_compare"))
+    settings = Settings(pair="tiny-random", max_new_tokens=gpu.MAX_NEW_TOKENS_LIMIT)
+    one, chunk, whole = (advance(settings, None, steps=n) for n in (1, gpu.GPU_STEP_CHUNK, gpu.UNTIL_DONE))
+    assert one <= chunk < whole <= gpu.GPU_MAX_S
+    assert start(settings, "hi", steps=0) == gpu.GPU_BASE_S, "a prefill alone asks for the base"
+    measured = advance(settings, None, steps=gpu.UNTIL_DONE, expected_s=3.0)
+    assert measured == gpu.GPU_BASE_S + 6, "a measured expectation, with a margin of 2x"
+    assert compare(settings, "hi") == gpu.GPU_MAX_S, "every method at the longest length fills the cap"
+    assert compare(Settings(pair="tiny-random", max_new_tokens=16), "hi") > advance(
+        Settings(pair="tiny-random", max_new_tokens=16), None, steps=gpu.UNTIL_DONE)
     assert not gpu.on_zero_gpu({}) and gpu.on_zero_gpu({"SPACES_ZERO_GPU": "true"})
 
 

@@ -18,9 +18,8 @@ from viz.guided import guided_figure, step_phases
 from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
 
-from . import state
+from . import gpu, state
 from .controls import CONTROL_NAMES, settings_from
-from .gpu import GPU_MAX_S, on_gpu
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS
 from .play import busy_guard
 from .status import status_line
@@ -84,7 +83,6 @@ def _learn_failure(exc: Exception, outputs: int, session_id) -> tuple:
     return (None,) * outputs + (status_line(str(exc), "warn"), session_id)
 
 
-@on_gpu(runs=0)
 def on_cost(session_id, index, calibrate, **controls):
     """The cost model of the run on show: a calibrated verify cost when asked (runs the target), else the run's
     own verify times."""
@@ -94,7 +92,8 @@ def on_cost(session_id, index, calibrate, **controls):
         shape = cost_model.run_shape(run)
         calibration = None
         if calibrate:
-            calibration = cost_model.calibrate_run(state.PAIRS, session.settings or settings_from(controls), run)
+            calibration = gpu.call(gpu.gpu_calibrate, session.settings or settings_from(controls),
+                                   cost_model.calibration_context(run))
         costs = cost_model.costs_from(shape, calibration)
         where = "calibrated on this device" if calibration else "from this run's own verify times"
         text = cost_markdown(shape, costs)
@@ -110,7 +109,6 @@ def on_cost(session_id, index, calibrate, **controls):
         return _learn_failure(exc, 2, session.id)
 
 
-@on_gpu(runs=0)
 def on_side_by_side(session_id, index, method_a, method_b, **controls):
     """Two methods from the prefix of the step on show (or from the prompt when there is no run)."""
     session = state.SESSIONS.get(session_id)
@@ -119,7 +117,7 @@ def on_side_by_side(session_id, index, method_a, method_b, **controls):
         settings = settings or settings_from(controls)
         run, index, _ = _learn_step(session, index)
         prefix = side_by_side.prefix_before(run, index)
-        runs = side_by_side.side_by_side(state.PAIRS, settings, (method_a, method_b), prefix, run.prompt)
+        runs = gpu.call(gpu.gpu_side_by_side, settings, (method_a, method_b), prefix, run.prompt)
         views = []
         for method, one in runs.items():
             one.steps[0].index = index  # the one step is the run on show's step `index`, taken another way
@@ -133,14 +131,13 @@ def on_side_by_side(session_id, index, method_a, method_b, **controls):
         return _learn_failure(exc, 4, session.id)
 
 
-@on_gpu(seconds=GPU_MAX_S)
 def on_losslessness(session_id, prompt, lossless_method, samples, **controls):
     """The first token after the prompt, sampled `samples` times by a lossless method and by ti-mcsd, against p."""
     session = state.SESSIONS.get(session_id)
     try:
         settings = settings_from(controls)
         methods = list(dict.fromkeys([lossless_method, "ti-mcsd"]))
-        result = losslessness.check_first_tokens(state.PAIRS, settings, prompt, methods, samples)
+        result = gpu.call(gpu.gpu_losslessness, settings, prompt, methods, samples)
         return (losslessness_figure(result.checks, result.labels),
                 losslessness_markdown(result.checks, result.lossless),
                 status_line(f"{result.samples} samples per method.", "ok"), session.id)
@@ -173,7 +170,6 @@ def on_open_link(request: gr.Request):
             status_line("Opened a shared link: press **Run to the linked step**.", "ok")))
 
 
-@on_gpu(runs=1)
 def on_goto_step(session_id, prompt, target_step, **controls):
     """Start (or continue) the run of these settings until it has the linked step, then show that step."""
     session = state.SESSIONS.get(session_id)
@@ -184,10 +180,11 @@ def on_goto_step(session_id, prompt, target_step, **controls):
             raise UserError(f"the step must lie in [0, {share.MAX_LINK_STEP}]")
         with session.lock:
             settings = settings_from(controls)
+            compute = gpu.compute()
             if session.replay or not session.matches(settings, prompt):
-                session.start(state.PAIRS, settings, prompt)
-            while len(session.run.steps) <= target_step and not session.done:
-                session.step(state.PAIRS)
+                session.start(compute, settings, prompt, steps=target_step + 1)
+            while len(session.run.steps) <= target_step and not session.done:  # one model call at most
+                session.step(compute, target_step + 1 - len(session.run.steps))
         shown = min(target_step, len(session.run.steps) - 1)
         note = "" if shown == target_step else f" (the run finished after step {shown})"
         return render(session, shown, status=status_line(f"Showing step {shown}{note}.", "ok"))

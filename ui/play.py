@@ -1,7 +1,8 @@
 """The Play tab's handlers: Step, the paced Run (and the API's streamed Run), Stop, Reset, the step slider, Compare,
 saving and loading traces, recipes and the controls that follow the method and the pair. Each takes the session id
-and the controls by name (ui/controls.py) and returns the views of ui/views.py; the handlers that run a model go
-through on_gpu (ui/gpu.py)."""
+and the controls by name (ui/controls.py) and returns the views of ui/views.py. Handlers run in the serving process
+and keep the session's state there; their model work goes through ui/gpu.py as calls of data in, data out (on a
+ZeroGPU Space each is a GPU call in another process)."""
 from __future__ import annotations
 
 import tempfile
@@ -14,16 +15,15 @@ import pandas as pd
 import viz
 from dynasd.explorer import paced_run
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError, settings_of_trace
-from dynasd.explorer.peer import PEER_LABEL, run_peer
+from dynasd.explorer.peer import PEER_LABEL
 from dynasd.explorer.recipes import recipe_values
-from dynasd.explorer.session import Session, SessionFailed, compare_methods, load_trace
+from dynasd.explorer.session import Session, SessionFailed, load_trace
 from dynasd.models import has_feature_draft
-from dynasd.options import METHODS, OPTIONS
+from dynasd.options import OPTIONS
 from dynasd.trace import save_run
 
-from . import state
+from . import gpu, state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, SHOWN_BY_METHOD, settings_from
-from .gpu import on_gpu
 from .status import RUNNING, STOPPING, status_line
 from .texts import METHOD_HELP
 from .views import FinishedRun, control_updates, empty_views, failed, render, step_views, unexpected
@@ -36,10 +36,11 @@ def busy_guard(session: Session) -> None:
         raise UserError("a Run is in progress in this session: press Stop first")
 
 
-def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
-    """Start a new run when there is none, or the settings or prompt changed. A finished run is not replaced
-    silently: the first Step or Run after it says so (it stays on show), the second starts the new run. A failed
-    session stays failed (and says so) until Reset or a change of settings or prompt."""
+def _ensure_run(session: Session, settings: Settings, prompt: str, steps: int) -> str:
+    """Start a new run when there is none, or the settings or prompt changed, computing its first `steps` steps
+    in the same model call. A finished run is not replaced silently: the first Step or Run after it says so (it
+    stays on show), the second starts the new run. A failed session stays failed (and says so) until Reset or a
+    change of settings or prompt."""
     if session.error and session.settings == settings and session.prompt == prompt:
         raise SessionFailed(session.error)
     if session.matches(settings, prompt) and not session.done and not session.error:
@@ -52,7 +53,7 @@ def _ensure_run(session: Session, settings: Settings, prompt: str) -> str:
     replaced = session.run is not None and not session.replay
     reason = ("settings changed: started a new run" if replaced and not session.done
               else "started a new run in place of the finished one" if replaced else "started a new run")
-    session.start(state.PAIRS, settings, prompt)
+    session.start(gpu.compute(), settings, prompt, steps=steps)
     return f"{reason}; {_start_costs(session)}"
 
 
@@ -78,7 +79,6 @@ def _step_time(step) -> str:
     return f"Step {step.index} took {ms:.0f} ms (draft + verify + accept; prefill not included)."
 
 
-@on_gpu(runs=0)
 def on_step(session_id, prompt, **controls):
     session = state.SESSIONS.get(session_id)
     try:
@@ -86,8 +86,9 @@ def on_step(session_id, prompt, **controls):
         settings = settings_from(controls)
         _announce_loading(settings)
         with session.lock:
-            note = _ensure_run(session, settings, prompt)
-            step = session.step(state.PAIRS)
+            compute = gpu.compute()
+            note = _ensure_run(session, settings, prompt, compute.chunk)
+            step = session.step(compute)
         status = _step_time(step) + (f" ({note})" if note else "")
         if session.done:
             status += " The run is finished."
@@ -103,20 +104,20 @@ def _run_finished_status(session: Session, run) -> str:
                        f"{summary['tokens_per_target_forward']:.2f} tokens per target forward.", "ok")
 
 
-@on_gpu(runs=0)
 def on_run_begin(session_id, prompt, tick, **controls):
     """The browser's Run: start (or continue) the run, take its first step and hand the page a new `tick`. The
     page asks for each next step (on_run_next) only after it has applied this one, so a slow page slows the run
     down instead of falling behind it: the server used to finish a run seconds before the page had drawn it,
-    and Stop arrived after the end."""
+    and Stop arrived after the end. On ZeroGPU the first request computes the whole run in one GPU call and the
+    page plays it back: the next requests need no GPU."""
     session = state.SESSIONS.get(session_id)
     try:
         settings = settings_from(controls)
         _announce_loading(settings)
         with session.lock:
             busy_guard(session)  # under the lock: two Runs in one session cannot both pass
-            note = _ensure_run(session, settings, prompt)
-            step, ended = paced_run.first_step(session, state.PAIRS)
+            note = _ensure_run(session, settings, prompt, gpu.run_steps())
+            step, ended = paced_run.first_step(session, gpu.compute(), gpu.run_steps())
         if ended:
             return render(session, status=_run_finished_status(session, session.run)) + (gr.skip(),)
         running = f"{RUNNING} step {step.index}" + (f" ({note})" if note else "")
@@ -126,7 +127,6 @@ def on_run_begin(session_id, prompt, tick, **controls):
         return failed(session, exc) + (gr.skip(),)
 
 
-@on_gpu(runs=0)
 def on_run_next(session_id, tick, stop_pressed=False):
     """One more step of a browser-paced Run (see on_run_begin), or its end: Stop (pressed in the page, which
     says so with this request: `stop_pressed`, or heard by on_stop), Reset, or the run finished."""
@@ -136,7 +136,7 @@ def on_run_next(session_id, tick, stop_pressed=False):
     try:
         with session.lock:
             run = session.run
-            step, ended = paced_run.next_step(session, state.PAIRS, stop_pressed)
+            step, ended = paced_run.next_step(session, gpu.compute(), stop_pressed, gpu.run_steps())
         if ended:
             return render(session, status=_run_finished_status(session, run)) + (gr.skip(),)
         return render(session, status=status_line(f"{RUNNING} step {step.index}")) + ((tick or 0) + 1,)
@@ -145,16 +145,17 @@ def on_run_next(session_id, tick, stop_pressed=False):
         return failed(session, exc) + (gr.skip(),)
 
 
-@on_gpu(runs=1)
 def on_run(session_id, prompt, **controls):
     """The Run of API clients: a stream of updates, at most one per STREAM_EVERY_S, until done or Stop (checked
-    between steps). The browser's Run button is paced by the page instead (on_run_begin)."""
+    between steps). The browser's Run button is paced by the page instead (on_run_begin). On ZeroGPU the run is
+    computed in one GPU call, then streamed."""
     session = state.SESSIONS.get(session_id)
     try:
         with session.lock:
             busy_guard(session)  # under the lock: two Runs in one session cannot both pass
             settings = settings_from(controls)
-            _ensure_run(session, settings, prompt)
+            compute, steps = gpu.compute(), gpu.run_steps()
+            _ensure_run(session, settings, prompt, steps)
             run = session.run
             session.running, session.stop_requested = True, False
         last_sent = 0.0
@@ -164,7 +165,7 @@ def on_run(session_id, prompt, **controls):
                 with session.lock:
                     if session.run is not run:  # Reset (or a loaded trace) replaced the run: stop quietly
                         return
-                    session.step(state.PAIRS)
+                    session.step(compute, steps)
                 now = time.monotonic()
                 if now - last_sent >= STREAM_EVERY_S and not run.finished:
                     last_sent = now
@@ -177,13 +178,12 @@ def on_run(session_id, prompt, **controls):
         yield failed(session, exc)
 
 
-@on_gpu(runs=0)
 def on_follow_up(session_id, message):
     session = state.SESSIONS.get(session_id)
     try:
         busy_guard(session)
         with session.lock:
-            session.follow_up(state.PAIRS, message)
+            session.follow_up(gpu.compute(), message)
         return render(session, status=status_line(f"Turn {len(session.turns)} of the conversation: press **Step** or "
                                                   "**Run** to answer the follow-up.", "ok"))
     except Exception as exc:
@@ -229,26 +229,34 @@ def on_show_step(session_id, index):
         return failed(session, exc)
 
 
-@on_gpu(runs=len(METHODS) + 1)
 def on_compare(session_id, prompt, **controls):
     """Every method on the prompt, then transformers' assisted generation as the peer (when the pair allows it;
-    dynasd/explorer/peer.py); the table grows as each one finishes."""
+    dynasd/explorer/peer.py); the table grows as each one finishes. One model call (ui/gpu.py: gpu_compare)."""
     session = state.SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
         settings = settings_from(controls)
-        for method, run in compare_methods(state.PAIRS, settings, prompt):
-            runs[method] = run
-            rows = viz.compare_rows(runs)
-            yield (pd.DataFrame(rows), viz.compare_figure(rows), status_line(f"{method} done…"), session.id)
-        yield (gr.skip(), gr.skip(), status_line(f"Our methods done; running {PEER_LABEL}…"), session.id)
-        try:
-            peers = {PEER_LABEL: run_peer(state.PAIRS, settings, prompt)}
-            done = f"all methods compared, and {PEER_LABEL} beside them."
-        except UserError as exc:  # the explorer's rows stand; the status says why the peer is missing
-            peers, done = {}, f"all methods compared; no {PEER_LABEL} row: {exc}."
-        rows = viz.compare_rows(runs, peers)
-        yield pd.DataFrame(rows), viz.compare_figure(rows), status_line(done[0].upper() + done[1:], "ok"), session.id
+        for event in gpu.compare(settings, prompt):
+            if event[0] == "run":
+                _, method, run = event
+                runs[method] = run
+                rows = viz.compare_rows(runs)
+                yield (pd.DataFrame(rows), viz.compare_figure(rows), status_line(f"{method} done…"), session.id)
+                continue
+            if event[0] == "ours done":
+                yield (gr.skip(), gr.skip(), status_line(f"Our methods done; running {PEER_LABEL}…"), session.id)
+                continue
+            if event[0] == "error":
+                _, kind, message = event
+                raise (SessionFailed if kind == "SessionFailed" else UserError)(message)
+            _, peer, why_not = event
+            if peer is None:  # the explorer's rows stand; the status says why the peer is missing
+                peers, done = {}, f"all methods compared; no {PEER_LABEL} row: {why_not}."
+            else:
+                peers, done = {PEER_LABEL: peer}, f"all methods compared, and {PEER_LABEL} beside them."
+            rows = viz.compare_rows(runs, peers)
+            yield (pd.DataFrame(rows), viz.compare_figure(rows), status_line(done[0].upper() + done[1:], "ok"),
+                   session.id)
     except Exception as exc:
         if not isinstance(exc, (UserError, SessionFailed)):
             exc = unexpected(exc)

@@ -8,8 +8,8 @@ forward per token. So
 On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are read once either way), so wide
 trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
 slower than ar even when it commits more tokens per step. The functions below are plain arithmetic (tests pin
-them on hand-made numbers); `calibrate` is the only one that runs a model (`calibrate_run` gives it a run's
-pair and context).
+them on hand-made numbers); `calibrate` is the only one that runs a model (`calibrate_context` gives it a
+pair and the end of a run's text, `calibration_context`).
 """
 from __future__ import annotations
 
@@ -177,10 +177,14 @@ def calibrate(model: torch.nn.Module, context_ids: list[int], rows: tuple[int, .
     return timings
 
 
-def calibrate_run(pairs: PairCache, settings: Settings, run: RunTrace) -> dict[int, float]:
-    """`calibrate` on the target of the settings' pair, behind the end of the run's own text, while no other
-    session uses the pair."""
+def calibration_context(run: RunTrace) -> list[int]:
+    """The token ids a calibration reads behind: the end of the run's own text, at most CALIBRATION_CONTEXT."""
+    return (list(run.prompt_ids) + list(run.new_token_ids))[-CALIBRATION_CONTEXT:]
+
+
+def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[int]) -> dict[int, float]:
+    """`calibrate` on the target of the settings' pair, behind `context_ids` (calibration_context), while no
+    other session uses the pair."""
     pair = pairs.get(settings)
-    context = (list(run.prompt_ids) + list(run.new_token_ids))[-CALIBRATION_CONTEXT:]
     with pairs.lock_for(pair):
-        return calibrate(pair.target, context)
+        return calibrate(pair.target, list(context_ids)[-CALIBRATION_CONTEXT:])

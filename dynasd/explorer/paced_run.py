@@ -12,19 +12,21 @@ from __future__ import annotations
 import time
 
 from ..trace import StepTrace
-from .pairs import PairCache
-from .session import Session
+from .session import Compute, Session
 
 
-def first_step(session: Session, pairs: PairCache) -> tuple[StepTrace, bool]:
-    """Begin the paced run with its first step: (the step, whether the run ended with it)."""
+def first_step(session: Session, compute: Compute, steps: int = 1) -> tuple[StepTrace, bool]:
+    """Begin the paced run with its first step: (the step, whether the run ended with it). A step not computed
+    yet is computed with up to `steps` more in one model call (on ZeroGPU the whole run: one GPU call, which the
+    page then plays back)."""
     session.stop_requested = session.stopped_by_page = False
     session.paced_at = time.monotonic()  # in progress from its first step on: a Stop then is heard
-    step = session.step(pairs)
+    step = session.step(compute, steps)
     return step, _after_step(session)
 
 
-def next_step(session: Session, pairs: PairCache, stop_pressed: bool) -> tuple[StepTrace | None, bool]:
+def next_step(session: Session, compute: Compute, stop_pressed: bool, steps: int = 1
+              ) -> tuple[StepTrace | None, bool]:
     """One more step, or none when Stop was pressed (`stop_pressed`: the page saw it before its request reached
     the server) or heard, or the run is finished: (the step or None, whether the run has ended)."""
     if stop_pressed and not session.stop_requested:
@@ -33,7 +35,7 @@ def next_step(session: Session, pairs: PairCache, stop_pressed: bool) -> tuple[S
     if session.stop_requested or run is None or run.finished:
         session.paced_at = None
         return None, True
-    step = session.step(pairs)
+    step = session.step(compute, steps)
     return step, _after_step(session)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +21,23 @@ from .inputs import CUSTOM, Settings, UserError, known_pairs, one_line
 # construction (a decision model for a stop policy) draws from it: done in two threads at once, tiny-random gets
 # other weights. Every model or module built on behalf of a session takes this lock.
 MODEL_BUILD_LOCK = threading.Lock()
+_CACHES: "weakref.WeakSet[PairCache]" = weakref.WeakSet()
+
+
+def _release_locks_in_child() -> None:
+    """A forked child (ZeroGPU runs every model call in one) has only the thread that forked, but a copy of every
+    lock: one that another thread held at that moment would stay held forever in the child. Nothing in the child
+    holds them yet, so they are released there. (Plain locks: any thread may release them.)"""
+    locks = [MODEL_BUILD_LOCK]
+    for cache in list(_CACHES):
+        locks += [cache._guard, *cache._locks.values(), *cache._loading.values()]
+    for lock in locks:
+        if lock.locked():
+            lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_locks_in_child)
 
 
 def is_public(environ=os.environ) -> bool:
@@ -60,6 +78,7 @@ class PairCache:
         self._locks: dict[int, threading.Lock] = {}     # id(pair) -> lock: model calls on a pair take turns
         self._loading: dict[str, threading.Lock] = {}   # one per pair name while it loads: concurrent first uses
         self._guard = threading.Lock()
+        _CACHES.add(self)
 
     def model_ref(self, ref: str) -> str:
         """The reference to hand to the loader; raises UserError for a path outside `model_dir`."""

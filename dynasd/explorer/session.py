@@ -1,67 +1,74 @@
-"""Explorer sessions: one decoder per browser session, models shared and loaded once per process (pairs.py).
+"""Explorer sessions: what one browser session shows and the decoder state it goes on from, all of it data.
 
-The app keeps only a session id in its (per-browser) state. A Session holds a decoder, its RunTrace and the
-settings it was built from, or a loaded trace to replay. A failing model call marks only its own session failed;
-other sessions and the loaded models carry on.
+Why data: on a ZeroGPU Space every model call runs in a forked child process that shares no memory with the
+process serving the page, and behind one URL several replicas may serve one visitor. So a Session holds no model,
+no KV cache and no decoder: it holds the run on show (a RunTrace), the steps already computed but not yet shown
+(`ahead`), and the decoder's snapshot after them. Model work goes through a `Compute` (engine.py: functions of
+data, wrapped in spaces.GPU on a Space), and the session absorbs what comes back. A session pickles
+(`state()`/`from_state()`) and goes on in another process exactly as it would have in this one.
+
+A failing model call marks only its own session failed; other sessions and the loaded models carry on.
 """
 from __future__ import annotations
 
-import contextlib
+import pickle
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-from ..decision import DecisionModel
-from ..decoders import Decoder, RequestError, make_decoder
-from ..models import ModelPair
-from ..options import METHODS, DecoderOptions, OptionsError
-from ..prompts import follow_up_ids
-from ..stopping import READS_DECISION_MODEL, load_decision_model
+from ..decoders import RequestError
+from ..decoders.snapshot import DecoderSnapshot
+from ..options import METHODS, OptionsError
 from ..trace import RunTrace, StepTrace, TraceError, load_run
+from . import engine
+from .engine import Progress, RecordedStep, build_decoder, encode, load_decision_model_for
 from .inputs import Settings, UserError, check_prompt, one_line
-from .pairs import MODEL_BUILD_LOCK, PairCache
+from .pairs import PairCache
 from .shown import SentOutputs
 
-
-def load_decision_model_for(options: DecoderOptions) -> DecisionModel | None:
-    """The decision model the options' stop policy reads, built under the model lock; a missing one is a
-    UserError."""
-    if options.stop not in READS_DECISION_MODEL:
-        return None
-    try:
-        with MODEL_BUILD_LOCK:
-            return load_decision_model(options.stop, options.decision_model)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
+__all__ = ["Compute", "Session", "SessionFailed", "build_decoder", "compare_methods", "encode",
+           "load_decision_model_for", "load_trace", "local_compute"]
 
 
-def build_decoder(pair: ModelPair, settings: Settings, method: str | None = None,
-                  decision_model: DecisionModel | None = None) -> Decoder:
-    """A decoder from (normalised) explorer settings, for `method` (default: their own), with the options that
-    method reads; `decision_model`, when given, is used instead of loading one. Problems become UserErrors."""
-    options = settings.options.for_method(method)
-    builds_a_module = decision_model is None and options.stop in READS_DECISION_MODEL
-    try:
-        with MODEL_BUILD_LOCK if builds_a_module else contextlib.nullcontext():
-            return make_decoder(pair, options, decision_model)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
+@dataclass(frozen=True)
+class Compute:
+    """Where a session's model calls run: the three engine calls, each taking and returning data. In one
+    process they are engine.py's functions bound to a pair cache (`local_compute`); on a ZeroGPU Space each is
+    wrapped in spaces.GPU (ui/gpu.py). `chunk` is how many steps a Step computes at once: 1 where a step is
+    cheap to ask for, more where each call waits for a GPU (the rest are shown by later Steps without one)."""
+
+    start: Callable[..., Progress]
+    advance: Callable[..., Progress]
+    follow_up: Callable[..., Progress]
+    chunk: int = 1
 
 
-def encode(pair: ModelPair, prompt: str) -> list[int]:
-    try:
-        return pair.encode_prompt(prompt)
-    except Exception as exc:  # e.g. lone surrogates from an API client
-        raise UserError(f"the tokenizer cannot read this prompt ({one_line(exc)})") from exc
+def local_compute(pairs: PairCache, chunk: int = 1) -> Compute:
+    return Compute(start=lambda settings, prompt, steps=0, **_: engine.start_run(pairs, settings, prompt, steps),
+                   advance=lambda settings, snapshot, steps=1, **_: engine.advance(pairs, settings, snapshot, steps),
+                   follow_up=lambda settings, snapshot, turns, steps=0, **_: engine.follow_up(
+                       pairs, settings, snapshot, turns, steps),
+                   chunk=chunk)
+
+
+def _compute(where: Compute | PairCache) -> Compute:
+    return where if isinstance(where, Compute) else local_compute(where)
+
+
+# What a session is, as data: these fields travel with state() and make a session whole in another process.
+STATE_FIELDS = ("id", "settings", "prompt", "turns", "run", "ahead", "snapshot", "replay", "error", "load_seconds",
+                "prefill_seconds", "seconds_per_step", "restart_asked")
 
 
 class Session:
-    """One browser session's decoder and run. Methods are called with `self.lock` held by the registry user.
+    """One browser session's run and the decoder state it goes on from. Methods are called with `self.lock` held
+    by the registry user.
 
-    States: empty (no run) -> running a run (decoder set) -> finished (decoder released, run kept on show), or
-    failed (`error` set, decoder released): a failed session refuses to step until reset() or a new run with
-    other settings; a loaded trace is a finished run with no decoder (`replay`)."""
+    States: empty (no run) -> running a run (`snapshot` set) -> finished (the run on show; its snapshot is what
+    a follow-up turn goes on from), or failed (`error` set): a failed session refuses to step until reset() or a
+    new run with other settings; a loaded trace is a finished run with no snapshot (`replay`)."""
 
     def __init__(self, session_id: str) -> None:
         self.id = session_id
@@ -70,9 +77,9 @@ class Session:
         self.settings: Settings | None = None
         self.prompt: str = ""
         self.turns: list[str] = []   # the conversation's user messages: the prompt, then any follow-ups
-        self.pair: ModelPair | None = None
-        self.decoder = None
         self.run: RunTrace | None = None
+        self.ahead: list[RecordedStep] = []       # steps computed but not yet on show (a chunk, a recorded Run)
+        self.snapshot: DecoderSnapshot | None = None  # the decoder's state after the last computed step
         self.replay = False          # the run came from a trace file; there is no decoder to step
         self.error: str | None = None  # set when a model call failed; cleared by reset()
         self.stop_requested = False
@@ -84,8 +91,24 @@ class Session:
         self.paced_at: float | None = None
         self.load_seconds = 0.0        # loading the model pair for the current run (0 when it was loaded already)
         self.prefill_seconds = 0.0     # the current run's prompt prefill: not part of any step's time
+        self.seconds_per_step = 0.0    # measured in the last model call: how long the next call should take
         self.restart_asked = False     # Step or Run on the finished run was pressed once: the next press replaces it
         self.sent = SentOutputs()      # what this session's page shows, so that an update sends only what changed
+
+    # -- the session as data ----------------------------------------------------------------------------------
+    def state(self) -> bytes:
+        """This session as bytes: everything needed to go on with it in another process (from_state)."""
+        return pickle.dumps({name: getattr(self, name) for name in STATE_FIELDS})
+
+    @classmethod
+    def from_state(cls, state: bytes) -> "Session":
+        """A session made whole from state(); what the page was sent is not known here, so updates send in
+        full."""
+        fields = pickle.loads(state)
+        session = cls(fields["id"])
+        for name in STATE_FIELDS:
+            setattr(session, name, fields[name])
+        return session
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -112,106 +135,121 @@ class Session:
     def done(self) -> bool:
         return self.run is not None and bool(self.run.finished)
 
+    @property
+    def recorded(self) -> int:
+        """Steps computed beyond the one on show: a later Step or Run shows them without a model call."""
+        return len(self.ahead)
+
     def matches(self, settings: Settings, prompt: str) -> bool:
         return not self.replay and self.run is not None and self.settings == settings and self.prompt == prompt
 
     def reset(self) -> None:
         self.paced_at = None
-        self.decoder = self.run = self.settings = self.pair = None
+        self.run = self.settings = self.snapshot = None
+        self.ahead = []
         self.prompt, self.replay, self.error, self.stop_requested = "", False, None, False
         self.stopped_by_page = False
         self.restart_asked = False
         self.turns = []
 
-    def start(self, pairs: PairCache, settings: Settings, prompt: str) -> RunTrace:
-        """Build the decoder and prefill the prompt. Raises UserError for anything the user can fix; the
-        previous run stays on show until the new one has started."""
+    # -- model work, through a Compute -------------------------------------------------------------------------
+    def start(self, compute: Compute | PairCache, settings: Settings, prompt: str, steps: int = 0) -> RunTrace:
+        """A new run: prefill the prompt (and take `steps` steps, kept ahead of the page). Raises UserError for
+        anything the user can fix; the previous run stays on show until the new one has started."""
         settings = settings.normalised()  # a bad shape or sampling setting is refused before any model loads
         prompt = check_prompt(prompt)
-        pairs.check_decision_model(settings.decision_model)
-        decision_model = load_decision_model_for(settings.options.for_method())
-        loading = time.perf_counter()
-        pair = pairs.get(settings)
-        load_seconds = time.perf_counter() - loading
-        decoder = build_decoder(pair, settings, decision_model=decision_model)
-        ids = encode(pair, prompt)
-        with pairs.lock_for(pair):
-            try:
-                prefilling = time.perf_counter()
-                decoder.start(ids, settings.max_new_tokens, prompt)
-                prefill_seconds = time.perf_counter() - prefilling
-            except RequestError as exc:
-                raise UserError(str(exc)) from exc
-            except Exception as exc:  # a broken model must not take the app down; this session is marked
-                self.reset()
-                self.settings, self.prompt = settings, prompt
-                self.error = _failure("prefill", exc)
-                raise SessionFailed(self.error) from exc
+        progress = _compute(compute).start(settings, prompt, steps=steps,
+                                           expected_s=self._expected(steps, settings))
+        if progress.run is None:  # nothing started: the old run stays as it was
+            self._raise(progress, settings, prompt, started=False)
         self.reset()
-        self.settings, self.prompt, self.pair, self.decoder, self.run = settings, prompt, pair, decoder, decoder.run
-        self.load_seconds, self.prefill_seconds = load_seconds, prefill_seconds
-        self.turns = [prompt]
+        self.settings, self.prompt, self.turns = settings, prompt, [prompt]
+        self._absorb(progress)
+        self._raise(progress, settings, prompt, started=True)
         return self.run
 
-    def follow_up(self, pairs: PairCache, message: str) -> RunTrace:
+    def follow_up(self, compute: Compute | PairCache, message: str) -> RunTrace:
         """The next turn of the conversation: `message` after the finished run's answer, as a new run with the
-        same settings (Step and Run then go on with it).
-
-        A finished run has released its caches (the memory rule of a shared server), so the new run's prefill
-        reads the whole conversation; the command line and the bench continue from the caches instead
-        (Decoder.continue_with). The tokens are the same either way: prompt, answer, then prompts.follow_up_ids."""
+        same settings (Step and Run then go on with it). The tokens are those of a fresh run over the whole
+        conversation: prompt, answer, then prompts.follow_up_ids."""
         message = check_prompt(message)
         if self.error:
             raise SessionFailed(self.error)
-        if self.replay or self.run is None or self.pair is None or not self.done:
+        if self.replay or self.run is None or self.snapshot is None or not self.done:
             raise UserError("a follow-up message goes after a finished run: press Run (or Step to the end) first")
-        users = self.turns + [message]
-        messages = []
-        for user in users[:-1]:
-            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
-        messages.append({"role": "user", "content": message})
-        try:
-            extra = follow_up_ids(self.pair.tokenizer, messages, self.run.new_token_ids, self.pair.eos_token_ids)
-        except Exception as exc:
-            raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
-        ids = self.run.prompt_ids + self.run.new_token_ids + extra
-        decoder = build_decoder(self.pair, self.settings,
-                                decision_model=load_decision_model_for(self.settings.options.for_method()))
-        with pairs.lock_for(self.pair):
-            try:
-                prefilling = time.perf_counter()
-                decoder.start(ids, self.settings.max_new_tokens, message)
-                prefill_seconds = time.perf_counter() - prefilling
-            except RequestError as exc:
-                raise UserError(str(exc)) from exc
-            except Exception as exc:
-                self.error = _failure("prefill", exc)
-                raise SessionFailed(self.error) from exc
-        self.decoder, self.run, self.turns = decoder, decoder.run, users
-        self.load_seconds, self.prefill_seconds = 0.0, prefill_seconds
+        turns = self.turns + [message]
+        progress = _compute(compute).follow_up(self.settings, self.snapshot, turns, steps=0,
+                                               expected_s=self._expected(0, self.settings))
+        if progress.run is None:
+            self._raise(progress, self.settings, self.prompt, started=False)
+        self.turns, self.ahead = turns, []
+        self._absorb(progress)
+        self.load_seconds = 0.0
+        self._raise(progress, self.settings, self.prompt, started=True)
         return self.run
 
-    def step(self, pairs: PairCache) -> StepTrace:
+    def step(self, compute: Compute | PairCache, steps: int | None = None) -> StepTrace:
+        """Show the next step: one computed already (`ahead`), or a model call that computes `steps` of them
+        (default: the compute's chunk; UNTIL_DONE for a whole Run) and shows the first."""
         if self.error:
             raise SessionFailed(self.error)
         if self.replay:
             raise UserError("this run was loaded from a trace file: there is no model to step (press Reset)")
         if self.done:
             raise UserError("the run is finished; press Reset (or Step again) to start a new one")
-        if self.decoder is None or self.run is None:
+        if self.run is None or (self.snapshot is None and not self.ahead):
             raise UserError("nothing to step: press Step or Run to start a run")
-        with pairs.lock_for(self.pair):
-            try:
-                step = self.decoder.step()
-            except Exception as exc:
-                # The decoder may be half way through a step (caches and committed tokens out of line): it is
-                # dropped, its memory with it; the steps so far stay on show.
-                self.error = _failure("step", exc)
-                self.decoder = None
-                raise SessionFailed(self.error) from exc
-        if self.done:
-            self.decoder = None  # the KV caches are not needed to show a finished run
+        if not self.ahead:
+            compute = _compute(compute)
+            count = compute.chunk if steps is None else steps
+            progress = compute.advance(self.settings, self.snapshot, steps=count,
+                                       expected_s=self._expected(count, self.settings))
+            self._absorb(progress)
+            if not self.ahead:
+                self._raise(progress, self.settings, self.prompt, started=True)
+        shown = self._reveal()
+        if self.error:  # the call failed after computing this step: it is on show, and the session says so
+            raise SessionFailed(self.error)
+        return shown
+
+    def _absorb(self, progress: Progress) -> None:
+        if progress.run is not None:
+            self.run = progress.run
+            self.load_seconds, self.prefill_seconds = progress.load_seconds, progress.prefill_seconds
+        self.ahead.extend(progress.steps)
+        if progress.steps:
+            self.seconds_per_step = progress.step_seconds / len(progress.steps)
+        if progress.snapshot is not None:
+            self.snapshot = progress.snapshot
+        if progress.failed:
+            self.snapshot = None
+            self.error = _failure("the model call", progress.error)
+
+    def _raise(self, progress: Progress, settings: Settings, prompt: str, started: bool) -> None:
+        if progress.failed:
+            if not started:  # a prefill that failed marks the session, and the old run is no longer on show
+                self.reset()
+                self.settings, self.prompt = settings, prompt
+                self.error = _failure("prefill", progress.error)
+            raise SessionFailed(self.error)
+        if progress.error:
+            raise UserError(progress.error)
+
+    def _reveal(self) -> StepTrace:
+        recorded = self.ahead.pop(0)
+        run = self.run
+        run.steps.append(recorded.step)
+        run.new_token_ids += recorded.step.committed
+        run.text, run.finished = recorded.text, recorded.finished
+        step = recorded.step
+        run.seconds += step.draft_seconds + step.verify_seconds + step.accept_seconds
         return step
+
+    def _expected(self, steps: int, settings: Settings) -> float:
+        """The seconds a model call of `steps` steps should take, from this session's own measurements (0 when
+        there are none yet): ZeroGPU is asked for that much GPU time."""
+        steps = min(steps, settings.max_new_tokens if settings else steps)
+        return self.prefill_seconds + steps * self.seconds_per_step
 
     def load(self, run: RunTrace) -> None:
         self.reset()
@@ -225,8 +263,9 @@ class SessionFailed(RuntimeError):
     """A model call failed inside one session; the message says so and how to recover."""
 
 
-def _failure(what: str, exc: Exception) -> str:
-    return f"the model call failed during {what} ({one_line(exc)}); press Reset to start over"
+def _failure(what: str, exc: BaseException | str) -> str:
+    detail = exc if isinstance(exc, str) else one_line(exc)  # a model call in another process sends its line
+    return f"the model call failed during {what} ({detail}); press Reset to start over"
 
 
 def compare_methods(pairs: PairCache, settings: Settings, prompt: str,

@@ -1,0 +1,235 @@
+"""The explorer's model work as functions of data: what crosses the boundary of a GPU process.
+
+Why: on a ZeroGPU Space every call that runs a model runs in a forked child process. Its arguments reach the
+child by the fork (or pickled, when a child is reused), only its return value comes back (pickled), and nothing
+it changes in memory reaches the process that serves the page. So every function here takes all it needs as data
+(the settings, the prompt, the decoder's snapshot) and returns all the page needs as data (the steps, the run's
+text after each, the new snapshot); a session keeps that data in the serving process (session.py). In a single
+process (the CPU app, the command line, the tests) the same functions run in place.
+
+A live decoder whose state is exactly the snapshot's (the same fingerprint) is reused instead of resumed, so a
+Step in one process does not prefill the context again; that is an optimisation only: `resume` rebuilds the same
+decoder from the snapshot alone, and the results are the same either way (tests/test_snapshot.py).
+
+Failures come back as data too (`Progress.error`), never as an exception: an exception raised in a GPU child
+reaches the page as the hosting library chooses to show it, not as this project's one clear line.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from ..decision import DecisionModel
+from ..decoders import Decoder, RequestError, make_decoder, resume
+from ..decoders.snapshot import DecoderSnapshot
+from ..options import DecoderOptions
+from ..prompts import follow_up_ids
+from ..stopping import READS_DECISION_MODEL, load_decision_model
+from ..trace import RunTrace, StepTrace
+from .inputs import Settings, UserError, check_prompt, one_line
+from .pairs import MODEL_BUILD_LOCK, PairCache
+
+UNTIL_DONE = 1 << 30  # `steps` for "to the end of the run"
+
+
+@dataclass
+class RecordedStep:
+    """One step as the page shows it: the step, and the run's text and end right after it."""
+
+    step: StepTrace
+    text: str
+    finished: str
+
+
+@dataclass
+class Progress:
+    """What one model call did, as data: a new run's header (when the call started one), the steps it took, the
+    decoder's state after them, and what it cost. `error` is one line for the user; `failed` says the model call
+    itself failed (the session is then marked failed) rather than the request being refused."""
+
+    run: RunTrace | None = None          # a new run, steps empty (set when this call started the run)
+    steps: list[RecordedStep] = field(default_factory=list)
+    snapshot: DecoderSnapshot | None = None
+    load_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    seconds: float = 0.0                 # the whole call, where it ran
+    error: str = ""
+    failed: bool = False
+
+    @property
+    def step_seconds(self) -> float:
+        return sum(r.step.draft_seconds + r.step.verify_seconds + r.step.accept_seconds for r in self.steps)
+
+
+class LiveDecoders:
+    """Decoders kept in this process by the fingerprint of their state, at most `capacity` of them (their KV
+    caches are the memory): `take` hands one out and forgets it, so two requests from the same state can never
+    step one decoder twice; `keep` puts it back under its new state."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._decoders: OrderedDict[str, Decoder] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def take(self, fingerprint: str) -> Decoder | None:
+        with self._guard:
+            return self._decoders.pop(fingerprint, None)
+
+    def keep(self, fingerprint: str, decoder: Decoder) -> None:
+        with self._guard:
+            self._decoders[fingerprint] = decoder
+            while len(self._decoders) > self.capacity:
+                self._decoders.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._guard:
+            self._decoders.clear()
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._decoders)
+
+
+LIVE = LiveDecoders()
+
+
+def load_decision_model_for(options: DecoderOptions) -> DecisionModel | None:
+    """The decision model the options' stop policy reads, built under the model lock; a missing one is a
+    UserError."""
+    if options.stop not in READS_DECISION_MODEL:
+        return None
+    try:
+        with MODEL_BUILD_LOCK:
+            return load_decision_model(options.stop, options.decision_model)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def build_decoder(pair, settings: Settings, method: str | None = None,
+                  decision_model: DecisionModel | None = None) -> Decoder:
+    """A decoder from (normalised) explorer settings, for `method` (default: their own), with the options that
+    method reads; problems become UserErrors."""
+    options = settings.options.for_method(method)
+    if decision_model is None:
+        decision_model = load_decision_model_for(options)
+    try:
+        return make_decoder(pair, options, decision_model)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def encode(pair, prompt: str) -> list[int]:
+    try:
+        return pair.encode_prompt(prompt)
+    except Exception as exc:  # e.g. lone surrogates from an API client
+        raise UserError(f"the tokenizer cannot read this prompt ({one_line(exc)})") from exc
+
+
+def start_run(pairs: PairCache, settings: Settings, prompt: str, steps: int = 0) -> Progress:
+    """A new run of `prompt` with `settings`: load the pair (when this process has not), prefill, then take up
+    to `steps` steps."""
+    return _call(lambda progress: _start(pairs, settings, prompt, steps, progress))
+
+
+def advance(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, steps: int = 1) -> Progress:
+    """Up to `steps` more steps of the run whose decoder state is `snapshot` (fewer when the run ends)."""
+    return _call(lambda progress: _advance(pairs, settings, snapshot, steps, progress))
+
+
+def follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, turns: list[str],
+              steps: int = 0) -> Progress:
+    """The next turn of the conversation whose finished run is `snapshot`: `turns` are the user's messages so
+    far, the new one last. The new run reads only the tokens no forward has read (Decoder.continue_with), then
+    takes up to `steps` steps."""
+    return _call(lambda progress: _follow_up(pairs, settings, snapshot, turns, steps, progress))
+
+
+def _call(body) -> Progress:
+    progress = Progress()
+    started = time.perf_counter()
+    try:
+        body(progress)
+    except (UserError, RequestError) as exc:
+        progress.error = str(exc)
+    except Exception as exc:  # a broken model must not take the app down: this one request fails, and says so
+        progress.error, progress.failed = one_line(exc), True
+    progress.seconds = time.perf_counter() - started
+    return progress
+
+
+def _start(pairs: PairCache, settings: Settings, prompt: str, steps: int, progress: Progress) -> None:
+    settings = settings.normalised()
+    prompt = check_prompt(prompt)
+    pairs.check_decision_model(settings.decision_model)
+    loading = time.perf_counter()
+    pair = pairs.get(settings)
+    progress.load_seconds = time.perf_counter() - loading
+    decoder = build_decoder(pair, settings)
+    ids = encode(pair, prompt)
+    with pairs.lock_for(pair):
+        prefilling = time.perf_counter()
+        run = decoder.start(ids, settings.max_new_tokens, prompt)
+        progress.prefill_seconds = time.perf_counter() - prefilling
+    progress.run = _header(run)
+    _steps(pairs, pair, decoder, steps, progress)
+
+
+def _advance(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, steps: int,
+             progress: Progress) -> None:
+    pair = pairs.get(settings.normalised())
+    decoder = LIVE.take(snapshot.fingerprint)
+    if decoder is None:
+        with pairs.lock_for(pair):
+            resuming = time.perf_counter()
+            decoder = resume(pair, snapshot, load_decision_model_for(DecoderOptions.from_record(snapshot.options)))
+            progress.prefill_seconds = time.perf_counter() - resuming
+    _steps(pairs, pair, decoder, steps, progress)
+
+
+def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, turns: list[str], steps: int,
+               progress: Progress) -> None:
+    message = check_prompt(turns[-1])
+    pair = pairs.get(settings.normalised())
+    decoder = LIVE.take(snapshot.fingerprint)
+    with pairs.lock_for(pair):
+        prefilling = time.perf_counter()
+        if decoder is None:
+            decoder = resume(pair, snapshot, load_decision_model_for(DecoderOptions.from_record(snapshot.options)))
+        messages = []
+        for user in turns[:-1]:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
+        messages.append({"role": "user", "content": message})
+        try:
+            extra = follow_up_ids(pair.tokenizer, messages, decoder.run.new_token_ids, pair.eos_token_ids)
+        except Exception as exc:
+            raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
+        run = decoder.continue_with(extra, settings.normalised().max_new_tokens, message)
+        progress.prefill_seconds = time.perf_counter() - prefilling
+    progress.run = _header(run)
+    _steps(pairs, pair, decoder, steps, progress)
+
+
+def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progress) -> None:
+    """Take up to `steps` steps, each under the pair's lock (other sessions' steps interleave), recording the
+    run's text after each; then the snapshot, and the decoder kept live unless its run is over. A step that
+    fails leaves the decoder half way through it: no snapshot then, the steps before it still come back."""
+    run = decoder.run
+    for _ in range(steps):
+        if decoder.done:
+            break
+        with pairs.lock_for(pair):
+            step = decoder.step()  # a failure leaves the decoder half way: no snapshot, the session fails
+        progress.steps.append(RecordedStep(step, run.text, run.finished))
+    progress.snapshot = decoder.snapshot()
+    if not decoder.done:
+        LIVE.keep(progress.snapshot.fingerprint, decoder)
+
+
+def _header(run: RunTrace) -> RunTrace:
+    """The run without its steps: what a new run's page needs before its first step."""
+    return RunTrace(method=run.method, config=dict(run.config), pair=run.pair, draft_label=run.draft_label,
+                    lossless=run.lossless, prompt=run.prompt, prompt_ids=list(run.prompt_ids),
+                    new_token_ids=list(run.new_token_ids), text=run.text, seconds=run.seconds,
+                    finished=run.finished)
