@@ -1,0 +1,148 @@
+"""The explorer as a ZeroGPU Space runs it: every model call in a forked child whose memory is lost.
+
+The app is started as a Space starts it, with tests/zerogpu_double standing in for the `spaces` package
+(SPACES_ZERO_GPU=1): each spaces.GPU call runs in a forked child, arguments and results travel pickled, a child
+is sometimes reused and sometimes fresh, and CUDA may not be initialised in the app's process. Through the API,
+every feature of the page must work there as it does in one process; the double's log counts the GPU calls and
+the bytes that cross.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import REPO, free_port, wait_until_serving
+
+TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
+OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
+STEP_FIGURES = ("tree", "mask", "pq")
+
+
+@pytest.fixture(scope="module")
+def zerogpu_app(tmp_path_factory):
+    """The app under the ZeroGPU double, on tiny-random; yields (url, path of the double's call log)."""
+    folder = tmp_path_factory.mktemp("zerogpu")
+    log_path, calls = folder / "app.log", folder / "gpu_calls.jsonl"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "DYNASD_PUBLIC": "", "SPACES_ZERO_GPU": "1", "ZEROGPU_DOUBLE_LOG": str(calls),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "zerogpu_double"), str(REPO)])}
+    port = free_port()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "app.py", "--pair", "tiny-random", "--device", "cpu", "--port",
+                                 str(port), "--host", "127.0.0.1"], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until_serving(proc, url, log_path)
+        yield url, calls
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        assert "CudaInMainProcess" not in log_path.read_text(), "CUDA was touched in the app's process"
+
+
+@pytest.fixture
+def client(zerogpu_app):
+    from gradio_client import Client
+
+    return Client(zerogpu_app[0], verbose=False)
+
+
+def gpu_calls(log) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def status(outputs) -> str:
+    return outputs[OUT["status"]]
+
+
+def figure(outputs, name: str) -> dict:
+    return json.loads(outputs[OUT[name]])
+
+
+def test_steps_advance_although_every_gpu_call_forgets_its_memory(client):
+    statuses = [status(client.predict(prompt="hello", **TINY, api_name="/step")) for _ in range(3)]
+    assert [s.split(" took")[0] for s in statuses] == ["✓ Step 0", "✓ Step 1", "✓ Step 2"], statuses
+
+
+def test_a_run_is_one_gpu_call_and_its_steps_play_back_without_one(client, zerogpu_app):
+    log = zerogpu_app[1]
+    before = len(gpu_calls(log))
+    done = client.predict(prompt="a run", pair="tiny-random", method="sd", max_new_tokens=64, api_name="/run")
+    calls = gpu_calls(log)[before:]
+    assert "Done after" in status(done) or "Stopped" in status(done), status(done)
+    assert len(calls) == 1, f"a whole Run in one GPU call, got {[c['function'] for c in calls]}"
+    steps = int(status(done).split("after ")[1].split(" steps")[0])
+    assert steps > 1
+    before = len(gpu_calls(log))
+    shown = client.predict(1, api_name="/show_step")
+    assert "Showing step 1" in status(shown) and len(gpu_calls(log)) == before, "scrubbing needs no GPU"
+
+
+def test_steps_figures_are_those_of_one_process(client, explorer_url):
+    """The same settings give the same step figures with the emulation as without it."""
+    from gradio_client import Client
+
+    plain = Client(explorer_url, verbose=False)
+    for index in range(3):
+        emulated = client.predict(prompt="same figures", **TINY, api_name="/step")
+        direct = plain.predict(prompt="same figures", **TINY, api_name="/step")
+        for name in STEP_FIGURES:
+            assert figure(emulated, name) == figure(direct, name), (index, name)
+        assert emulated[OUT["text"]] == direct[OUT["text"]]
+
+
+def test_follow_up_share_links_and_examples_work_across_gpu_calls(client):
+    client.predict(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=6, api_name="/run")
+    turn = client.predict("and then?", api_name="/follow_up")
+    assert "Turn 2" in status(turn), status(turn)
+    assert "Step 0" in status(client.predict(prompt="hello", pair="tiny-random", method="sd", max_new_tokens=6,
+                                             api_name="/step"))
+    link, said = client.predict("hello", 0, **TINY, api_name="/share_link")
+    assert "step=0" in link, said
+    linked = client.predict("hello", 2, **TINY, api_name="/goto_step")
+    assert figure(linked, "tree")["layout"]["title"]["text"].startswith("Step 2"), status(linked)
+    replay = client.predict("mcsd-greedy", api_name="/replay_example")
+    assert "no model" in status(replay) or "Loaded" in status(replay) or "example" in status(replay).lower()
+
+
+def test_compare_and_the_learn_views_work_across_gpu_calls(client):
+    table, plot, said = client.predict(prompt="hello", pair="tiny-random", max_new_tokens=8, api_name="/compare")
+    methods = {row[0] for row in table["data"]}
+    assert {"ar", "sd", "mcsd", "pld"} <= methods, said
+    client.predict(prompt="hello", **TINY, api_name="/step")
+    client.predict(prompt="hello", **TINY, api_name="/step")
+    views = client.predict(1, api_name="/learn_step")
+    assert views
+    figure_, text, said = client.predict(1, True, **TINY, api_name="/cost_model")
+    assert "✗" not in said and "⚠" not in said, said
+    tree_a, story_a, tree_b, story_b, said = client.predict(1, "sd", "mcsd", **TINY, api_name="/side_by_side")
+    assert "✗" not in said and "⚠" not in said, said
+    figure_, text, said = client.predict("hello", "sd", 60, **dict(TINY, temperature=1.0), api_name="/losslessness")
+    assert "✗" not in said and "⚠" not in said, said
+
+
+def test_two_concurrent_sessions_stay_apart(zerogpu_app):
+    from gradio_client import Client
+
+    a, b = Client(zerogpu_app[0], verbose=False), Client(zerogpu_app[0], verbose=False)
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+
+    def steps(name, who, prompt):
+        for _ in range(3):
+            seen[name].append(status(who.predict(prompt=prompt, **TINY, api_name="/step")).split(" took")[0])
+
+    threads = [threading.Thread(target=steps, args=("a", a, "first prompt")),
+               threading.Thread(target=steps, args=("b", b, "second prompt"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert seen == {"a": ["✓ Step 0", "✓ Step 1", "✓ Step 2"], "b": ["✓ Step 0", "✓ Step 1", "✓ Step 2"]}
