@@ -16,6 +16,7 @@ import threading
 
 import pytest
 from conftest import REPO, free_port, wait_until_serving
+from test_browser import browser  # noqa: F401 (the fixture: headless Chromium)
 
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
 OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
@@ -146,3 +147,42 @@ def test_two_concurrent_sessions_stay_apart(zerogpu_app):
     for thread in threads:
         thread.join(300)
     assert seen == {"a": ["✓ Step 0", "✓ Step 1", "✓ Step 2"], "b": ["✓ Step 0", "✓ Step 1", "✓ Step 2"]}
+
+
+@pytest.mark.browser
+def test_the_page_steps_runs_and_stops_on_zerogpu(zerogpu_app, browser):  # noqa: F811 (the imported fixture)
+    """In a real browser: Step, Step, Run (one GPU call, played back by the page), Stop within a step of the one
+    on show, then Step goes on from the recorded run without a GPU call."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_browser import _set_slider, _shown_step
+
+    url, log = zerogpu_app
+    wait = WebDriverWait(browser, 120, poll_frequency=0.05)
+    browser.get(url)
+    status = lambda: browser.find_element(By.ID, "status").text  # noqa: E731
+    wait.until(ready.element_to_be_clickable((By.ID, "step-btn"))).click()
+    wait.until(lambda _: "Step 0 took" in status())
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda _: "Step 1 took" in status())
+    browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#max-new-tokens input[type=number]"))
+    _set_slider(browser, "max-new-tokens", 256)
+    calls = len(gpu_calls(log))
+    browser.find_element(By.ID, "run-btn").click()
+    wait.until(lambda _: (_shown_step(browser) or 0) >= 3)
+    shown_at_stop = browser.execute_script(
+        "const shown = document.getElementById('scrubber').innerText.match(/\\((\\d+) of \\d+\\)/);"
+        "document.getElementById('stop-btn').click();"
+        "return shown ? Number(shown[1]) : null;")
+    wait.until(lambda _: "Stopped after" in status())
+    stopped_at = _shown_step(browser)
+    assert shown_at_stop is not None and stopped_at <= shown_at_stop + 1
+    run_calls = gpu_calls(log)[calls:]
+    assert len(run_calls) == 1, f"the Run was one GPU call, got {[c['function'] for c in run_calls]}"
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda _: f"Step {stopped_at + 1} took" in status())
+    assert len(gpu_calls(log)) == calls + 1, "the next Step came from the recorded run, without a GPU call"
+    tree = browser.find_elements(By.CSS_SELECTOR, "#tree-plot .js-plotly-plot .scatterlayer .point")
+    assert len(tree) > 10

@@ -60,6 +60,10 @@ document.addEventListener("change", (event) => {
 # last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
 RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
 WORKING_JS = f"() => {json.dumps(status_line('Working on the next step…'))}"
+# On ZeroGPU a model call first waits for a GPU (seconds, or longer when the Space is busy): the page says so at
+# the click, and a step computed already (a Step's chunk, a recorded Run) replaces it at once.
+WAITING_FOR_GPU_JS = ("() => " + json.dumps(status_line("Waiting for a GPU… (a shared ZeroGPU Space: a call can wait "
+                                                        "in a queue; steps computed already show at once)")))
 STOP_PRESSED_JS = f"""
 (status) => {{
   window.dynasdStopPressed = true;
