@@ -223,3 +223,29 @@ def test_on_zero_gpu_the_start_up_pair_is_placed_on_cuda_before_serving(zero_gpu
         time.sleep(0.01)
     assert state.PAIRS.device == "auto"
     assert sorted(events) == [("preload", "tiny-random", "auto", False), ("serve",)], "in a background thread"
+
+
+def test_zerogpus_own_failures_become_one_line_with_a_way_on(zero_gpu_app, monkeypatch):
+    """A spent quota or an aborted GPU task (raised by the spaces package, not by our code) reaches the page as
+    one status line that says what happened and what still works; the steps on show stay."""
+    import gradio as gr
+
+    from dynasd.explorer.pairs import PairCache
+
+    fresh, _ = zero_gpu_app
+    play = sys.modules["ui.play"]
+    monkeypatch.setattr(fresh.state, "PAIRS", PairCache(device="cpu"))
+    session = fresh.state.SESSIONS.get(None)
+    tiny = dict(pair="tiny-random", method="sd", max_new_tokens=12)
+    assert play.on_step(session.id, "hello", **tiny)[OUT_STATUS].startswith("✓ Step 0")
+    for message in ("You have exceeded your GPU quota (60s requested vs. 13s left). Try again in 0:04:00",
+                    "GPU task aborted"):
+        def refuse(*args, message=message, **kwargs):
+            raise gr.Error(message)
+
+        monkeypatch.setattr(fresh.gpu, "gpu_advance", refuse)
+        with pytest.warns(UserWarning):  # gradio's toast, outside a request
+            said = play.on_step(session.id, "hello", **tiny)[OUT_STATUS]
+        assert said.startswith("⚠ no GPU for this call") and message.splitlines()[0][:60] in said, said
+        assert "example trace" in said and "\n" not in said
+        assert len(session.run.steps) == 1 and session.error is None, "the step on show stays, the session is whole"
