@@ -57,3 +57,14 @@ class SessionRegistry:
             if not idle:
                 raise UserError("the server is busy (every session slot is in use); try again in a minute")
             del self._sessions[min(idle, key=lambda s: s.last_used).id]
+
+    def adopt(self, session: Session) -> Session:
+        """Serve `session` (made whole from another process's Session.state()) under its own id from now on: how
+        a second process goes on with a session the first one served."""
+        with self._guard:
+            self._expire(self.clock())
+            if session.id not in self._sessions:
+                self._make_room()
+            session.last_used = self.clock()
+            self._sessions[session.id] = session
+            return session
