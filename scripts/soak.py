@@ -227,6 +227,7 @@ def fault_phase(url, state, figures, faults: int) -> None:
     import torch
 
     import viz
+    from dynasd.explorer import engine
 
     bystander = Tab(url, figures, state.SESSIONS)
     one_token = dict(prompt="bystander", pair="tiny-random", method="ar", max_new_tokens=512)
@@ -244,7 +245,9 @@ def fault_phase(url, state, figures, faults: int) -> None:
             raise _error
 
         where = ("target", "draft")[i % 2]
-        getattr(session.decoder, where).forward = broken_forward
+        decoder = engine.LIVE.take(session.snapshot.fingerprint)  # the live decoder at this session's state
+        getattr(decoder, where).forward = broken_forward
+        engine.LIVE.keep(session.snapshot.fingerprint, decoder)
         figures.faults[f"{type(error).__name__} in the {where} forward"] += 1
         status = victim.status(prompt=prompt, **TINY)
         if not status.startswith("✗") or type(error).__name__ not in status:

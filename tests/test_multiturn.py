@@ -154,8 +154,9 @@ def test_the_explorer_session_answers_a_follow_up_like_a_fresh_decoder(tiny_pair
     session.follow_up(pairs, SECOND)
     while not session.done:
         session.step(pairs)
-    whole = first.prompt_ids + first.new_token_ids + conversation(session.pair, first.new_token_ids)
-    fresh = make_decoder(session.pair, DecoderOptions(method="sd")).generate(whole, 10)
+    pair = pairs.get(session.settings)
+    whole = first.prompt_ids + first.new_token_ids + conversation(pair, first.new_token_ids)
+    fresh = make_decoder(pair, DecoderOptions(method="sd")).generate(whole, 10)
     assert session.turns == [FIRST, SECOND] and session.run.prompt_ids == whole
     assert session.run.new_token_ids == fresh.new_token_ids
 

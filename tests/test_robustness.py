@@ -351,17 +351,20 @@ def test_a_failing_prefill_marks_only_its_own_session(pairs, monkeypatch):
     monkeypatch.setattr(TreeDecoder, "_prefill", prefill)
     with pytest.raises(SessionFailed, match="prefill.*MemoryError.*Reset"):
         broken.start(pairs, Settings(**TINY), "poison")
-    assert broken.error and broken.decoder is None and healthy.error is None
+    assert broken.error and broken.snapshot is None and healthy.error is None
     assert healthy.step(pairs).index == 0
-    assert not pairs.lock_for(healthy.pair).locked()
+    assert not pairs.lock_for(pairs.get(healthy.settings)).locked()
 
 
-def test_a_finished_or_failed_run_releases_its_caches(pairs):
+def test_a_finished_run_releases_its_caches(pairs):
+    from dynasd.explorer import engine
+
     session = SessionRegistry().get(None)
     session.start(pairs, Settings(**{**TINY, "max_new_tokens": 4}), "hello")
     while not session.done:
         session.step(pairs)
-    assert session.decoder is None and session.run.steps, "the run stays on show, the KV caches go"
+    assert session.run.steps and session.snapshot is not None, "the run stays on show, its state as data"
+    assert engine.LIVE.take(session.snapshot.fingerprint) is None, "no live decoder (no KV cache) is kept for it"
     with pytest.raises(UserError, match="finished"):
         session.step(pairs)
 
@@ -458,7 +461,11 @@ def test_a_failing_model_call_fails_one_session_and_the_server_stays_up(server, 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
 
-    session.decoder.target.forward = out_of_memory  # this session's target cache only
+    from dynasd.explorer import engine
+
+    decoder = engine.LIVE.take(session.snapshot.fingerprint)  # the live decoder of this session's state
+    decoder.target.forward = out_of_memory  # this session's target cache only
+    engine.LIVE.keep(session.snapshot.fingerprint, decoder)
     status = status_or_error(victim, prompt="victim prompt", **TINY)
     assert status.startswith("✗") and "OutOfMemoryError: CUDA out of memory" in status and "Reset" in status
     assert "Step 1" in status_or_error(bystander, prompt="bystander prompt", **TINY)
