@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from dynasd import cli
-from dynasd.kernels import compile
+from dynasd.kernels import build_command, compile
 from dynasd.kernels.compile import build_kernel, compiled_op, library_path
 
 NAME = "dynasd_kernel_test"
@@ -245,7 +245,7 @@ def test_build_kernels_prints_one_line_per_kernel(cache, monkeypatch, capsys):
     """`dynasd build-kernels`: built, then already built; a kernel that cannot be built says why, and setup goes
     on (exit 0)."""
     monkeypatch.setattr(compile, "builder_command", lambda name, *args: ["touch", f"{name}.so"])
-    kernels = list(compile.engine_kernels())
+    kernels = list(build_command.engine_kernels())
     assert cli.main(["build-kernels"]) == 0
     assert cli.main(["build-kernels"]) == 0
     monkeypatch.setattr(compile, "builder_command", lambda *args: ["false"])

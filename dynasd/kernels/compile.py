@@ -19,7 +19,6 @@ The cache folder is $DYNASD_KERNEL_CACHE, else `kernels` in dynasd's cache folde
 """
 from __future__ import annotations
 
-import argparse
 import errno
 import fcntl
 import functools
@@ -279,37 +278,6 @@ def builder_command(name: str, source: Path, folder: Path, deadline: float) -> l
     """The child process that builds `source` into `folder / f"{name}.so"` by `deadline` (time.time())."""
     return [sys.executable, "-c", _BUILDER, name, str(source), str(folder), str(os.getpid()), str(deadline),
             *build_flags()]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# `dynasd build-kernels`
-
-def engine_kernels() -> dict[str, Path]:
-    from . import block_weights, fast_linear
-
-    return {module.KERNEL_NAME: module.KERNEL_SOURCE for module in (fast_linear, block_weights)}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options: the bound and the cache folder come from the environment, as for a model load."""
-
-
-def run(args: argparse.Namespace) -> int:
-    """Build every engine kernel now, one line each; a kernel that cannot be built is not an error (the engine uses
-    torch's products instead), so setup goes on."""
-    for name, source in engine_kernels().items():
-        start = time.monotonic()
-        if os.environ.get("DYNASD_COMPILE", "1") == "0":
-            print(f"{name}: unavailable (DYNASD_COMPILE=0)")
-            continue
-        try:
-            library = build_kernel(name, source)
-        except (KernelUnavailable, OSError) as error:
-            print(f"{name}: unavailable ({error!s:.300})")
-            continue
-        state = f"built in {time.monotonic() - start:.0f} s" if library.built else "already built"
-        print(f"{name}: {state} ({library.path})", flush=True)
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
