@@ -230,6 +230,24 @@ def test_a_public_server_offers_only_the_shipped_decision_models():
         assert session.step(public).index == 0
 
 
+def test_every_explorer_entry_point_keeps_the_public_servers_policy():
+    """Compare, two methods on one step, the losslessness check and the peer all start through engine.prepare, so
+    none of them opens a decision model a public server does not ship."""
+    from dynasd.explorer import losslessness, peer, side_by_side
+    from dynasd.explorer.session import compare_methods
+
+    public = PairCache(loader=TinyLoader(), allow_custom=False, allow_hub=False, allow_decision_paths=False)
+    sneaky = Settings(**TINY, stop="decision", decision_model="/etc", temperature=1.0)
+    entries = {"compare": lambda: list(compare_methods(public, sneaky, "hi")),
+               "side by side": lambda: side_by_side.one_step(public, sneaky, "sd", [1, 2, 3], "hi"),
+               "losslessness": lambda: losslessness.check_first_tokens(public, sneaky, "hi", ["sd"], 10),
+               "peer": lambda: peer.run_peer(public, sneaky, "hi")}
+    for name, entry in entries.items():
+        with pytest.raises(UserError, match="only its shipped decision models"):
+            entry()
+        assert public.loaded() == [], f"{name}: refused before any model loaded"
+
+
 # -- trace files from strangers ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ..decision import DecisionModel
 from ..decoders import Decoder, RequestError, make_decoder, resume
 from ..decoders.snapshot import DecoderSnapshot
+from ..models import ModelPair
 from ..options import DecoderOptions
 from ..prompts import follow_up_ids
 from ..stopping import READS_DECISION_MODEL, load_decision_model
@@ -127,6 +128,45 @@ def encode(pair, prompt: str) -> list[int]:
         raise UserError(f"the tokenizer cannot read this prompt ({one_line(exc)})") from exc
 
 
+@dataclass
+class Prepared:
+    """What every explorer entry point needs before its first forward, made in one place (`prepare`): the
+    normalised settings, the pair, the prompt's token ids, and decoders from them. Why one place: the public
+    server's policy (only shipped decision models; pairs.py) is checked here, so no entry point can skip it."""
+
+    pairs: PairCache
+    settings: Settings
+    pair: ModelPair
+    ids: list[int]
+    load_seconds: float = 0.0
+    _decision_models: dict = field(default_factory=dict)
+
+    def decoder(self, method: str | None = None) -> Decoder:
+        """A decoder for `method` (default: the settings' own) with the options that method reads; the decision
+        model its stop policy reads is loaded once for all of them."""
+        options = self.settings.options.for_method(method)
+        key = (options.stop, options.decision_model)
+        if key not in self._decision_models:
+            self._decision_models[key] = load_decision_model_for(options)
+        return build_decoder(self.pair, self.settings, method, self._decision_models[key])
+
+    @property
+    def lock(self):
+        return self.pairs.lock_for(self.pair)
+
+
+def prepare(pairs: PairCache, settings: Settings, prompt: str | None = None) -> Prepared:
+    """Check the settings (a bad one is refused before any model loads) and the server's policy, load the pair
+    (when this process has not) and encode the prompt (`ids` empty without one). Problems are UserErrors."""
+    settings = settings.normalised()
+    prompt = None if prompt is None else check_prompt(prompt)
+    pairs.check_decision_model(settings.decision_model)
+    loading = time.perf_counter()
+    pair = pairs.get(settings)
+    load_seconds = time.perf_counter() - loading
+    return Prepared(pairs, settings, pair, [] if prompt is None else encode(pair, prompt), load_seconds)
+
+
 def start_run(pairs: PairCache, settings: Settings, prompt: str, steps: int = 0) -> Progress:
     """A new run of `prompt` with `settings`: load the pair (when this process has not), prefill, then take up
     to `steps` steps."""
@@ -160,43 +200,45 @@ def _call(body) -> Progress:
 
 
 def _start(pairs: PairCache, settings: Settings, prompt: str, steps: int, progress: Progress) -> None:
-    settings = settings.normalised()
-    prompt = check_prompt(prompt)
-    pairs.check_decision_model(settings.decision_model)
-    loading = time.perf_counter()
-    pair = pairs.get(settings)
-    progress.load_seconds = time.perf_counter() - loading
-    decoder = build_decoder(pair, settings)
-    ids = encode(pair, prompt)
-    with pairs.lock_for(pair):
+    prepared = prepare(pairs, settings, prompt)
+    progress.load_seconds = prepared.load_seconds
+    decoder = prepared.decoder()
+    with prepared.lock:
         prefilling = time.perf_counter()
-        run = decoder.start(ids, settings.max_new_tokens, prompt)
+        run = decoder.start(prepared.ids, prepared.settings.max_new_tokens, prompt)
         progress.prefill_seconds = time.perf_counter() - prefilling
     progress.run = _header(run)
-    _steps(pairs, pair, decoder, steps, progress)
+    _steps(pairs, prepared.pair, decoder, steps, progress)
+
+
+def _resumed(prepared: Prepared, snapshot: DecoderSnapshot) -> Decoder:
+    """The live decoder at the snapshot's state, or one resumed from it (one prefill); under the pair's lock."""
+    decoder = LIVE.take(snapshot.fingerprint)
+    if decoder is None:
+        options = DecoderOptions.from_record(snapshot.options)
+        prepared.pairs.check_decision_model(options.decision_model)
+        decoder = resume(prepared.pair, snapshot, load_decision_model_for(options))
+    return decoder
 
 
 def _advance(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, steps: int,
              progress: Progress) -> None:
-    pair = pairs.get(settings.normalised())
-    decoder = LIVE.take(snapshot.fingerprint)
-    if decoder is None:
-        with pairs.lock_for(pair):
-            resuming = time.perf_counter()
-            decoder = resume(pair, snapshot, load_decision_model_for(DecoderOptions.from_record(snapshot.options)))
-            progress.prefill_seconds = time.perf_counter() - resuming
-    _steps(pairs, pair, decoder, steps, progress)
+    prepared = prepare(pairs, settings)
+    with prepared.lock:
+        resuming = time.perf_counter()
+        decoder = _resumed(prepared, snapshot)
+        progress.prefill_seconds = time.perf_counter() - resuming
+    _steps(pairs, prepared.pair, decoder, steps, progress)
 
 
 def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, turns: list[str], steps: int,
                progress: Progress) -> None:
     message = check_prompt(turns[-1])
-    pair = pairs.get(settings.normalised())
-    decoder = LIVE.take(snapshot.fingerprint)
-    with pairs.lock_for(pair):
+    prepared = prepare(pairs, settings)
+    pair = prepared.pair
+    with prepared.lock:
         prefilling = time.perf_counter()
-        if decoder is None:
-            decoder = resume(pair, snapshot, load_decision_model_for(DecoderOptions.from_record(snapshot.options)))
+        decoder = _resumed(prepared, snapshot)
         messages = []
         for user in turns[:-1]:
             messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
@@ -205,7 +247,7 @@ def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, 
             extra = follow_up_ids(pair.tokenizer, messages, decoder.run.new_token_ids, pair.eos_token_ids)
         except Exception as exc:
             raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
-        run = decoder.continue_with(extra, settings.normalised().max_new_tokens, message)
+        run = decoder.continue_with(extra, prepared.settings.max_new_tokens, message)
         progress.prefill_seconds = time.perf_counter() - prefilling
     progress.run = _header(run)
     _steps(pairs, pair, decoder, steps, progress)

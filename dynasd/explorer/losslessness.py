@@ -15,9 +15,9 @@ from typing import Callable
 import torch
 
 from ..sampling import SamplingConfig, logits_to_probs
-from .inputs import Settings, UserError, check_prompt
+from .engine import prepare
+from .inputs import Settings, UserError
 from .pairs import PairCache
-from .session import build_decoder, encode
 
 MIN_EXPECTED = 5.0   # chi-square's usual validity rule: every bin expects at least this many samples
 MAX_BINS = 12
@@ -120,13 +120,13 @@ def check_first_tokens(pairs: PairCache, settings: Settings, prompt: str, method
     samples = int(samples)  # after the temperature's check, as the app has always said that first
     if not 1 <= samples <= MAX_SAMPLES:
         raise UserError(f"samples must lie in [1, {MAX_SAMPLES}]")
-    pair = pairs.get(settings)
-    ids = encode(pair, check_prompt(prompt))
-    probs = target_next_probs(pair.target, ids, settings.options.sampling)
+    prepared = prepare(pairs, settings, prompt)
+    pair, ids = prepared.pair, prepared.ids
+    probs = target_next_probs(pair.target, ids, prepared.settings.options.sampling)
     checks, lossless = {}, {}
     for method in methods:
-        decoder = build_decoder(pair, settings, method)
-        with pairs.lock_for(pair):
+        decoder = prepared.decoder(method)
+        with prepared.lock:
             draws = sample_first_tokens(decoder_first_token(decoder, ids), samples, seed=settings.seed)
         checks[method], lossless[method] = check_samples(draws, probs), decoder.lossless
     token_ids = checks[methods[0]].token_ids

@@ -19,7 +19,8 @@ import torch
 from ..bench.measure import ForwardClock, run_hf_assisted
 from ..bench.specs import HF_ASSISTED, MethodSpec
 from ..models import ModelPair
-from .inputs import Settings, UserError, check_prompt, one_line
+from .engine import prepare
+from .inputs import Settings, UserError, one_line
 from .pairs import PairCache
 
 PEER_LABEL = "hf-assisted (transformers)"
@@ -64,13 +65,12 @@ def run_peer(pairs: PairCache, settings: Settings, prompt: str) -> PeerRun:
     """transformers' assisted generation of `prompt` with these settings' pair, sampling, seed and budget. Holds
     the pair's lock for the whole `generate` call (it cannot be cut into steps): other sessions on this pair wait
     that long. Raises UserError when the pair does not allow it or transformers refuses."""
-    settings = settings.normalised()
-    pair = pairs.get(settings)
+    prepared = prepare(pairs, settings, prompt)
+    settings, pair, ids = prepared.settings, prepared.pair, prepared.ids
     reason = why_no_peer(pair)
     if reason:
         raise UserError(f"transformers' assisted generation cannot run here: {reason}")
-    with pairs.lock_for(pair):
-        ids = pair.encode_prompt(check_prompt(prompt))
+    with prepared.lock:
         prefill = _prefill_seconds(pair, ids)
         clock = ForwardClock(pair)  # hooks on the shared models: only while the lock keeps other sessions out
         try:

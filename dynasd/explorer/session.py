@@ -273,24 +273,19 @@ def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
     """The same prompt and settings through each method, one after another (yields as each finishes).
     Each run holds the pair's lock one step at a time, so other sessions keep stepping meanwhile."""
     settings = settings.normalised()
-    prompt = check_prompt(prompt)
     for method in methods:  # every method's options are checked before any model loads
         try:
             settings.options.for_method(method).validate()
         except OptionsError as exc:
             raise UserError(f"{method}: {exc}") from exc
-    pairs.check_decision_model(settings.decision_model)
-    decision_model = load_decision_model_for(settings.options)  # once, for every method whose stop policy reads it
-    pair = pairs.get(settings)
-    lock = pairs.lock_for(pair)
-    ids = encode(pair, prompt)
+    prepared = engine.prepare(pairs, settings, prompt)
     for method in methods:
-        decoder = build_decoder(pair, settings, method, decision_model)
+        decoder = prepared.decoder(method)
         try:
-            with lock:
-                decoder.start(ids, settings.max_new_tokens, prompt)
+            with prepared.lock:
+                decoder.start(prepared.ids, prepared.settings.max_new_tokens, prompt)
             while not decoder.done:
-                with lock:
+                with prepared.lock:
                     decoder.step()
         except RequestError as exc:
             raise UserError(str(exc)) from exc

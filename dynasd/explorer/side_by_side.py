@@ -8,9 +8,9 @@ from __future__ import annotations
 from ..decoders import RequestError
 from ..options import METHODS
 from ..trace import RunTrace
+from .engine import prepare
 from .inputs import Settings, UserError
 from .pairs import PairCache
-from .session import build_decoder, load_decision_model_for
 
 
 def prefix_before(run: RunTrace, index: int) -> list[int]:
@@ -25,12 +25,11 @@ def one_step(pairs: PairCache, settings: Settings, method: str, ids: list[int], 
     """One step of `method` from the token ids `ids`, with the settings' other options."""
     if method not in METHODS:
         raise UserError(f"unknown method '{str(method)[:40]}' (use {', '.join(METHODS)})")
-    settings = settings.normalised()
-    pair = pairs.get(settings)
-    decoder = build_decoder(pair, settings, method, load_decision_model_for(settings.options.for_method(method)))
+    prepared = prepare(pairs, settings)
+    decoder = prepared.decoder(method)
     try:
-        with pairs.lock_for(pair):
-            decoder.start(list(ids), settings.max_new_tokens, prompt)
+        with prepared.lock:
+            decoder.start(list(ids), prepared.settings.max_new_tokens, prompt)
             decoder.step()
     except RequestError as exc:
         raise UserError(str(exc)) from exc
