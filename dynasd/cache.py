@@ -9,6 +9,8 @@ something attached another to the model (dynasd/kernels/ does, at load). This fi
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,9 +33,19 @@ def stock_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
     """transformers' own forward with a 4D additive mask and explicit positions; the hidden states returned are
     the final normed ones of every input (the caller keeps the last `hidden_to_keep`)."""
     out = model(input_ids=None if inputs_embeds is not None else input_ids, inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True,
-                logits_to_keep=logits_to_keep, output_hidden_states=need_hidden)
+                attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                logits_to_keep=logits_to_keep, output_hidden_states=need_hidden,
+                **{cache_keyword(type(model)): cache})
     return out.logits, out.hidden_states[-1] if need_hidden else None
+
+
+@functools.cache
+def cache_keyword(model_class: type) -> str:
+    """The name under which a model's forward takes its KV cache: transformers renamed `past_key_values` to `cache`
+    in 5.21 (the old name warns until it is removed), and Python 3.10 gets 5.20 at most, where `cache` would be
+    swallowed by **kwargs and silently ignored."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def stock_cache(model: torch.nn.Module) -> Cache:

@@ -101,3 +101,18 @@ def test_cache_grows_in_place_and_stays_exact_across_regrowth(tiny_pair):
     assert len(committed) > 300 and 2 <= len(buffers) <= 4  # it grew, a few times, not every step
     cached = runner.prefill([5])[-1]
     assert torch.allclose(cached, full_logits(model, committed + [5]), atol=1e-4)
+
+
+def test_the_cache_goes_in_under_the_name_the_installed_transformers_reads():
+    """transformers 5.21 renamed the forward's `past_key_values` to `cache`; Python 3.10 gets 5.20 at most, where
+    a `cache=` keyword would vanish into **kwargs and every forward would run without its cache."""
+    from transformers import LlamaForCausalLM
+
+    from dynasd.cache import cache_keyword
+
+    class Before521:
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+            """The signature transformers 5.20 gives a causal LM."""
+
+    assert cache_keyword(Before521) == "past_key_values"
+    assert cache_keyword(LlamaForCausalLM) == "cache"
