@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from . import block_weights, fast_linear
-from .compile import KernelUnavailable, build_kernel
+from .compile import KernelUnavailable, build_kernel, has_avx512
 
 
 def engine_kernels() -> dict[str, Path]:
@@ -17,7 +17,9 @@ def engine_kernels() -> dict[str, Path]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options: the bound and the cache folder come from the environment, as for a model load."""
+    """The bound and the cache folder come from the environment, as for a model load."""
+    parser.add_argument("--all", action="store_true",
+                        help="build them even on a CPU whose loads do not use them (no AVX-512)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
         start = time.monotonic()
         if os.environ.get("DYNASD_COMPILE", "1") == "0":
             print(f"{name}: unavailable (DYNASD_COMPILE=0)")
+            continue
+        if not (args.all or has_avx512()):  # no load asks for them here (fast_linear.kernel_pays_here, plan_for)
+            print(f"{name}: not needed on this CPU (no AVX-512: the engine uses torch's products)")
             continue
         try:
             library = build_kernel(name, source)
