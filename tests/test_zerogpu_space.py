@@ -18,6 +18,9 @@ import pytest
 from conftest import REPO, free_port, wait_until_serving
 from test_browser import browser  # noqa: F401 (the fixture: headless Chromium)
 
+# One worker starts the app under the double once for the whole module (`make test` runs --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("zerogpu-app")
+
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
 OUT = dict(text=0, tree=1, mask=2, pq=3, stop=4, timeline=5, summary=6, status=7, story=8, scrubber=9)
 STEP_FIGURES = ("tree", "mask", "pq")
