@@ -5,16 +5,23 @@ A tiny vocabulary (4 tokens) makes the exact joint distribution of the first two
 probability ~0.85 even when the error is spread evenly over all cells (non-centrality 4 n TV^2 = 36 on 15 degrees
 of freedom), and almost surely when it is concentrated on a few cells, as real bugs are; fixed seeds make the
 outcome reproducible. A deliberately biased method must fail the same test.
+
+The 10,000 runs of a case are made cheap, not fewer: one decoder is started again for each seed (start() seeds a
+new generator and starts its caches and every source afresh), and the models answer every forward they have
+already computed from a memo (from one short prompt in a 4-token vocabulary the same few hundred forwards come
+back thousands of times). Each run is bit for bit the run of a new decoder with that seed on the stock models;
+test_the_sampling_shortcuts_change_no_run pins that down.
 """
 import itertools
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import pytest
 import torch
 from scipy.stats import chisquare
 from test_greedy_identity import recycle_decoder
 
-from dynasd.decoders import make_decoder
+from dynasd.cache import Runtime, attach_runtime, runtime_of
+from dynasd.decoders import Decoder, make_decoder
 from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
 from dynasd.options import DecoderOptions
 from dynasd.sampling import Draws, SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
@@ -23,6 +30,55 @@ from dynasd.tree import ROOT
 VOCAB = 4
 SAMPLES = 10_000
 PROMPT = [1]  # one token: nothing to prefill, so a run is one or two steps
+ALPHA = 1e-3  # the chi-square test's level
+MAX_TV = 0.03
+
+
+def _key(tensor: torch.Tensor) -> tuple:
+    return tuple(tensor.shape), tensor.detach().cpu().numpy().tobytes()
+
+
+class ForwardMemo:
+    """A model's forward function (cache.Runtime) that computes each distinct forward once.
+
+    A forward is identified by everything it reads: the input ids, the attention mask, the positions, the keys and
+    values already cached, and what it is asked to return. A repeated forward gets the logits (and hidden states)
+    computed the first time and appends the keys and values that forward appended, so the caller and its cache see
+    exactly what the stock forward gives them. A feature draft's forward (input embeddings) is always computed."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.seen: dict[tuple, tuple] = {}
+
+    def __call__(self, model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden=False,
+                 inputs_embeds=None, hidden_to_keep=0):
+        args = (model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden, inputs_embeds,
+                hidden_to_keep)
+        if inputs_embeds is not None:
+            return self.runtime.forward(*args)
+        layers = cache.layers
+        key = (tuple(_key(layer.keys) + _key(layer.values) if layer.is_initialized else None for layer in layers),
+               _key(input_ids), _key(attention_mask), _key(position_ids), logits_to_keep, need_hidden, hidden_to_keep)
+        if key not in self.seen:
+            cached = [layer.get_seq_length() for layer in layers]
+            logits, hidden = self.runtime.forward(*args)
+            appended = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone())
+                        for layer, n in zip(cache.layers, cached)]
+            self.seen[key] = (logits, hidden, appended)
+            return logits.clone(), None if hidden is None else hidden.clone()
+        logits, hidden, appended = self.seen[key]
+        for index, (keys, values) in enumerate(appended):
+            cache.update(keys, values, index)
+        return logits.clone(), None if hidden is None else hidden.clone()
+
+
+def memoised(pair: ModelPair) -> ModelPair:
+    """`pair`, its models now answering repeated forwards from a ForwardMemo each."""
+    for model in (pair.target, pair.draft):
+        runtime = runtime_of(model)
+        if not isinstance(runtime.forward, ForwardMemo):
+            attach_runtime(model, Runtime(forward=ForwardMemo(runtime), new_cache=runtime.new_cache))
+    return pair
 
 
 def unrelated_pair(device: str = "cpu") -> ModelPair:
@@ -36,7 +92,7 @@ def unrelated_pair(device: str = "cpu") -> ModelPair:
 
 @pytest.fixture(scope="module")
 def small_pair():
-    return unrelated_pair()
+    return memoised(unrelated_pair())
 
 
 def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
@@ -53,29 +109,53 @@ def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> to
 
 
 def sampled_first_two(pair, cfg, method, options, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
-    return sampled_first_two_of(
-        lambda seed: make_decoder(pair, DecoderOptions(method=method, seed=seed, **asdict(cfg), **options)),
-        samples, prompt)
+    decoder = make_decoder(pair, DecoderOptions(method=method, **asdict(cfg), **options))
+    return first_two_counts(decoder, samples, prompt)
 
 
-def sampled_first_two_of(decoder_for_seed, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
+def first_two_counts(decoder: Decoder, samples=SAMPLES, prompt: list[int] = PROMPT) -> torch.Tensor:
+    """How often each pair of first two tokens is committed in `samples` runs of `decoder`, with seeds 0, 1, ...
+    (flattened: pair (a, b) at a * VOCAB + b)."""
     counts = torch.zeros(VOCAB * VOCAB)
-    for seed in range(samples):
-        run = decoder_for_seed(seed).generate(prompt, 2)
-        a, b = run.new_token_ids
+    for a, b in first_two_runs(decoder, samples, prompt):
         counts[a * VOCAB + b] += 1
     return counts
 
 
-def assert_matches(counts: torch.Tensor, exact: torch.Tensor) -> None:
+def first_two_runs(decoder: Decoder, samples: int, prompt: list[int]) -> list[tuple[int, int]]:
+    """The first two tokens of `decoder`'s run from `prompt` with seed 0, 1, ..., samples - 1: the decoder is started
+    again for each seed, as a new decoder with that seed would be."""
+    runs = []
+    for seed in range(samples):
+        decoder.seed = seed
+        runs.append(tuple(decoder.generate(prompt, 2).new_token_ids))
+    return runs
+
+
+@dataclass
+class Fit:
+    """How sampled counts compare with the exact distribution they should follow (of the first two tokens, or of
+    one token)."""
+
+    impossible: int          # samples of an outcome the exact distribution gives probability 0
+    p_value: float           # Pearson's chi-square over the possible pairs
+    total_variation: float
+
+
+def fit(counts: torch.Tensor, exact: torch.Tensor) -> Fit:
     n = counts.sum()
-    tv = 0.5 * (counts / n - exact).abs().sum().item()
     keep = exact > 0
-    assert counts[~keep].sum() == 0, "sampled a token the target gives probability 0"
-    stat, p_value = chisquare(counts[keep].numpy(), (exact[keep] / exact[keep].sum() * n).numpy())
-    print(f"TV={tv:.4f} chi2={stat:.1f} p={p_value:.4g}")
-    assert p_value > 1e-3, f"distribution differs from the target's (TV {tv:.4f}, p {p_value:.2e})"
-    assert tv < 0.03
+    _, p_value = chisquare(counts[keep].numpy(), (exact[keep] / exact[keep].sum() * n).numpy())
+    return Fit(impossible=int(counts[~keep].sum()), p_value=float(p_value),
+               total_variation=0.5 * (counts / n - exact).abs().sum().item())
+
+
+def assert_matches(counts: torch.Tensor, exact: torch.Tensor) -> None:
+    result = fit(counts, exact)
+    print(result)
+    assert result.impossible == 0, "sampled a token the target gives probability 0"
+    assert result.p_value > ALPHA, f"distribution differs from the target's ({result})"
+    assert result.total_variation < MAX_TV
 
 
 CASES = [
@@ -97,7 +177,7 @@ def test_first_two_tokens_follow_the_target_distribution(small_pair, method, opt
 def test_a_tree_of_draws_follows_the_target_distribution_on_every_device(device):
     """The mcsd tree (3 siblings, then 2) at T = 1 on each device under test: the draws, the residuals and the walk
     run where the models are."""
-    pair = unrelated_pair(device)
+    pair = memoised(unrelated_pair(device))
     cfg = SamplingConfig(temperature=1.0)
     assert_matches(sampled_first_two(pair, cfg, "mcsd", dict(k_config=(3, 2))), exact_first_two(pair, cfg))
 
@@ -109,9 +189,9 @@ def test_a_draft_blind_to_half_the_vocabulary_stays_lossless(small_pair):
 
     draft = tiny_llama(VOCAB, seed=45, layers=1)
     draft.lm_head = SubsetHead(draft.lm_head.weight, [0, 2])
-    pair = ModelPair(name="tiny-v4-subset", target=small_pair.target, draft=draft, tokenizer=small_pair.tokenizer,
-                     draft_label="half-vocabulary draft", device=torch.device("cpu"), dtype=torch.float32,
-                     eos_token_ids=frozenset())
+    pair = memoised(ModelPair(name="tiny-v4-subset", target=small_pair.target, draft=draft,
+                              tokenizer=small_pair.tokenizer, draft_label="half-vocabulary draft",
+                              device=torch.device("cpu"), dtype=torch.float32, eos_token_ids=frozenset()))
     cfg = SamplingConfig(temperature=1.0)
     assert_matches(sampled_first_two(pair, cfg, "mcsd", dict(k_config=(2, 1))), exact_first_two(pair, cfg))
 
@@ -149,37 +229,58 @@ RECYCLE_CASES = [
 @pytest.mark.parametrize("method,branching,options,cfg", RECYCLE_CASES,
                          ids=[f"{m}-{b}-{o}-{c}" for m, b, o, c in RECYCLE_CASES])
 def test_token_recycling_keeps_the_target_distribution(small_pair, method, branching, options, cfg):
-    run = recycle_decoder(small_pair, method, branching, options, cfg).generate(LOOKUP_PROMPT, 2)
+    decoder = recycle_decoder(small_pair, method, branching, options, cfg)
+    run = decoder.generate(LOOKUP_PROMPT, 2)
     assert any(n.origin == "recycled" for n in run.steps[0].nodes)  # the case exercises what it claims to
-    counts = sampled_first_two_of(lambda seed: recycle_decoder(small_pair, method, branching, options, cfg, seed),
-                                  prompt=LOOKUP_PROMPT)
+    counts = first_two_counts(decoder, prompt=LOOKUP_PROMPT)
     assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
+
+
+@pytest.mark.parametrize("method,options", [
+    ("mcsd", dict(k_config=(2, 1), recycle=(2, 2), lookup=2, lookup_ngram=1, temperature=0.9, top_p=0.9)),
+    ("ti-mcsd", dict(width=2, depth=2, temperature=1.0)),
+])
+def test_the_sampling_shortcuts_change_no_run(method, options):
+    """The tests above start one decoder again for every seed, on models that answer repeated forwards from a memo:
+    each of its runs is the run of a new decoder with that seed on the stock models, token for token (over six
+    tokens, so the later steps' caches, recycled table and carried target distribution take part)."""
+    stock, fast = unrelated_pair(), memoised(unrelated_pair())
+    reused = make_decoder(fast, DecoderOptions(method=method, **options))
+    fresh_runs, reused_runs = [], []
+    for seed in range(60):
+        fresh_runs.append(make_decoder(stock, DecoderOptions(method=method, seed=seed, **options))
+                          .generate(LOOKUP_PROMPT, 6).new_token_ids)
+        reused.seed = seed
+        reused_runs.append(reused.generate(LOOKUP_PROMPT, 6).new_token_ids)
+    assert reused_runs == fresh_runs
+    assert len({tuple(run) for run in fresh_runs}) > 10, "the seeds give different runs"
 
 
 @pytest.mark.slow
 def test_the_test_detects_a_wrong_residual(small_pair, monkeypatch):
     """A mutation: after a rejection the walk goes on with p itself instead of norm(max(p - q, 0)). With recycled
-    and drafted candidates in one tree the same test must catch it."""
+    and drafted candidates in one tree the same chi-square test must reject it."""
     import dynasd.sampling
 
     monkeypatch.setattr(dynasd.sampling, "residual", lambda p, q: p)
     cfg = SamplingConfig(temperature=1.0)
-    counts = sampled_first_two_of(lambda seed: recycle_decoder(small_pair, "mcsd", (2, 1), dict(recycle=(2, 1)),
-                                                               cfg, seed), samples=4000, prompt=LOOKUP_PROMPT)
-    with pytest.raises(AssertionError):
-        assert_matches(counts, exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
+    decoder = recycle_decoder(small_pair, "mcsd", (2, 1), dict(recycle=(2, 1)), cfg)
+    result = fit(first_two_counts(decoder, 4000, LOOKUP_PROMPT), exact_first_two(small_pair, cfg, LOOKUP_PROMPT))
+    assert result.p_value <= ALPHA, f"the chi-square test missed the wrong residual ({result})"
 
 
 @pytest.mark.slow
 def test_the_test_detects_a_lossy_method(small_pair):
-    """ti-mcsd with two target roots picks the longer chain: biased, and the same test must say so."""
+    """ti-mcsd with two target roots picks the longer chain: biased, and the same chi-square test must say so."""
     cfg = SamplingConfig(temperature=1.0)
     counts = sampled_first_two(small_pair, cfg, "ti-mcsd", dict(width=2, depth=2), samples=4000)
-    with pytest.raises(AssertionError):
-        assert_matches(counts, exact_first_two(small_pair, cfg))
+    result = fit(counts, exact_first_two(small_pair, cfg))
+    assert result.p_value <= ALPHA, f"the chi-square test missed ti-mcsd's bias ({result})"
 
 
 # -- the acceptance walk alone, on synthetic distributions (fast, many samples) ----------------------------------
+
+WALK_ALPHA = 1e-4  # the walk tests' level: 6,000 samples of one token
 
 def walk_output_distribution(p_root, q_root, k, without_replacement, samples, seed=0) -> torch.Tensor:
     """Draw k candidates from q, run MCSS one level deep, and count the committed token."""
@@ -205,8 +306,8 @@ def test_mcss_one_level_is_exact(without_replacement, k):
     p = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05, 0.0])
     q = torch.tensor([0.1, 0.1, 0.3, 0.2, 0.2, 0.1])
     counts = walk_output_distribution(p, q, k, without_replacement, samples=6000, seed=k)
-    stat, p_value = chisquare(counts[:5].numpy(), (p[:5] * counts.sum()).numpy())
-    assert counts[5] == 0 and p_value > 1e-4, (counts, p_value)
+    result = fit(counts, p)
+    assert result.impossible == 0 and result.p_value > WALK_ALPHA, (counts, result)
 
 
 def test_mcss_walk_detects_a_wrong_q():
@@ -221,8 +322,8 @@ def test_mcss_walk_detects_a_wrong_q():
         result = mcss_walk(ROOT, lambda n: [Draws([0], wrong_q, False)] if n == ROOT else [], [kid], lambda n: p,
                            gen)
         counts[kid if result.path else int(torch.multinomial(result.final_probs, 1, generator=gen))] += 1
-    _, p_value = chisquare(counts[:5].numpy(), (p[:5] * counts.sum()).numpy())
-    assert p_value < 1e-4 or counts[5] > 0
+    check = fit(counts, p)
+    assert check.p_value <= WALK_ALPHA, f"the check above misses a walk that tests against the wrong q ({check})"
 
 
 def test_warping_is_identical_for_target_and_draft():
