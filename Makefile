@@ -29,9 +29,11 @@ browser:
 demo: setup
 	$(PY) app.py
 
+# Two workers, one per core, each starting on half of the tests; one that runs out takes over the end of the other's
+# queue (--dist worksteal; tests/conftest.py orders the tests). The 15 slowest tests are listed at the end.
 test: setup browser
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=15
 
 bench: setup
 	$(VENV)/bin/dynasd bench --pair embedded --prompts ../shared/bench/spec_bench_questions.jsonl \

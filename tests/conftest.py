@@ -2,7 +2,8 @@
 
 tiny_pair       the seeded tiny-random pair (built in code, ~0.1 s) with the engine's fast kernels, as users load it,
                 one per test session
-embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per test session; tests using it are slow
+embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per test session; tests using it are slow,
+                and run first (pytest_collection_modifyitems), so that one `make test` worker loads it
 device          every device the engine tests run on: "cpu" always, "cuda" when a GPU is present (skipped otherwise,
                 with one reason); tiny_pair_on_device / embedded_pair_on_device are the pairs loaded there (fp32),
                 pair_on(name, device, dtype, ...) any pair, loaded once per test session
@@ -35,6 +36,18 @@ NO_CUDA = "no CUDA GPU on this machine (scripts/gpu_check.sh runs these tests on
 # The engine tests that must hold on every device take `device`; add a device here and they all run on it.
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA))]
 _LOADED: dict[tuple, object] = {}
+
+
+# `make test` runs two pytest-xdist workers with --dist worksteal: each starts on one half of the collection, in
+# order, and a worker that runs out takes over the end of the other's queue. The tests that take the embedded pair
+# come first, so they all fall in the first worker's half and run before anything is taken over: one process loads
+# the pair (~30 s of CPU) instead of both. (xdist_group marks would say this directly, but under pytest 9.2
+# --dist loadgroup no longer groups anything.)
+EMBEDDED_FIXTURES = {"embedded_pair", "embedded_pair_on_device"}
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not EMBEDDED_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def pair_on(name: str, device: str = "cpu", dtype: str | None = None, **load_options):
