@@ -15,13 +15,16 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from .options import MAX_TREE_NODES
+from .sources.origins import ORIGINS
 
 # unchosen: a target root, or a node that passed its test, on a chain that lost the longest-chain selection.
 # padding: a candidate that could not be drawn (fewer non-zero draft probabilities than children asked for).
 NODE_STATUSES = ("accepted", "rejected", "not_reached", "unchosen", "padding")
-TOKEN_ORIGINS = ("draft", "lookup", "recycled", "target_root", "bonus", "correction", "target")
-NODE_ORIGINS = ("draft", "lookup", "recycled", "target_root")
-PROPOSED_ORIGINS = ("draft", "lookup", "recycled")  # candidates the target tests (target roots are its own picks)
+# Candidate origins come from the one registry of sources; the target's own tokens are added after the walk.
+NODE_ORIGINS = tuple(origin.name for origin in ORIGINS)
+PROPOSED_ORIGINS = tuple(origin.name for origin in ORIGINS if origin.tested)  # target roots are its own picks
+TARGET_TOKENS = ("bonus", "correction", "target")  # after the walk (bonus, correction) or alone (ar)
+TOKEN_ORIGINS = NODE_ORIGINS + TARGET_TOKENS
 TRACE_FORMAT = "dynasd-trace/1"
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 MAX_TRACE_STEPS = 4096         # the app itself never makes more than its max-new-tokens limit

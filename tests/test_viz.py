@@ -355,9 +355,12 @@ def test_siblings_after_an_accepted_node_are_not_called_below_a_rejection(runs):
 def test_the_stop_panel_never_claims_a_draft_where_there_is_none(runs):
     ar = runs["ar"].steps[0]
     assert "nothing was drafted" in no_scores_reason(ar)
-    lookup = copy.deepcopy(runs["mcsd"].steps[0])
-    lookup.draft_forwards = 0
-    assert "prompt lookup" in no_scores_reason(lookup) and "draft builds" not in no_scores_reason(lookup)
+    for origin, named in (("lookup", "prompt lookup"), ("recycled", "token recycling")):
+        drawless = copy.deepcopy(runs["mcsd"].steps[0])  # the same tree, proposed by a source with no draft
+        drawless.draft_forwards = 0
+        for node in drawless.nodes:
+            node.origin = origin
+        assert named in no_scores_reason(drawless) and "draft builds" not in no_scores_reason(drawless)
     assert "full tree" in no_scores_reason(runs["mcsd"].steps[0])
 
 

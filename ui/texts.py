@@ -2,7 +2,8 @@
 prompts. The method and Compare help speak of the default tree, read from dynasd/options.py."""
 from __future__ import annotations
 
-from dynasd.options import OPTIONS, Shape
+from dynasd.options import DEFAULT_RECYCLE, OPTIONS, Shape
+from dynasd.sources.origins import LOOKUP, ORIGINS, RECYCLED
 from dynasd.tree import TreeShape
 
 EXAMPLES = [
@@ -38,9 +39,17 @@ METHOD_HELP = {
                "choices (known from the previous step), the draft extends each chain *depth* tokens. The chain "
                "with most accepted tokens wins, which can pick the target's 2nd choice: **LOSSY** when width > 1.",
     "pld": "**pld**: prompt lookup decoding, no draft model. When the last tokens occurred earlier in the text "
-           "(prompt or output), the tokens that followed them there become a chain of candidates (■, q = 1); "
-           "otherwise the target takes a plain step. Free guesses: good on repetitive text. Lossless. "
+           f"(prompt or output), the tokens that followed them there become a chain of candidates ({LOOKUP.glyph}, "
+           "q = 1); otherwise the target takes a plain step. Free guesses: good on repetitive text. Lossless. "
            "*Prompt lookup* below sets the chain length (0 = 8); sd and mcsd can use lookup too.",
+    "recycle": f"**recycle**: Token Recycling, no draft model. A table keeps, per token, the **target's own** top "
+               "next tokens from the last time it read that token; each step walks the table from the last token "
+               f"through a tree template (`{Shape.text(DEFAULT_RECYCLE)}` by default: {DEFAULT_RECYCLE[0]} "
+               f"followers of the last token and then, level by level, {', '.join(map(str, DEFAULT_RECYCLE[1:]))} of "
+               f"each) and the target verifies the candidates ({RECYCLED.glyph}, q = 1) in one forward. Every row "
+               "it reads, accepted or not, refreshes the table, so the guesses improve as the text goes on. "
+               f"Lossless. *{OPTIONS['recycle'].label}* in the advanced settings sets the template; sd and mcsd "
+               "can join recycling too.",
 }
 
 TREE_HELP = """
@@ -52,8 +61,8 @@ position. After the target's single check:
   <span style="color:#9b7fcf">●</span> **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
 - <span style="color:#b9b9b9">●</span> **not reached**: below a node that was not accepted, never tested.
   <span style="color:#a9cdb1">●</span> **not tested**: a sibling was accepted first, so the walk went on from it.
-- ■ square nodes came from **prompt lookup** (pld, or sd/mcsd with lookup on): copied from an earlier place in the
-  text, so their q is 1 and a node is accepted with probability p.
+- A node's shape says which source proposed it:
+""" + "".join(f"  - {origin.glyph} {origin.help}\n" for origin in ORIGINS) + """\
 - <span style="color:#2f7fd1">★</span> **bonus** or <span style="color:#f08a24">★</span> **correction**: the
   target's own token, sampled after the last accepted node. The lossless methods add one every step, so a step
   never commits fewer than one token. ti-mcsd adds none: it commits the winning chain, root included.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dynasd.sources.origins import BY_NAME
 from dynasd.trace import StepTrace
 
 from .labels import label_width, strided
@@ -110,11 +111,12 @@ def stop_figure(step: StepTrace) -> go.Figure:
 
 def no_scores_reason(step: StepTrace) -> str:
     """Why a step has no stop scores, in terms of what the method did: a step with no draft model (ar, or
-    candidates from prompt lookup only) has nothing to end early."""
+    candidates from prompt lookup or token recycling only) has nothing to end early."""
     if not step.nodes:
         return "no candidates this step: nothing was drafted, so there is nothing to stop"
     if step.draft_forwards == 0:
-        return "no draft model this step (the candidates came from prompt lookup): nothing to stop early"
+        sources = " and ".join(BY_NAME[name].source for name in dict.fromkeys(node.origin for node in step.nodes))
+        return f"no draft model this step (the candidates came from {sources}): nothing to stop early"
     if step.stop_policy == "none":
         return "no stop policy: the draft builds the full tree"
     return "no level was scored (the tree has a single level, or its roots come from the target)"

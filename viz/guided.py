@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
 
+from dynasd.sources.origins import BY_NAME, DRAFT
 from dynasd.trace import StepTrace
 
 from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, base_layout, show_token
@@ -31,10 +32,11 @@ def step_phases(step: StepTrace) -> list[Phase]:
     phases = []
     for level in range(1, depth + 1):
         width = sum(node.level == level for node in step.nodes)
-        roots = level == 1 and step.nodes and step.nodes[0].origin == "target_root"
-        source = "the target's own top tokens (from the previous verify)" if roots else "the draft"
-        phases.append(Phase("draft", f"Draft level {level}", f"{width} candidate(s) at level {level}, from {source}"
-                            + (" in one forward over the level above" if level > 1 else "") + ".", level=level))
+        sources = [BY_NAME[name] for name in dict.fromkeys(n.origin for n in step.nodes if n.level == level)]
+        drafted = level > 1 and DRAFT in sources  # the draft reads a whole level in one forward
+        phases.append(Phase("draft", f"Draft level {level}", f"{width} candidate(s) at level {level}, from "
+                            f"{' and '.join(source.proposed_by for source in sources)}"
+                            + (" in one forward over the level above" if drafted else "") + ".", level=level))
     rows = len(step.nodes) + step.root_rows
     phases.append(Phase("mask", "Verify", f"One target forward over {rows} rows scores every candidate at once; "
                         "the mask lets each see only itself and its ancestors.", level=depth))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import html
 
+from dynasd.sources.origins import ORIGINS
+
 # Tree nodes (strong colours; markers on white).
 STATUS_COLORS: dict[str, str] = {
     "accepted": "#2e9e44",
@@ -33,36 +35,21 @@ STATUS_NAMES: dict[str, str] = {
     "target": "target token (AR)",
 }
 
-# Generated text: a light tint per origin, and a saturated one for the tokens of the step on show.
-ORIGIN_NAMES: dict[str, str] = {
-    "draft": "accepted draft",
-    "lookup": "accepted lookup",
-    "recycled": "accepted recycled",
-    "target_root": "target root",
-    "correction": "correction",
-    "bonus": "bonus",
-    "target": "target (AR)",
-}
+# Generated text: a light tint per origin, and a saturated one for the tokens of the step on show. Candidate
+# origins bring their own (dynasd/sources/origins.py); the target's own tokens are coloured here.
 # gr.HighlightedText paints these at 50% opacity, so the "tints" are mid-strength colours and the tokens of the
 # step on show use darker shades of the same hue.
-ORIGIN_TINTS: dict[str, str] = {
-    "draft": "#7fd18d",
-    "lookup": "#e3d36b",
-    "recycled": "#8fd6bf",
-    "target_root": "#b99be6",
-    "correction": "#f7a65a",
-    "bonus": "#6fa9e8",
-    "target": "#62cbd8",
+_TARGET_TOKENS: dict[str, tuple[str, str, str]] = {  # origin -> (label, tint, strong)
+    "correction": ("correction", "#f7a65a", "#d9650b"),
+    "bonus": ("bonus", "#6fa9e8", "#1f5fb0"),
+    "target": ("target (AR)", "#62cbd8", "#11808e"),
 }
-ORIGIN_STRONG: dict[str, str] = {
-    "draft": "#1f8a33",
-    "lookup": "#9a8a12",
-    "recycled": "#1b8a6b",
-    "target_root": "#6a3fb5",
-    "correction": "#d9650b",
-    "bonus": "#1f5fb0",
-    "target": "#11808e",
-}
+ORIGIN_NAMES: dict[str, str] = {**{o.name: o.label for o in ORIGINS},
+                                **{name: label for name, (label, _, _) in _TARGET_TOKENS.items()}}
+ORIGIN_TINTS: dict[str, str] = {**{o.name: o.tint for o in ORIGINS},
+                                **{name: tint for name, (_, tint, _) in _TARGET_TOKENS.items()}}
+ORIGIN_STRONG: dict[str, str] = {**{o.name: o.strong for o in ORIGINS},
+                                 **{name: strong for name, (_, _, strong) in _TARGET_TOKENS.items()}}
 THIS_STEP = " · this step"
 
 # Mask cells.

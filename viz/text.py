@@ -2,7 +2,8 @@
 from, the tokens of the step on show labelled a second time so they stand out."""
 from __future__ import annotations
 
-from dynasd.trace import RunTrace
+from dynasd.sources.origins import BY_NAME, DRAFT, TARGET_ROOT
+from dynasd.trace import PROPOSED_ORIGINS, RunTrace
 
 from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP, fmt, visible_piece
 from .tree import off_target_commit
@@ -48,25 +49,32 @@ def step_story(run: RunTrace, index: int) -> str:
         return (f"**Step {index}.** No draft: the target alone ran one forward and produced {tokens}. "
                 f"One token per target forward, the baseline.")
     drafted = len(step.nodes)
-    roots = sum(node.origin == "target_root" for node in step.nodes)
-    accepted = sum(o in ("draft", "lookup") for o in step.committed_origins)
+    sources = [BY_NAME[name] for name in dict.fromkeys(node.origin for node in step.nodes)]  # tree order, once
+    roots = sum(node.origin == TARGET_ROOT.name for node in step.nodes)
+    accepted = sum(o in PROPOSED_ORIGINS for o in step.committed_origins)
     parts = [f"**Step {index}.**"]
     if roots:
         parts.append(f"The target's own top {roots} next tokens started {roots} chains; the draft extended them "
                      f"to {drafted} candidates in {step.draft_forwards} draft forward"
                      f"{'s' if step.draft_forwards != 1 else ''}.")
-    elif step.nodes[0].origin == "lookup":
-        parts.append(f"Prompt lookup: the last tokens occurred earlier in the text, so the {drafted} tokens that "
-                     "followed them there became the candidates (no draft forward).")
+    elif step.draft_forwards == 0:
+        parts.append(f"The {drafted} candidate{'s' if drafted != 1 else ''} came from "
+                     f"{' and '.join(source.proposed_by for source in sources)}, with no draft forward.")
     else:
-        parts.append(f"The draft proposed {drafted} candidate tokens on {step.live_depth} level"
+        others = [source for source in sources if source is not DRAFT]  # joined to the draft's tree (sd, mcsd)
+        drawn = sum(node.origin == DRAFT.name for node in step.nodes)
+        parts.append(f"The draft proposed {drawn} candidate tokens on {step.live_depth} level"
                      f"{'s' if step.live_depth != 1 else ''} ({step.draft_forwards} cheap draft forward"
                      f"{'s' if step.draft_forwards != 1 else ''}).")
-    if step.live_depth < step.max_depth:
+        if others:
+            parts.append(f"{drafted - drawn} more came from {' and '.join(s.proposed_by for s in others)}.")
+    if step.live_depth < step.max_depth and step.stop_scores:  # a shorter lookup or recycled tree is no stop
         parts.append(f"Drafting stopped early at level {step.live_depth} of {step.max_depth}: "
                      "no tip's score reached the threshold.")
     parts.append("The target scored all of them in **one** forward.")
-    kind = "looked-up" if step.nodes[0].origin == "lookup" else "draft"
+    # the accepted tokens' own word when they share one ("2 recycled tokens"), else the plain "candidate"
+    kinds = {BY_NAME[o].kind for o in step.committed_origins if o in PROPOSED_ORIGINS} or {sources[0].kind}
+    kind = kinds.pop() if len(kinds) == 1 else "candidate"
     final = step.committed_origins[-1] if step.committed_origins else ""
     if roots:
         parts.append(f"The chain with the most accepted draft tokens won: its root plus {accepted} draft "

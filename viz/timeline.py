@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.trace import TOKEN_ORIGINS, RunTrace
+from dynasd.sources.origins import ORIGINS, TARGET_ROOT
+from dynasd.trace import PROPOSED_ORIGINS, TOKEN_ORIGINS, RunTrace
 
 from .style import LEGEND_ROOM, ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, TOP_LEGEND, base_layout
 
@@ -16,7 +17,7 @@ def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
     target's 2nd..w-th choice. At temperature 0 every such step makes the text differ from the target's own."""
     off = total = 0
     for step in run.steps[: None if upto is None else upto + 1]:
-        roots = [i for i, n in enumerate(step.nodes) if n.origin == "target_root"]
+        roots = [i for i, n in enumerate(step.nodes) if n.origin == TARGET_ROOT.name]
         if not roots or not step.accepted_path:
             continue
         total += 1
@@ -45,7 +46,7 @@ def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     numbers["prefill_seconds"] = max(0.0, run.seconds - sum(s.draft_seconds + s.verify_seconds + s.accept_seconds
                                                              for s in run.steps))
     drafting = [s for s in steps if s.nodes]
-    accepted = sum(o in ("draft", "lookup", "recycled") for s in steps for o in s.committed_origins)
+    accepted = sum(o in PROPOSED_ORIGINS for s in steps for o in s.committed_origins)
     numbers["accepted_length"] = accepted / len(drafting) if drafting else 0.0
     return numbers
 
@@ -65,10 +66,11 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
         f"| {shown} | {s['new_tokens']} | {s['target_forwards']} | {s['tokens_per_target_forward']:.2f} | "
         f"{length} | {level_rate} | {s['tokens_per_s']:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
         "",
-        f"*{ACCEPTED_LENGTH}*: draft (or looked-up) tokens the target kept per step. *{LEVEL_RATE}*: of the draft "
-        "levels a step tried, the share the kept path reached (the papers' acceptance rate); it counts levels, "
-        "not nodes, so a 44-node tree with 1 of 4 levels kept reads 25%, not 2%. *tokens / s* counts the steps' "
-        "time only; the prompt's prefill is the separate *prefill* column.",
+        f"*{ACCEPTED_LENGTH}*: candidate tokens ({', '.join(o.kind for o in ORIGINS if o.tested)}) the target "
+        f"kept per step. *{LEVEL_RATE}*: of the draft levels a step tried, the share the kept path reached (the "
+        "papers' acceptance rate); it counts levels, not nodes, so a 44-node tree with 1 of 4 levels kept reads "
+        "25%, not 2%. *tokens / s* counts the steps' time only; the prompt's prefill is the separate *prefill* "
+        "column.",
     ]
     if not run.lossless:
         off, total = off_target_roots(run, upto)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import networkx as nx
 import plotly.graph_objects as go
 
+from dynasd.sources.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import RunTrace, StepTrace
 
 from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
@@ -17,8 +18,9 @@ from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_la
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
                 "padding")
-NODE_SYMBOLS = {"draft": "circle", "lookup": "square", "target_root": "diamond"}
-NODE_ORIGIN_NAMES = {"draft": "draft model", "lookup": "prompt lookup (q = 1)", "target_root": "target root"}
+# A node's shape says which source proposed it (dynasd/sources/origins.py); its colour says what the walk decided.
+NODE_SYMBOLS = {origin.name: origin.symbol for origin in ORIGINS}
+NODE_ORIGIN_NAMES = {origin.name: origin.source for origin in ORIGINS}
 LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only
 MAX_HEIGHT = 1000
 
@@ -56,8 +58,8 @@ def drawn_status(step: StepTrace, i: int) -> str:
 def off_target_commit(step: StepTrace) -> tuple[int, int] | None:
     """(committed target root, the target's top root) when a lossy step committed a root the target ranked below
     its top choice, else None: the moment a target-initialized tree departs from the target's own text."""
-    roots = [i for i, n in enumerate(step.nodes) if n.origin == "target_root"]
-    if not roots or not step.accepted_path or step.nodes[step.accepted_path[0]].origin != "target_root":
+    roots = [i for i, n in enumerate(step.nodes) if n.origin == TARGET_ROOT.name]
+    if not roots or not step.accepted_path or step.nodes[step.accepted_path[0]].origin != TARGET_ROOT.name:
         return None
     chosen = step.accepted_path[0]
     top = max(roots, key=lambda i: step.nodes[i].p)

@@ -18,6 +18,7 @@ from ..stopping import StopPolicy
 from ..trace import LevelScores
 from ..tree import ROOT, TreeShape, ancestor_mask
 from .base import CandidateSource, DraftRows, Proposal, StepOutcome, TargetReading, check_kind
+from .origins import DRAFT
 
 
 def mask_of(shape: TreeShape, device: torch.device) -> tuple[torch.Tensor, list[str]]:
@@ -139,7 +140,7 @@ class DraftTree(CandidateSource):
             rows.add_block(list(nodes), parent_logits, self._warp(parent_logits))
         live = shape.level_starts[depth]
         return Proposal(tokens=tokens, parents=list(shape.parents[:live]), levels=list(shape.levels[:live]),
-                        origins=["draft"] * live, max_nodes=shape.num_nodes, max_depth=shape.depth,
+                        origins=[DRAFT.name] * live, max_nodes=shape.num_nodes, max_depth=shape.depth,
                         drawn_from=rows, without_replacement=self.without_replacement,
                         mask=self.max_mask[:live, :live], mask_rows=[r[:live] for r in self.max_mask_rows[:live]],
                         stop_scores=stop_scores, draft_forwards=self.cache.forwards - forwards_before)

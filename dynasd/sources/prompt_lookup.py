@@ -12,6 +12,7 @@ from ..lookup import NgramIndex
 from ..tree import ROOT, TreeShape
 from .base import CandidateSource, Proposal, TargetReading, check_kind
 from .draft_tree import mask_of
+from .origins import LOOKUP
 
 
 class PromptLookup(CandidateSource):
@@ -50,5 +51,5 @@ class PromptLookup(CandidateSource):
         tokens = self.index.propose(committed, min(self.length, room))
         n = len(tokens)
         return Proposal(tokens=tokens, parents=[ROOT] + list(range(n - 1)) if n else [],
-                        levels=list(range(1, n + 1)), origins=["lookup"] * n, max_nodes=self.length,
+                        levels=list(range(1, n + 1)), origins=[LOOKUP.name] * n, max_nodes=self.length,
                         max_depth=self.length, mask=self.mask[:n, :n], mask_rows=[r[:n] for r in self.mask_rows[:n]])

@@ -22,6 +22,7 @@ import torch
 from ..tree import ROOT, TreeShape
 from .base import CandidateSource, Proposal, StepOutcome, TargetReading, check_kind
 from .draft_tree import mask_of
+from .origins import RECYCLED
 
 UNKNOWN = -1  # a table entry for a token the target has not read yet
 TOP_K_BLOCK = 128
@@ -125,7 +126,7 @@ class TokenRecycling(CandidateSource):
                 parents.append(ROOT if parent == ROOT else kept[parent])
         levels_kept = [self.template.levels[node] for node in kept]
         whole = len(tokens) == self.template.num_nodes
-        return Proposal(tokens=tokens, parents=parents, levels=levels_kept, origins=["recycled"] * len(tokens),
+        return Proposal(tokens=tokens, parents=parents, levels=levels_kept, origins=[RECYCLED.name] * len(tokens),
                         max_nodes=self.template.num_nodes, max_depth=self.template.depth,
                         mask=self.mask if whole else None, mask_rows=self.mask_rows if whole else None)
 

@@ -16,6 +16,7 @@ import torch
 from ..sampling import SamplingConfig, draw_children, logits_to_probs
 from .base import CandidateSource, Proposal, StepOutcome, TargetReading, check_kind
 from .draft_tree import DraftTree
+from .origins import TARGET_ROOT
 
 
 def vector_bytes(vector: torch.Tensor | None) -> bytes | None:
@@ -78,7 +79,7 @@ class TargetRootedTree(CandidateSource):
         probs = None if self.sampling.greedy else self.root_probs[None]
         roots = draw_children(self.root_logits[None], probs, self.width, False, self.generator)
         proposal = self.draft.propose(committed, room, roots=roots)
-        proposal.origins[:self.width] = ["target_root"] * self.width
+        proposal.origins[:self.width] = [TARGET_ROOT.name] * self.width
         proposal.target_rooted = True
         proposal.root_logits, proposal.root_probs = self.root_logits, self.root_probs
         return proposal
