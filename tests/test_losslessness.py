@@ -170,6 +170,8 @@ CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("method,options,cfg", CASES, ids=[f"{m}-{o}-{c}" for m, o, c in CASES])
 def test_first_two_tokens_follow_the_target_distribution(small_pair, method, options, cfg):
+    """10,000 runs of the decoder, so 20-50 s of one core for each case here and below: the sample size is what
+    gives the test the power the module docstring derives."""
     assert_matches(sampled_first_two(small_pair, cfg, method, options), exact_first_two(small_pair, cfg))
 
 
