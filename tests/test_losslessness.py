@@ -34,7 +34,8 @@ ALPHA = 1e-3  # the chi-square test's level
 MAX_TV = 0.03
 
 
-def _key(tensor: torch.Tensor) -> tuple:
+def fingerprint(tensor: torch.Tensor) -> tuple:
+    """A tensor's shape and bytes: equal for equal tensors, hashable."""
     return tuple(tensor.shape), tensor.detach().cpu().numpy().tobytes()
 
 
@@ -57,13 +58,15 @@ class ForwardMemo:
         if inputs_embeds is not None:
             return self.runtime.forward(*args)
         layers = cache.layers
-        key = (tuple(_key(layer.keys) + _key(layer.values) if layer.is_initialized else None for layer in layers),
-               _key(input_ids), _key(attention_mask), _key(position_ids), logits_to_keep, need_hidden, hidden_to_keep)
+        in_cache = tuple(fingerprint(layer.keys) + fingerprint(layer.values) if layer.is_initialized else None
+                         for layer in layers)
+        key = (in_cache, fingerprint(input_ids), fingerprint(attention_mask), fingerprint(position_ids), logits_to_keep,
+               need_hidden, hidden_to_keep)
         if key not in self.seen:
-            cached = [layer.get_seq_length() for layer in layers]
+            lengths = [layer.get_seq_length() for layer in layers]
             logits, hidden = self.runtime.forward(*args)
             appended = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone())
-                        for layer, n in zip(cache.layers, cached)]
+                        for layer, n in zip(cache.layers, lengths)]
             self.seen[key] = (logits, hidden, appended)
             return logits.clone(), None if hidden is None else hidden.clone()
         logits, hidden, appended = self.seen[key]
