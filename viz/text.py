@@ -58,8 +58,9 @@ def step_story(run: RunTrace, index: int) -> str:
                      f"to {drafted} candidates in {step.draft_forwards} draft forward"
                      f"{'s' if step.draft_forwards != 1 else ''}.")
     elif step.draft_forwards == 0:
-        parts.append(f"The {drafted} candidate{'s' if drafted != 1 else ''} came from "
-                     f"{' and '.join(source.proposed_by for source in sources)}, with no draft forward.")
+        proposers = " and ".join(source.proposed_by for source in sources)
+        parts.append(f"{proposers[:1].upper()}{proposers[1:]} gave the {drafted} candidate"
+                     f"{'s' if drafted != 1 else ''}, with no draft forward.")
     else:
         others = [source for source in sources if source is not DRAFT]  # joined to the draft's tree (sd, mcsd)
         drawn = sum(node.origin == DRAFT.name for node in step.nodes)
