@@ -1,10 +1,10 @@
 """Where a candidate came from, declared once per source: the name a trace records, and how every view shows it.
 
 A candidate's origin is written into the trace (NodeTrace.origin, StepTrace.committed_origins) and read back by
-the trace's checks, the figures, the text panel, the bench and the app's help. Each of those used to keep its own
-table of origins, and a source that one table lacked crashed the view that read it. Here a source declares its
-origin once; dynasd/trace.py takes its origin tuples from ORIGINS and viz/ its symbols, colours and labels, so a new
-source is one entry below. Colours are plain CSS strings: the engine does not draw, it only names.
+the trace's checks, the figures, the text panel, the bench and the app's help. Tables of origins kept view by view
+drift apart, and a source one of them lacks crashes the view that reads it on the source's first step. So a source
+declares its origin here, once: dynasd/trace.py takes its origin tuples from ORIGINS, viz/ its symbols, colours
+and labels, ui/ its help. Colours are plain CSS strings: the engine names them, viz/ draws with them.
 
 The target's own tokens (bonus, correction, the target's token in ar) are not candidates: they are the target's
 picks after the walk, kept in dynasd/trace.py and drawn by viz/style.py.
@@ -18,16 +18,16 @@ from dataclasses import dataclass
 class Origin:
     """One candidate origin and everything a view says about it."""
 
-    name: str      # the value in a trace; never changes, or saved traces stop loading
-    source: str    # what proposed it, in the tree's hover
-    label: str     # its committed tokens in the text panel and the timeline's bars
-    kind: str      # adjective for its tokens in a step's story ("2 looked-up tokens were accepted")
+    name: str         # the value in a trace; never changes, or saved traces stop loading
+    source: str       # what proposed it, in the tree's hover
+    label: str        # its committed tokens in the text panel and the timeline's bars
+    kind: str         # adjective for its tokens in a step's story ("2 looked-up tokens were accepted")
     proposed_by: str  # where a step's candidates of this origin came from, in the story and the guided step
-    symbol: str    # the tree's marker (a Plotly symbol name)
-    glyph: str     # the same shape as a character, for the help text
-    tint: str      # text-panel background of its committed tokens
-    strong: str    # the same hue, darker: tokens of the step on show and the timeline's bars
-    help: str      # one line on what it is and how it is tested, for the tree's help
+    symbol: str       # the tree's marker (a Plotly symbol name)
+    glyph: str        # the same shape as a character, for the help text
+    tint: str         # text-panel background of its committed tokens
+    strong: str       # the same hue, darker: tokens of the step on show and the timeline's bars
+    help: str         # one line on what it is and how it is tested, for the tree's help
     tested: bool = True  # False: the target's own picks, never tested against a q (not counted as accepted)
 
 
