@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from .options import MAX_TREE_NODES
-from .sources.origins import ORIGINS
+from .origins import ORIGINS
 
 # unchosen: a target root, or a node that passed its test, on a chain that lost the longest-chain selection.
 # padding: a candidate that could not be drawn (fewer non-zero draft probabilities than children asked for).

@@ -18,8 +18,8 @@ import viz
 from dynasd.decoders import make_decoder
 from dynasd.explorer import cost as cost_model
 from dynasd.options import METHODS, DecoderOptions
+from dynasd.origins import BY_NAME, ORIGINS
 from dynasd.sampling import SamplingConfig
-from dynasd.sources.origins import BY_NAME, ORIGINS
 from dynasd.trace import NODE_ORIGINS, PROPOSED_ORIGINS, TOKEN_ORIGINS, RunTrace
 from ui.views import step_views
 from viz.cost import cost_figure, cost_markdown

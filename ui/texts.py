@@ -3,7 +3,7 @@ prompts. The method and Compare help speak of the default tree, read from dynasd
 from __future__ import annotations
 
 from dynasd.options import DEFAULT_RECYCLE, OPTIONS, Shape
-from dynasd.sources.origins import LOOKUP, ORIGINS, RECYCLED
+from dynasd.origins import LOOKUP, ORIGINS, RECYCLED
 from dynasd.tree import TreeShape
 
 EXAMPLES = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.sources.origins import BY_NAME
+from dynasd.origins import BY_NAME
 from dynasd.trace import StepTrace
 
 from .labels import label_width, strided

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
 
-from dynasd.sources.origins import BY_NAME, DRAFT
+from dynasd.origins import BY_NAME, DRAFT
 from dynasd.trace import StepTrace
 
 from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, base_layout, show_token

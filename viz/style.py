@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from dynasd.sources.origins import ORIGINS
+from dynasd.origins import ORIGINS
 
 # Tree nodes (strong colours; markers on white).
 STATUS_COLORS: dict[str, str] = {
@@ -36,7 +36,7 @@ STATUS_NAMES: dict[str, str] = {
 }
 
 # Generated text: a light tint per origin, and a saturated one for the tokens of the step on show. Candidate
-# origins bring their own (dynasd/sources/origins.py); the target's own tokens are coloured here.
+# origins bring their own (dynasd/origins.py); the target's own tokens are coloured here.
 # gr.HighlightedText paints these at 50% opacity, so the "tints" are mid-strength colours and the tokens of the
 # step on show use darker shades of the same hue.
 _TARGET_TOKENS: dict[str, tuple[str, str, str]] = {  # origin -> (label, tint, strong)

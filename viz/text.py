@@ -2,7 +2,7 @@
 from, the tokens of the step on show labelled a second time so they stand out."""
 from __future__ import annotations
 
-from dynasd.sources.origins import BY_NAME, DRAFT, TARGET_ROOT
+from dynasd.origins import BY_NAME, DRAFT, TARGET_ROOT
 from dynasd.trace import PROPOSED_ORIGINS, RunTrace
 
 from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP, fmt, visible_piece

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.sources.origins import ORIGINS, TARGET_ROOT
+from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import PROPOSED_ORIGINS, TOKEN_ORIGINS, RunTrace
 
 from .style import LEGEND_ROOM, ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, TOP_LEGEND, base_layout

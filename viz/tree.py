@@ -10,7 +10,7 @@ from __future__ import annotations
 import networkx as nx
 import plotly.graph_objects as go
 
-from dynasd.sources.origins import ORIGINS, TARGET_ROOT
+from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import RunTrace, StepTrace
 
 from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
@@ -18,7 +18,7 @@ from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_la
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
                 "padding")
-# A node's shape says which source proposed it (dynasd/sources/origins.py); its colour says what the walk decided.
+# A node's shape says which source proposed it (dynasd/origins.py); its colour says what the walk decided.
 NODE_SYMBOLS = {origin.name: origin.symbol for origin in ORIGINS}
 NODE_ORIGIN_NAMES = {origin.name: origin.source for origin in ORIGINS}
 LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only

@@ -13,12 +13,12 @@ import torch
 
 from ..cache import CachedModel
 from ..models import ModelPair, head_token_ids
+from ..origins import DRAFT
 from ..sampling import SamplingConfig, draw_children, logits_to_probs
 from ..stopping import StopPolicy
 from ..trace import LevelScores
 from ..tree import ROOT, TreeShape, ancestor_mask
 from .base import CandidateSource, DraftRows, Proposal, StepOutcome, TargetReading, check_kind
-from .origins import DRAFT
 
 
 def mask_of(shape: TreeShape, device: torch.device) -> tuple[torch.Tensor, list[str]]:

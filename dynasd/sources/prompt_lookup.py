@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 
 from ..lookup import NgramIndex
+from ..origins import LOOKUP
 from ..tree import ROOT, TreeShape
 from .base import CandidateSource, Proposal, TargetReading, check_kind
 from .draft_tree import mask_of
-from .origins import LOOKUP
 
 
 class PromptLookup(CandidateSource):

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import torch
 
+from ..origins import RECYCLED
 from ..tree import ROOT, TreeShape
 from .base import CandidateSource, Proposal, StepOutcome, TargetReading, check_kind
 from .draft_tree import mask_of
-from .origins import RECYCLED
 
 UNKNOWN = -1  # a table entry for a token the target has not read yet
 TOP_K_BLOCK = 128

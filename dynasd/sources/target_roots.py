@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from ..origins import TARGET_ROOT
 from ..sampling import SamplingConfig, draw_children, logits_to_probs
 from .base import CandidateSource, Proposal, StepOutcome, TargetReading, check_kind
 from .draft_tree import DraftTree
-from .origins import TARGET_ROOT
 
 
 def vector_bytes(vector: torch.Tensor | None) -> bytes | None:
