@@ -3,7 +3,7 @@
 tiny_pair       the seeded tiny-random pair (built in code, ~0.1 s) with the engine's fast kernels, as users load it,
                 one per test session
 embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per test session; tests using it are slow,
-                and run first (pytest_collection_modifyitems), so that one `make test` worker loads it
+                and run first, together (pytest_collection_modifyitems), so that one `make test` worker loads it
 device          every device the engine tests run on: "cpu" always, "cuda" when a GPU is present (skipped otherwise,
                 with one reason); tiny_pair_on_device / embedded_pair_on_device are the pairs loaded there (fp32),
                 pair_on(name, device, dtype, ...) any pair, loaded once per test session
@@ -39,15 +39,31 @@ _LOADED: dict[tuple, object] = {}
 
 
 # `make test` runs two pytest-xdist workers with --dist worksteal: each starts on one half of the collection, in
-# order, and a worker that runs out takes over the end of the other's queue. The tests that take the embedded pair
-# come first, so they all fall in the first worker's half and run before anything is taken over: one process loads
-# the pair (~30 s of CPU) instead of both. (xdist_group marks would say this directly, but under pytest 9.2
-# --dist loadgroup no longer groups anything.)
+# order, and a worker that runs out takes over the end of the other's queue. A test group (an xdist_group mark:
+# tests sharing an expensive start) must stay on one worker, but under pytest 9.2 --dist loadgroup no longer groups
+# anything; so the groups go first, group by group, into the first worker's half, which runs them before the other
+# worker could run out and take them over. The tests that take the embedded pair are one group: one process loads
+# the pair (~30 s of CPU) instead of both.
+EMBEDDED_GROUP = "embedded-pair"
 EMBEDDED_FIXTURES = {"embedded_pair", "embedded_pair_on_device"}
 
 
+def xdist_group(item: pytest.Item) -> str | None:
+    names = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+             for mark in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names)) or None
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not EMBEDDED_FIXTURES & set(getattr(item, "fixturenames", ())))
+    for item in items:
+        if EMBEDDED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(EMBEDDED_GROUP))
+    groups: dict[str, int] = {}
+    for item in items:
+        group = xdist_group(item)
+        if group is not None:
+            groups.setdefault(group, len(groups))
+    items.sort(key=lambda item: groups.get(xdist_group(item), len(groups)))
 
 
 def pair_on(name: str, device: str = "cpu", dtype: str | None = None, **load_options):
