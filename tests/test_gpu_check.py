@@ -12,6 +12,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_gpu_check_runs_on_the_cpu_in_quick_mode_and_writes_one_results_folder(tmp_path):
+    """Around a minute of one core: the script runs its parts as four Python processes in a row (the device tests,
+    a bench, the host reads, the app and one Step), each importing torch and transformers, the app gradio too, and
+    this run is what shows every part works before a GPU machine is spent on it."""
     results = tmp_path / "results"
     env = {**os.environ, "PYTHON": sys.executable}
     env.pop("OUT", None)
