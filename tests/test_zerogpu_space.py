@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, free_port, wait_until_serving
 from test_browser import browser  # noqa: F401 (the fixture: headless Chromium)
 
-# One worker starts the app under the double once for the whole module (`make test` runs --dist loadgroup).
+# One worker starts the app under the double once for the whole module (tests/conftest.py runs each group together).
 pytestmark = pytest.mark.xdist_group("zerogpu-app")
 
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)
