@@ -129,6 +129,10 @@ def small_feature_pair():
 @pytest.mark.slow
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=2)), ("mcsd", dict(k_config=(3, 2)))])
 def test_sampling_with_the_feature_draft_follows_the_target_distribution(small_feature_pair, method, options):
+    """The feature draft's first two committed tokens follow the target's distribution (chi-square, the same
+    10,000 runs as every losslessness case). Over 60 s on 2 cores (110-140 s measured): every run reads the
+    target's hidden states into the feature draft, and these runs do not yet use test_losslessness's forward
+    memo."""
     cfg = SamplingConfig(temperature=1.0)
     counts = sampled_first_two(small_feature_pair, cfg, method, dict(options, draft_kind="features"))
     assert_matches(counts, exact_first_two(small_feature_pair, cfg))
