@@ -13,6 +13,7 @@ ZeroGPU's own failures (quota spent, task aborted, no GPU free) become one line 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable, Iterator
 
@@ -129,20 +130,27 @@ def gpu_losslessness(settings: Settings, prompt: str, methods: list[str], sample
 
 # -- calling them from the serving process -----------------------------------------------------------------------
 
-def call(function: Callable, settings: Settings, *args, **kwargs):
-    """`function(settings, *args, **kwargs)` from the serving process. On ZeroGPU the settings' pair is loaded
-    here first (ZeroGPU's pattern: the GPU process is forked from this one and finds it loaded), and ZeroGPU's
-    own failures come back as one line that says what to do."""
+@contextlib.contextmanager
+def _from_serving_process(settings: Settings) -> Iterator[None]:
+    """Around a model call made from the serving process. On ZeroGPU the settings' pair is loaded here first
+    (ZeroGPU's pattern: the GPU process is forked from this one and finds it loaded), and ZeroGPU's own failures
+    come back as one line that says what to do."""
     try:
         if on_zero_gpu():
             state.PAIRS.get(settings.normalised())
-        return function(settings, *args, **kwargs)
+        yield
     except (UserError, SessionFailed):
         raise
     except Exception as exc:
         if spaces is None:
             raise
         raise UserError(no_gpu(exc)) from exc
+
+
+def call(function: Callable, settings: Settings, *args, **kwargs):
+    """`function(settings, *args, **kwargs)` from the serving process (_from_serving_process)."""
+    with _from_serving_process(settings):
+        return function(settings, *args, **kwargs)
 
 
 def no_gpu(exc: BaseException) -> str:
@@ -170,14 +178,6 @@ def run_steps() -> int:
 
 
 def compare(settings: Settings, prompt: str) -> Iterator[tuple]:
-    """gpu_compare's events, from the serving process (call() for a generator: ZeroGPU may fail mid-stream)."""
-    try:
-        if on_zero_gpu():
-            state.PAIRS.get(settings.normalised())
+    """gpu_compare's events, from the serving process (a generator: ZeroGPU may fail mid-stream)."""
+    with _from_serving_process(settings):
         yield from gpu_compare(settings, prompt)
-    except (UserError, SessionFailed):
-        raise
-    except Exception as exc:
-        if spaces is None:
-            raise
-        raise UserError(no_gpu(exc)) from exc
