@@ -12,6 +12,7 @@ explorer_url    the app started the way users start it (`python app.py --pair ti
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -126,13 +127,20 @@ def wait_until_serving(proc: subprocess.Popen, url: str, log_path, timeout_s: fl
 
 @pytest.fixture(scope="session")
 def explorer_url(tmp_path_factory):
-    port = free_port()
     log_path = tmp_path_factory.mktemp("explorer") / "app.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-           "DYNASD_PUBLIC": ""}
+    with served_app(["--pair", "tiny-random"], {"DYNASD_PUBLIC": ""}, log_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def served_app(arguments: list[str], env: dict[str, str], log_path):
+    """`python app.py ARGUMENTS` (the way users start it) on a free local port, its output in `log_path`, with
+    `env` over this process's environment; yields its URL once it answers, and stops it afterwards."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", **env}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--pair", "tiny-random", "--port", str(port),
-                                 "--host", "127.0.0.1"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "app.py", *arguments, "--port", str(port), "--host", "127.0.0.1"],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_until_serving(proc, url, log_path)

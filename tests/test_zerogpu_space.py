@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
-from conftest import REPO, free_port, wait_until_serving
+from conftest import REPO, served_app
 from test_browser import browser  # noqa: F401 (the fixture: headless Chromium)
 
 # One worker starts the app under the double once for the whole module (tests/conftest.py runs each group together).
@@ -31,25 +29,11 @@ def zerogpu_app(tmp_path_factory):
     """The app under the ZeroGPU double, on tiny-random; yields (url, path of the double's call log)."""
     folder = tmp_path_factory.mktemp("zerogpu")
     log_path, calls = folder / "app.log", folder / "gpu_calls.jsonl"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-           "DYNASD_PUBLIC": "", "SPACES_ZERO_GPU": "1", "ZEROGPU_DOUBLE_LOG": str(calls),
+    env = {"DYNASD_PUBLIC": "", "SPACES_ZERO_GPU": "1", "ZEROGPU_DOUBLE_LOG": str(calls),
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "zerogpu_double"), str(REPO)])}
-    port = free_port()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--pair", "tiny-random", "--device", "cpu", "--port",
-                                 str(port), "--host", "127.0.0.1"], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_serving(proc, url, log_path)
+    with served_app(["--pair", "tiny-random", "--device", "cpu"], env, log_path) as url:
         yield url, calls
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        assert "CudaInMainProcess" not in log_path.read_text(), "CUDA was touched in the app's process"
+    assert "CudaInMainProcess" not in log_path.read_text(), "CUDA was touched in the app's process"
 
 
 @pytest.fixture
