@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from .converted import load_converted
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
 from .kernels import accelerate
 
@@ -210,11 +211,7 @@ def embedded_gguf_path() -> Path:
 
 
 def _load_gguf(path: Path, dtype: torch.dtype):
-    import transformers.utils.logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    model, tokenizer = load_converted(path, dtype)  # converted once, then read from the cache (converted.py)
     model.dynasd_gguf_file = path  # where its quantized blocks are (dynasd/kernels/block_weights.py reads them)
     return model.eval(), tokenizer
 

@@ -1,0 +1,86 @@
+"""A GGUF checkpoint converted once to transformers' own format, kept in the cache folder.
+
+Why: transformers reads a GGUF file with the `gguf` package's pure-Python reader, three times per load (config,
+tokenizer, weights), walks its tensor-name tables once per tensor and converts the tokenizer from the file's
+vocabulary: ~30-60 s of CPU for the 135M embedded target on 2 cores, at every start of the app, every CLI run and
+every test process. Saved as config.json + model.safetensors + tokenizer files, the same model loads in a second or
+two, with the same weights bit for bit (float32 holds every dequantized GGUF value exactly) and the same tokenizer.
+
+The folder is keyed by the file's content and the transformers version that converted it, written in a private
+folder and renamed into place whole, so a process stopped mid-way never leaves a half-written conversion that
+another would load; one left behind by a process that is gone is removed by the next conversion.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+from pathlib import Path
+
+from .embedded import cache_dir
+
+COMPLETE = "model.safetensors"  # written last of the folder's files, and the folder is renamed into place whole
+
+
+def converted_folder(gguf: Path) -> Path:
+    key = hashlib.sha256()
+    with open(gguf, "rb") as file:
+        for block in iter(lambda: file.read(1 << 22), b""):
+            key.update(block)
+    key.update(importlib.metadata.version("transformers").encode())
+    return cache_dir() / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
+
+
+def load_converted(gguf: Path, dtype):
+    """(model, tokenizer) of the GGUF file `gguf`, converted on the first load and read from the cache after."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = converted_folder(gguf)
+    if not (folder / COMPLETE).is_file():
+        _convert(gguf, folder)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+    return model, tokenizer
+
+
+def _convert(gguf: Path, folder: Path) -> None:
+    import torch
+    import transformers.utils.logging as hf_logging
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf_logging.disable_progress_bar()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(folder.parent)
+    private = folder.parent / f"{folder.name}.part-{os.getpid()}"
+    shutil.rmtree(private, ignore_errors=True)
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(private))
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # transformers refuses save_pretrained on a model read from GGUF (it counts as quantized); the config and the
+    # float32 weights are all there is to save (tied weights once: save_model drops the shared copy).
+    model.config.quantization_config = None
+    model.config.save_pretrained(str(private))
+    model.generation_config.save_pretrained(str(private))
+    save_model(model, str(private / COMPLETE))
+    try:
+        os.rename(private, folder)
+    except OSError:  # another process published the same conversion first: keep that one
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _remove_abandoned(parent: Path) -> None:
+    for part in parent.glob("*.part-*"):
+        pid = part.name.rpartition(".part-")[2]
+        if not pid.isdigit() or not _process_runs(int(pid)):
+            shutil.rmtree(part, ignore_errors=True)
+
+
+def _process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
