@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import pair_on
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 
 from dynasd.kernels import plan_for
@@ -185,18 +186,18 @@ def test_an_unknown_weight_mode_is_refused_in_one_line():
 
 
 @pytest.mark.slow
-def test_the_embedded_target_in_blocks_decodes_as_in_float32():
+def test_the_embedded_target_in_blocks_decodes_as_in_float32(embedded_pair):
     """Both weight modes hold the same values; greedy identity is checked within the block mode (every lossless
-    method against ar), and the first tokens also agree across modes on this prompt. Over 60 s on 2 cores (~90 s
-    measured): it loads the embedded pair twice, once in each weight mode, and decodes with every lossless
-    method."""
+    method against ar), and the first tokens also agree across modes on this prompt. The block mode is the session's
+    embedded pair; the float32 one is loaded here, only where the blocks are used (a CPU with AVX-512)."""
     from dynasd.decoders import make_decoder
     from dynasd.options import DecoderOptions
 
-    blocks, plain = load_pair("embedded", weights="gguf"), load_pair("embedded", weights="fp32")
+    blocks = embedded_pair
     if not plan_for(blocks.device).gguf_blocks:
         assert type(blocks.target.model.layers[0].mlp.up_proj) is not BlockLinear
         pytest.skip("no AVX-512 here: the embedded target keeps float32 weights (plan_for)")
+    plain = pair_on("embedded", "cpu", weights="fp32")
     target = blocks.target
     assert isinstance(target.model.layers[0].mlp.up_proj, BlockLinear) and isinstance(target.lm_head, BlockLinear)
     assert blocks.draft.get_input_embeddings() is target.get_input_embeddings()  # shared, not a float32 copy

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 from test_greedy_identity import PROMPTS, target_greedy
-from test_losslessness import VOCAB, assert_matches, exact_first_two, sampled_first_two
+from test_losslessness import VOCAB, assert_matches, exact_first_two, on_context_table, sampled_first_two
 
 from dynasd.cache import CachedModel, Runtime, stock_forward
 from dynasd.decoders import make_decoder
@@ -121,18 +121,18 @@ def small_feature_pair():
     from dynasd.models import tiny_llama, tiny_tokenizer
 
     target = tiny_llama(VOCAB, seed=44, layers=1)
-    return ModelPair(name="tiny-v4-features", target=target, draft=tiny_llama(VOCAB, seed=45, layers=1),
-                     tokenizer=tiny_tokenizer(), draft_label="unrelated tiny draft", device=torch.device("cpu"),
-                     dtype=torch.float32, eos_token_ids=frozenset(), feature_draft=tiny_feature_draft(target, 46))
+    return on_context_table(ModelPair(
+        name="tiny-v4-features", target=target, draft=tiny_llama(VOCAB, seed=45, layers=1),
+        tokenizer=tiny_tokenizer(), draft_label="unrelated tiny draft", device=torch.device("cpu"),
+        dtype=torch.float32, eos_token_ids=frozenset(), feature_draft=tiny_feature_draft(target, 46)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=2)), ("mcsd", dict(k_config=(3, 2)))])
 def test_sampling_with_the_feature_draft_follows_the_target_distribution(small_feature_pair, method, options):
     """The feature draft's first two committed tokens follow the target's distribution (chi-square, the same
-    10,000 runs as every losslessness case). Over 60 s on 2 cores (110-140 s measured): every run reads the
-    target's hidden states into the feature draft, and these runs do not yet use test_losslessness's forward
-    memo."""
+    10,000 runs as every losslessness case, on the same ContextTable: the feature draft's contexts are those of
+    its input rows, the target's states mixed in)."""
     cfg = SamplingConfig(temperature=1.0)
     counts = sampled_first_two(small_feature_pair, cfg, method, dict(options, draft_kind="features"))
     assert_matches(counts, exact_first_two(small_feature_pair, cfg))

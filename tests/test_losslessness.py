@@ -7,9 +7,9 @@ of freedom), and almost surely when it is concentrated on a few cells, as real b
 outcome reproducible. A deliberately biased method must fail the same test.
 
 The 10,000 runs of a case are made cheap, not fewer: one decoder is started again for each seed (start() seeds a
-new generator and starts its caches and every source afresh), and the models answer every forward they have
-already computed from a memo (from one short prompt in a 4-token vocabulary the same few hundred forwards come
-back thousands of times). Each run is bit for bit the run of a new decoder with that seed on the stock models;
+new generator and starts its caches and every source afresh), and the models answer every row from a table of the
+contexts they have already read (ContextTable: from one short prompt in a 4-token vocabulary fewer than a hundred
+contexts come back thousands of times). Each run is the run of a new decoder with that seed on the stock models;
 test_the_sampling_shortcuts_change_no_run pins that down.
 """
 import itertools
@@ -34,53 +34,79 @@ ALPHA = 1e-3  # the chi-square test's level
 MAX_TV = 0.03
 
 
-def fingerprint(tensor: torch.Tensor) -> tuple:
-    """A tensor's shape and bytes: equal for equal tensors, hashable."""
-    return tuple(tensor.shape), tensor.detach().cpu().numpy().tobytes()
+class ContextTable:
+    """A model's forward function (cache.Runtime) under which every row's output is a function of its context
+    alone: the tokens the row attends to, in order. Each distinct context is run once through the model itself (one
+    forward without a cache, as `exact_first_two` runs it) and looked up afterwards.
 
+    Why: 10,000 runs of a decoder from a one-token prompt in a 4-token vocabulary meet fewer than a hundred distinct
+    contexts but thousands of distinct trees, so a table of contexts leaves only the decoder's own work per run. It
+    is the model's distribution at every context, so the exact distribution the tests compare with is the table's
+    too. The table reads each row's context from the attention mask and the tokens the cache holds (its keys are the
+    token ids), so it checks what the tree mask and the cache bookkeeping decide: a row that saw a sibling, or a
+    cache that kept the wrong node, gets another context's distribution, and a position id that is not the
+    context's length minus one is an error. A feature draft's rows (input embeddings, not ids) are contexts of
+    embedding rows, interned by their bytes."""
 
-class ForwardMemo:
-    """A model's forward function (cache.Runtime) that computes each distinct forward once.
+    def __init__(self) -> None:
+        self.outputs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.embedding_ids: dict[bytes, int] = {}
+        self.embeddings: list[torch.Tensor] = []
 
-    A forward is identified by everything it reads: the input ids, the attention mask, the positions, the keys and
-    values already cached, and what it is asked to return. A repeated forward gets the logits (and hidden states)
-    computed the first time and appends the keys and values that forward appended, so the caller and its cache see
-    exactly what the stock forward gives them. A feature draft's forward (input embeddings) is always computed."""
+    def _symbols(self, input_ids, inputs_embeds) -> list[int]:
+        if inputs_embeds is None:
+            return input_ids[0].tolist()
+        symbols = []
+        for row in inputs_embeds[0]:
+            key = row.detach().cpu().numpy().tobytes()
+            if key not in self.embedding_ids:
+                self.embedding_ids[key] = len(self.embeddings)
+                self.embeddings.append(row.detach().clone())
+            symbols.append(self.embedding_ids[key])
+        return symbols
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.seen: dict[tuple, tuple] = {}
+    def _output(self, model, context: tuple, embedded: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (id(model), embedded, context)
+        if key not in self.outputs:
+            with torch.inference_mode():
+                if embedded:
+                    out = model(inputs_embeds=torch.stack([self.embeddings[s] for s in context])[None],
+                                output_hidden_states=True)
+                else:
+                    device = next(model.parameters()).device
+                    out = model(torch.tensor([context], device=device), output_hidden_states=True)
+            self.outputs[key] = (out.logits[0, -1].clone(), out.hidden_states[-1][0, -1].clone())
+        return self.outputs[key]
 
     def __call__(self, model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden=False,
                  inputs_embeds=None, hidden_to_keep=0):
-        args = (model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden, inputs_embeds,
-                hidden_to_keep)
-        if inputs_embeds is not None:
-            return self.runtime.forward(*args)
         layers = cache.layers
-        in_cache = tuple(fingerprint(layer.keys) + fingerprint(layer.values) if layer.is_initialized else None
-                         for layer in layers)
-        key = (in_cache, fingerprint(input_ids), fingerprint(attention_mask), fingerprint(position_ids), logits_to_keep,
-               need_hidden, hidden_to_keep)
-        if key not in self.seen:
-            lengths = [layer.get_seq_length() for layer in layers]
-            logits, hidden = self.runtime.forward(*args)
-            appended = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone())
-                        for layer, n in zip(cache.layers, lengths)]
-            self.seen[key] = (logits, hidden, appended)
-            return logits.clone(), None if hidden is None else hidden.clone()
-        logits, hidden, appended = self.seen[key]
-        for index, (keys, values) in enumerate(appended):
-            cache.update(keys, values, index)
-        return logits.clone(), None if hidden is None else hidden.clone()
+        cached = layers[0].keys[0, 0, :, 0].long().tolist() if layers[0].is_initialized else []
+        new = self._symbols(input_ids, inputs_embeds)
+        symbols = cached + new
+        visible = (attention_mask[0, 0] == 0).tolist()
+        positions = position_ids[0].tolist()
+        logits, hidden = [], []
+        for row, sees in enumerate(visible):
+            context = tuple(symbol for symbol, seen in zip(symbols, sees) if seen)
+            if positions[row] != len(context) - 1:
+                raise AssertionError(f"row {row} reads {len(context)} tokens at position {positions[row]}")
+            row_logits, row_hidden = self._output(model, context, inputs_embeds is not None)
+            logits.append(row_logits)
+            hidden.append(row_hidden)
+        ids = torch.tensor(new, dtype=torch.float32, device=attention_mask.device)[None, None, :, None]
+        for index in range(len(layers)):
+            cache.update(ids, ids, index)
+        return (torch.stack(logits[-logits_to_keep:])[None],
+                torch.stack(hidden)[None] if need_hidden else None)
 
 
-def memoised(pair: ModelPair) -> ModelPair:
-    """`pair`, its models now answering repeated forwards from a ForwardMemo each."""
-    for model in (pair.target, pair.draft):
-        runtime = runtime_of(model)
-        if not isinstance(runtime.forward, ForwardMemo):
-            attach_runtime(model, Runtime(forward=ForwardMemo(runtime), new_cache=runtime.new_cache))
+def on_context_table(pair: ModelPair) -> ModelPair:
+    """`pair`, its models (and feature draft) now answering every row from one ContextTable."""
+    table = ContextTable()
+    for model in (pair.target, pair.draft, pair.feature_draft):
+        if model is not None:
+            attach_runtime(model, Runtime(forward=table, new_cache=runtime_of(model).new_cache))
     return pair
 
 
@@ -95,7 +121,7 @@ def unrelated_pair(device: str = "cpu") -> ModelPair:
 
 @pytest.fixture(scope="module")
 def small_pair():
-    return memoised(unrelated_pair())
+    return on_context_table(unrelated_pair())
 
 
 def exact_first_two(pair, cfg: SamplingConfig, prompt: list[int] = PROMPT) -> torch.Tensor:
@@ -182,7 +208,7 @@ def test_first_two_tokens_follow_the_target_distribution(small_pair, method, opt
 def test_a_tree_of_draws_follows_the_target_distribution_on_every_device(device):
     """The mcsd tree (3 siblings, then 2) at T = 1 on each device under test: the draws, the residuals and the walk
     run where the models are."""
-    pair = memoised(unrelated_pair(device))
+    pair = on_context_table(unrelated_pair(device))
     cfg = SamplingConfig(temperature=1.0)
     assert_matches(sampled_first_two(pair, cfg, "mcsd", dict(k_config=(3, 2))), exact_first_two(pair, cfg))
 
@@ -194,7 +220,7 @@ def test_a_draft_blind_to_half_the_vocabulary_stays_lossless(small_pair):
 
     draft = tiny_llama(VOCAB, seed=45, layers=1)
     draft.lm_head = SubsetHead(draft.lm_head.weight, [0, 2])
-    pair = memoised(ModelPair(name="tiny-v4-subset", target=small_pair.target, draft=draft,
+    pair = on_context_table(ModelPair(name="tiny-v4-subset", target=small_pair.target, draft=draft,
                               tokenizer=small_pair.tokenizer, draft_label="half-vocabulary draft",
                               device=torch.device("cpu"), dtype=torch.float32, eos_token_ids=frozenset()))
     cfg = SamplingConfig(temperature=1.0)
@@ -246,10 +272,10 @@ def test_token_recycling_keeps_the_target_distribution(small_pair, method, branc
     ("ti-mcsd", dict(width=2, depth=2, temperature=1.0)),
 ])
 def test_the_sampling_shortcuts_change_no_run(method, options):
-    """The tests above start one decoder again for every seed, on models that answer repeated forwards from a memo:
+    """The tests above start one decoder again for every seed, on models that answer every row from a ContextTable:
     each of its runs is the run of a new decoder with that seed on the stock models, token for token (over six
     tokens, so the later steps' caches, recycled table and carried target distribution take part)."""
-    stock, fast = unrelated_pair(), memoised(unrelated_pair())
+    stock, fast = unrelated_pair(), on_context_table(unrelated_pair())
     reused = make_decoder(fast, DecoderOptions(method=method, **options))
     fresh_runs, reused_runs = [], []
     for seed in range(60):
