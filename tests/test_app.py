@@ -593,3 +593,17 @@ def test_bad_input_returns_a_clear_message_not_a_traceback(connect, tmp_path):
     bad.write_text('{"format": "something else"}')
     status = client.predict(handle_file(str(bad)), api_name="/load_trace")[OUT["status"]]
     assert status.startswith("⚠") and "cannot load that trace" in status
+
+
+def test_no_progress_overlay_covers_a_status_line_or_the_guided_figure():
+    """Gradio's progress overlay writes "processing | 0.1/0.3s" and "queue: 1/1" into the component it covers and
+    greys it out: over a status line it hides what the page says, over the guided step it flickers at every phase.
+    Every event with a model or a status line among its outputs hides it; the status lines say what is going on."""
+    import app
+
+    demo = app.build_app("tiny-random")
+    watched = {"status", "learn-status", "compare-status", "learn-guided-plot"}
+    covering = [f"{fn.name} -> {sorted(o.elem_id for o in fn.outputs if o.elem_id in watched)}"
+                for fn in demo.fns.values()
+                if fn.fn is not None and fn.show_progress != "hidden" and any(o.elem_id in watched for o in fn.outputs)]
+    assert not covering, covering

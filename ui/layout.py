@@ -22,6 +22,7 @@ from .page_scripts import (
     WAITING_FOR_GPU_JS,
     WORKING_JS,
     figure_view,
+    saying,
 )
 from .play import (
     on_compare,
@@ -58,6 +59,17 @@ def options_in(group: str) -> list[str]:
     return [name for name, o in OPTIONS.items() if o.group == group]
 
 
+def checked_by_the_handler(component: gr.Slider | gr.Number) -> gr.Slider | gr.Number:
+    """`component`, its value passed to the handler as sent, even outside the control's range.
+
+    Why: Gradio's own check refuses such a value (typed into a slider's box) before any handler runs, with a toast,
+    and the status line stays at "Working…" (the page wrote it at the click). The handlers check every setting
+    (Settings.normalised) and say in the status line what is wrong, as for any other bad input. (Set on the
+    instance: a subclass of a Gradio component makes Gradio write a .pyi file beside this module.)"""
+    component.preprocess = lambda payload: payload
+    return component
+
+
 def option_control(o: Option, pair: str) -> gr.Component:
     """The control of one decoder option, from its entry in dynasd/options.py: label, help (as info), range."""
     visible = has_feature_draft(pair) if o.name == "draft_kind" else o.read_by(OPTIONS["method"].default)
@@ -73,9 +85,9 @@ def option_control(o: Option, pair: str) -> gr.Component:
         return gr.Dropdown(choices, value=value, allow_custom_value=state.PAIRS.allow_decision_paths, **common)
     if o.widget == "slider":
         low, high, step = o.ui_range
-        return gr.Slider(low, high, value=value, step=step, **common)
+        return checked_by_the_handler(gr.Slider(low, high, value=value, step=step, **common))
     if o.widget == "number":
-        return gr.Number(value=value, precision=0, **common)
+        return checked_by_the_handler(gr.Number(value=value, precision=0, **common))
     if o.widget == "checkbox":
         return gr.Checkbox(value=value, **common)
     return gr.Textbox(value=value, **common)
@@ -131,9 +143,9 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     with gr.Accordion("Sampling", open=False):
                         for name in options_in("sampling"):
                             controls[name] = option_control(OPTIONS[name], default_pair)
-                        controls["max_new_tokens"] = gr.Slider(1, MAX_NEW_TOKENS_LIMIT,
-                                                               value=RUN_FIELDS["max_new_tokens"], step=1,
-                                                               label="Max new tokens", elem_id="max-new-tokens")
+                        controls["max_new_tokens"] = checked_by_the_handler(gr.Slider(
+                            1, MAX_NEW_TOKENS_LIMIT, value=RUN_FIELDS["max_new_tokens"], step=1,
+                            label="Max new tokens", elem_id="max-new-tokens"))
                     with gr.Accordion("Advanced", open=False):
                         for name in options_in("advanced"):
                             controls[name] = option_control(OPTIONS[name], default_pair)
@@ -170,7 +182,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             with gr.Column(scale=3):
                                 compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
                                                         "assisted generation on this prompt", elem_id="compare-btn")
-                                compare_status = gr.Markdown("", label="compare status")
+                                compare_status = gr.Markdown("", label="compare status", elem_id="compare-status")
                                 compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
                                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                             gr.Markdown(COMPARE_HELP, elem_classes="explain")
@@ -206,20 +218,28 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                         api_visibility="private", show_progress="hidden")
         # Run for API clients: a stream of updates (there is no page to pace it)
         run_api = gr.Button("Run (API)", visible=False)
-        run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run")
-        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up")
+        run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run",
+                      show_progress="hidden")
+        follow_up_btn.click(None, None, [status], js=working, queue=False, api_visibility="private")
+        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up", show_progress="hidden")
         stop_btn.click(None, [status], [status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
-        stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False)
-        reset_btn.click(on_reset, [session_id], views, api_name="reset")
+        stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False,
+                       show_progress="hidden")
+        reset_btn.click(on_reset, [session_id], views, api_name="reset", show_progress="hidden")
         # input: dragging (always_last keeps only the latest position) or typing a step number
         scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last",
                        show_progress="hidden")
+        compare_btn.click(None, None, [compare_status], js=saying("Comparing the methods on this prompt…"),
+                          queue=False, api_visibility="private")
         compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
-                          inputs_kwargs=controls, api_name="compare")
-        save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace")
-        load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace")
+                          inputs_kwargs=controls, api_name="compare", show_progress="hidden")
+        save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace",
+                       show_progress="hidden")
+        load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace",
+                         show_progress="hidden")
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
-        recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False)
+        recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
+                     show_progress="hidden")
         for name in RECIPE_CONTROLS:
             controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
         controls["method"].change(on_method_change, [controls["method"]],

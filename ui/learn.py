@@ -20,7 +20,7 @@ from viz.residual import acceptance_figure, residual_explanation, residual_figur
 
 from . import gpu, state
 from .controls import CONTROL_NAMES, settings_from
-from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS
+from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
 from .play import busy_guard
 from .status import status_line
 from .texts import LEARN_HELP
@@ -285,31 +285,41 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
 
     learn_views = [guided_plot, phase_text, phase, residual_plot, residual_text, acceptance_plot, learn_status,
                    session_id]
-    explain_btn.click(on_learn, [session_id, scrubber], learn_views, api_name="learn_step")
+    # No progress overlays where the status lines speak: Gradio's would grey the guided figure at every phase
+    # change and write "processing | 0.1s" over the status.
+    explain_btn.click(on_learn, [session_id, scrubber], learn_views, api_name="learn_step", show_progress="hidden")
     # While the Learn tab is open its views follow the step on show (a Step, Shift+→, a scrub); not during a Run,
     # where they would add a server event to every step.
     scrubber.change(None, js=LEARN_FOLLOWS_JS, queue=False, api_visibility="private")
-    tab.select(on_learn, [session_id, scrubber], learn_views, api_visibility="private")
+    tab.select(on_learn, [session_id, scrubber], learn_views, api_visibility="private", show_progress="hidden")
     phase_views = [guided_plot, phase_text, phase, session_id]
     phase.input(on_phase, [session_id, scrubber, phase], phase_views, api_name="learn_phase",
-                trigger_mode="always_last")
+                trigger_mode="always_last", show_progress="hidden")
     next_btn.click(lambda sid, i, p: on_phase(sid, i, int(p or 0) + 1), [session_id, scrubber, phase], phase_views,
-                   api_visibility="private")
+                   api_visibility="private", show_progress="hidden")
     prev_btn.click(lambda sid, i, p: on_phase(sid, i, int(p or 0) - 1), [session_id, scrubber, phase], phase_views,
+                   api_visibility="private", show_progress="hidden")
+    cost_btn.click(None, None, [learn_status], js=saying("Measuring this pair's costs…"), queue=False,
                    api_visibility="private")
     cost_btn.click(on_cost, [session_id, scrubber, calibrate], [cost_plot, cost_text, learn_status, session_id],
-                   inputs_kwargs=controls, api_name="cost_model")
+                   inputs_kwargs=controls, api_name="cost_model", show_progress="hidden")
+    pair_btn.click(None, None, [learn_status], js=saying("Running both methods one step…"), queue=False,
+                   api_visibility="private")
     pair_btn.click(on_side_by_side, [session_id, scrubber, method_a, method_b],
                    [tree_a, story_a, tree_b, story_b, learn_status, session_id], inputs_kwargs=controls,
-                   api_name="side_by_side")
+                   api_name="side_by_side", show_progress="hidden")
+    check_btn.click(None, None, [learn_status], js=saying("Sampling both methods many times…"), queue=False,
+                    api_visibility="private")
     check_btn.click(on_losslessness, [session_id, prompt, lossless_method, samples],
                     [check_plot, check_text, learn_status, session_id], inputs_kwargs=controls,
-                    api_name="losslessness")
+                    api_name="losslessness", show_progress="hidden")
     link_btn.click(on_link, [session_id, prompt, scrubber], [link, learn_status, session_id], inputs_kwargs=controls,
-                   api_name="share_link")
+                   api_name="share_link", show_progress="hidden")
     link.change(None, [link], [link], js=FULL_LINK_JS, api_visibility="private")
     goto_btn.click(on_goto_step, [session_id, prompt, linked_step], views, inputs_kwargs=controls,
-                   api_name="goto_step")
-    example_btn.click(on_example, [session_id, example], views + [prompt, *shown], api_name="replay_example")
-    demo.load(on_open_link, None, [prompt, *shown, linked_step, learn_status], api_visibility="private")
+                   api_name="goto_step", show_progress="hidden")
+    example_btn.click(on_example, [session_id, example], views + [prompt, *shown], api_name="replay_example",
+                      show_progress="hidden")
+    demo.load(on_open_link, None, [prompt, *shown, linked_step, learn_status], api_visibility="private",
+              show_progress="hidden")
     demo.load(None, js=LEARN_KEYS_JS)

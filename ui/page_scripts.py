@@ -60,6 +60,13 @@ document.addEventListener("change", (event) => {
 # last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
 RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
 WORKING_JS = f"() => {json.dumps(status_line('Working on the next step…'))}"
+
+
+def saying(text: str) -> str:
+    """A page script that writes `text` into the status line it outputs to, at the click (the handler's own
+    result replaces it): the page says that work began without Gradio's progress overlay."""
+    return f"() => {json.dumps(status_line(text))}"
+
 # On ZeroGPU a model call first waits for a GPU (seconds, or longer when the Space is busy): the page says so at
 # the click, and a step computed already (a Step's chunk, a recorded Run) replaces it at once.
 WAITING_FOR_GPU_JS = ("() => " + json.dumps(status_line("Waiting for a GPU… (a shared ZeroGPU Space: a call can wait "
