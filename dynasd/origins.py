@@ -34,7 +34,8 @@ class Origin:
 DRAFT = Origin(
     name="draft", source="draft model", label="accepted draft", kind="draft", proposed_by="the draft",
     symbol="circle", glyph="●", tint="#7fd18d", strong="#1f8a33",
-    help="**draft model** (sd, mcsd; ti-mcsd below its roots): drawn from the draft's q, accepted when u ≤ p'/q'.")
+    help="**draft model** (sd, mcsd; ti-mcsd below its roots): drawn from the draft's q, accepted when "
+         "u < min(1, p′/q′).")
 LOOKUP = Origin(
     name="lookup", source="prompt lookup (q = 1)", label="accepted lookup", kind="looked-up",
     proposed_by="prompt lookup (the tokens that followed the last few tokens where they occurred earlier in the "

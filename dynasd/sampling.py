@@ -203,6 +203,19 @@ def _read_at(q: torch.Tensor, p: torch.Tensor, x: int) -> tuple[float, float]:
     return float(q[x]), float(p[x])
 
 
+# The acceptance test as every figure and text states it. p′ and q′ are the p and q the test used: for the first
+# candidate under a node the target's and the draft's distributions; after rejected siblings, the residual
+# norm(max(p - q, 0)) and (drawn without replacement) q without them, renormalised.
+ACCEPT_RULE = "u < min(1, p′/q′)"
+REJECT_RULE = "u ≥ min(1, p′/q′)"
+
+
+def passes(u: float, p_test: float, q_test: float) -> bool:
+    """Whether a candidate passes its test, ACCEPT_RULE: u in [0, 1) below min(1, p′/q′), i.e. u q′ < p′ (no
+    division: a candidate with q′ = 0 is never tested, one with p′ = 0 never passes)."""
+    return u * q_test < p_test
+
+
 def mcss_walk(start: int, draws: Callable[[int], list[Draws]], tokens: list[int],
               target_probs: Callable[[int], torch.Tensor], generator: torch.Generator) -> WalkResult:
     """Multi-candidate speculative sampling (Yang et al. 2024), lossless for i.i.d. or sequential draws.
@@ -226,7 +239,7 @@ def mcss_walk(start: int, draws: Callable[[int], list[Draws]], tokens: list[int]
                 if qx <= 0.0:  # padding: this candidate could not have been drawn
                     continue
                 u = float(torch.rand((), generator=generator, device=generator.device))
-                ok = u * qx < px  # u in [0, 1): probability min(1, px/qx), and never a token of residual p = 0
+                ok = passes(u, px, qx)  # probability min(1, px/qx), and never a token of residual p = 0
                 result.tests.append(NodeTest(kid, ok, p=px, q=qx, u=u))
                 if ok:
                     match = kid

@@ -400,3 +400,30 @@ def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
     assert row[LEVEL_RATE] in text and row[LEVEL_RATE].endswith("%"), "one format: a percentage"
     assert f"{numbers['accepted_length']:.2f}" in text and ACCEPTED_LENGTH in text
     assert "2 methods" in viz.compare_figure(viz.compare_rows({"mcsd": run, "ar": runs["ar"]})).layout.title.text
+
+
+def test_every_view_names_the_acceptance_test_alike_and_agrees_with_the_walk(runs):
+    """p′ and q′ (what a test used), one comparison (u < min(1, p′/q′)), and the verdict the walk recorded: the
+    tree's hover, the p/q bars' hover, the Acceptance test view and the guided step say the same for every test."""
+    from dynasd.sampling import ACCEPT_RULE, REJECT_RULE
+    from viz.guided import step_phases
+    from viz.residual import acceptance_figure
+    from viz.tree import _hover
+
+    seen = 0
+    for step in runs["sampled"].steps:
+        figures = {"tree": viz.tree_figure(step), "p/q bars": viz.pq_figure(step),
+                   "acceptance": acceptance_figure(step, greedy=False)}
+        text = json.dumps([f.to_plotly_json() for f in figures.values()], ensure_ascii=False)
+        phases = " ".join(phase.text for phase in step_phases(step))
+        assert "p'" not in text + phases and "p/q)" not in text + phases  # the old names are gone
+        for i, node in enumerate(step.nodes):
+            if node.u is None:
+                continue
+            seen += 1
+            rule = ACCEPT_RULE if node.status in ("accepted", "unchosen") else REJECT_RULE
+            assert rule in _hover(i, step), (i, node)
+            assert any(rule in h for h in figures["p/q bars"].data[0].hovertext), (i, node)
+            assert any(rule in h for h in figures["acceptance"].data[0].hovertext), (i, node)
+            assert ("<" if rule == ACCEPT_RULE else "≥") + " min(1, p′/q′)" in phases, (i, node)
+    assert seen >= 3, "the sampled run has tests to compare"

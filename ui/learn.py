@@ -13,6 +13,7 @@ from dynasd.explorer import losslessness, share, side_by_side
 from dynasd.explorer.inputs import UserError, settings_of_trace
 from dynasd.explorer.session import Session, SessionFailed
 from dynasd.options import METHODS
+from dynasd.sampling import ACCEPT_RULE
 from viz.cost import cost_figure, cost_markdown
 from viz.guided import guided_figure, step_phases
 from viz.losslessness import losslessness_figure, losslessness_markdown
@@ -232,9 +233,11 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                 residual_plot = gr.Plot(label="p, q and the residual at the rejection", elem_id="learn-residual-plot")
             with gr.Tab("Acceptance test"):
                 gr.Markdown("Each sampled test draws **u** uniformly in [0, 1) and keeps the candidate iff "
-                            "**u < min(1, p/q)**: a token the target likes at least as much as the draft is always "
-                            "kept, one it likes less is kept in proportion p/q.", elem_classes="explain")
-                acceptance_plot = gr.Plot(label="min(1, p/q) and u per test", elem_id="learn-acceptance-plot")
+                            f"**{ACCEPT_RULE}**: a token the target likes at least as much as the draft is always "
+                            "kept, one it likes less is kept in proportion p′/q′. p′ and q′ are p and q for the "
+                            "first candidate under a node; after rejected siblings, the residual and q without "
+                            "them.", elem_classes="explain")
+                acceptance_plot = gr.Plot(label="min(1, p′/q′) and u per test", elem_id="learn-acceptance-plot")
             with gr.Tab("Cost model"):
                 with gr.Row():
                     calibrate = gr.Checkbox(value=True, label="calibrate the verify cost on this device",

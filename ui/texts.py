@@ -68,7 +68,7 @@ position. After the target's single check:
   never commits fewer than one token. ti-mcsd adds none: it commits the winning chain, root included.
 
 Hover a node for p (target probability), q (draft probability), p/q and the random draw u: a candidate is
-accepted when u ≤ p'/q' (at temperature 0: when it is the target's top token). **p' and q'** are p and q after
+accepted when u < min(1, p′/q′) (at temperature 0: when it is the target's top token). **p′ and q′** are p and q after
 the siblings tested before it were rejected: the residual max(p − q, 0) and q without them, each renormalised;
 for the first sibling they equal p and q. A correction token is drawn from that residual, so its hover gives
 **p_residual**, not the target's p.

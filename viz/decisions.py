@@ -8,7 +8,7 @@ from dynasd.origins import BY_NAME
 from dynasd.trace import StepTrace
 
 from .labels import label_width, strided
-from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
+from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token, test_lines
 
 # Each tick label costs the page ~0.7 ms per redraw (viz/labels.py): token labels for a small tree, node ids (as
 # in the mask's rows and the hover) at a stride for a large one.
@@ -24,9 +24,9 @@ def pq_figure(step: StepTrace) -> go.Figure:
     hover = []
     for i, node in enumerate(step.nodes):
         ratio = "–" if not node.q else f"{node.p / node.q:.3f}"
-        hover.append(f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}<br>"
-                     f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}<br>u {fmt(node.u)}<br>"
-                     f"{STATUS_NAMES[node.status]}")
+        hover.append("<br>".join([f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}",
+                                  f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *test_lines(node),
+                                  STATUS_NAMES[node.status]]))
     traces = [go.Bar(x=xs, y=[node.p for node in step.nodes], name="p: target probability",
                          marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes]),
                      hovertext=hover, hoverinfo="text"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import plotly.graph_objects as go
 
 from dynasd.origins import BY_NAME, DRAFT
+from dynasd.sampling import passes
 from dynasd.trace import StepTrace
 
 from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, base_layout, show_token
@@ -45,7 +46,8 @@ def step_phases(step: StepTrace) -> list[Phase]:
         node = step.nodes[i]
         kept = node.status in ("accepted", "unchosen")
         if node.u is not None and node.q_test:
-            rule = (f"u = {node.u:.3f} {'<' if kept else '≥'} min(1, p/q) = "
+            below = passes(node.u, node.p_test or 0.0, node.q_test)
+            rule = (f"u = {node.u:.3f} {'<' if below else '≥'} min(1, p′/q′) = "
                     f"{min(1.0, (node.p_test or 0.0) / node.q_test):.3f}")
         else:
             rule = "it is the target's argmax" if kept else "it is not the target's argmax"

@@ -4,13 +4,14 @@ residual_figure: at the rejection that ended the walk, the target's p, the draft
 norm(max(p - q, 0)) the correction token was drawn from. The accepted mass min(p, q) plus the residual mass
 max(p - q, 0) add up to p, so a committed token follows the target whatever the draft proposed.
 
-acceptance_figure: every tested candidate's acceptance probability min(1, p/q) next to the uniform draw u it got;
-it was accepted iff u < min(1, p/q) (sampling.mcss_walk tests u * q < p).
+acceptance_figure: every tested candidate's acceptance probability min(1, p′/q′) next to the uniform draw u it got;
+it was accepted iff u < min(1, p′/q′) (sampling.ACCEPT_RULE, the test mcss_walk runs).
 """
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 from dynasd.trace import StepTrace
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout, fmt, show_token
@@ -100,9 +101,9 @@ def residual_figure(step: StepTrace, greedy: bool) -> go.Figure:
 
 
 def acceptance_rows(step: StepTrace) -> list[dict]:
-    """Every tested candidate in test order: min(1, p/q) from the values the test used, its u and the verdict.
+    """Every tested candidate in test order: min(1, p′/q′) from the values the test used, its u and the verdict.
 
-    Only sampled tests carry u; the verdict is recomputed from them (u * q < p, as sampling.mcss_walk tests), so
+    Only sampled tests carry u; the verdict is recomputed from them (sampling.passes, as mcss_walk tests), so
     a row whose verdict disagreed with the recorded status would show the mismatch instead of hiding it."""
     order = step.tested or [i for i, node in enumerate(step.nodes) if node.u is not None]
     rows = []
@@ -112,13 +113,13 @@ def acceptance_rows(step: StepTrace) -> list[dict]:
             continue
         rows.append(dict(node=i, token=node.token, level=node.level, p=node.p_test, q=node.q_test, u=node.u,
                          accept_probability=min(1.0, node.p_test / node.q_test),
-                         accepted=node.u * node.q_test < node.p_test, status=node.status))
+                         accepted=passes(node.u, node.p_test, node.q_test), status=node.status))
     return rows
 
 
 def acceptance_figure(step: StepTrace, greedy: bool) -> go.Figure:
-    """Per tested candidate: a bar up to min(1, p/q) and a diamond at its u; green when u fell under the bar."""
-    title = f"Step {step.index}: each test, min(1, p/q) (bar) and the uniform draw u (◆)"
+    """Per tested candidate: a bar up to min(1, p′/q′) and a diamond at its u; green when u fell under the bar."""
+    title = f"Step {step.index}: each test, min(1, p′/q′) (bar) and the uniform draw u (◆)"
     if greedy:
         return _message(title, "temperature 0: a candidate is accepted iff it is the target's argmax; no u is drawn")
     rows = acceptance_rows(step)
@@ -126,11 +127,11 @@ def acceptance_figure(step: StepTrace, greedy: bool) -> go.Figure:
         return _message(title, "no candidate was tested this step")
     labels = [f"{r['node']}·{show_token(r['token'], 6)}" for r in rows]
     colors = [STATUS_COLORS["accepted"] if r["accepted"] else STATUS_COLORS["rejected"] for r in rows]
-    hover = [f"<b>node {r['node']}</b> {show_token(r['token'], 20)} · level {r['level']}<br>p {fmt(r['p'])} · "
-             f"q {fmt(r['q'])}<br>min(1, p/q) {fmt(r['accept_probability'])} · u {fmt(r['u'])}<br>"
-             f"{'accepted: u < min(1, p/q)' if r['accepted'] else 'rejected: u ≥ min(1, p/q)'}" for r in rows]
+    hover = [f"<b>node {r['node']}</b> {show_token(r['token'], 20)} · level {r['level']}<br>p′ {fmt(r['p'])} · "
+             f"q′ {fmt(r['q'])}<br>min(1, p′/q′) {fmt(r['accept_probability'])} · u {fmt(r['u'])}<br>"
+             f"{'accepted: ' + ACCEPT_RULE if r['accepted'] else 'rejected: ' + REJECT_RULE}" for r in rows]
     traces = [
-        go.Bar(x=labels, y=[r["accept_probability"] for r in rows], name="min(1, p/q): acceptance probability",
+        go.Bar(x=labels, y=[r["accept_probability"] for r in rows], name="min(1, p′/q′): acceptance probability",
                marker=dict(color=colors, opacity=0.45), hovertext=hover, hoverinfo="text"),
         go.Scatter(x=labels, y=[r["u"] for r in rows], mode="markers", name="u: the uniform draw",
                    marker=dict(symbol="diamond", size=12, color=colors, line=dict(color="#000", width=1)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from dynasd.origins import ORIGINS
+from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 
 # Tree nodes (strong colours; markers on white).
 STATUS_COLORS: dict[str, str] = {
@@ -82,6 +83,16 @@ def show_token(token: str, limit: int = MAX_LABEL_CHARS) -> str:
 
 def fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
+
+
+def test_lines(node) -> list[str]:
+    """A tested node's acceptance test for a hover, in the one naming every view uses: p′, q′ (what the test used),
+    u, and the rule it met (sampling.ACCEPT_RULE). No lines for a node without a sampled test."""
+    if node.u is None or node.p_test is None or not node.q_test:
+        return []
+    accepted = passes(node.u, node.p_test, node.q_test)
+    return [f"test: p′ {fmt(node.p_test)} · q′ {fmt(node.q_test)} · u {fmt(node.u)}",
+            f"{ACCEPT_RULE if accepted else REJECT_RULE} → {'accept' if accepted else 'reject'}"]
 
 
 def base_layout(title: str, height: int) -> dict:

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import RunTrace, StepTrace
 
-from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token
+from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token, test_lines
 
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
@@ -105,13 +105,10 @@ def _hover(i: int, step: StepTrace) -> str:
              f"p (target) {fmt(n.p)}",
              f"q (draft)  {fmt(n.q)}",
              f"p/q        {ratio}"]
-    if n.p_test is not None:
-        lines.append(f"test: p'={fmt(n.p_test)} q'={fmt(n.q_test)} u={fmt(n.u)}")
-        lines.append("p', q': p and q after the siblings tested before it were rejected")
-        lines.append("(the residual max(p − q, 0) and q without them, renormalised)")
-        if n.u is not None and n.q_test:
-            accept = n.u <= n.p_test / n.q_test
-            lines.append(f"u {'≤' if accept else '>'} p'/q' → {'accept' if accept else 'reject'}")
+    tested = test_lines(n)
+    if tested:
+        lines += tested[:1] + ["p′, q′: p and q after the siblings tested before it were rejected",
+                               "(the residual max(p − q, 0) and q without them, renormalised)"] + tested[1:]
     return "<br>".join(lines)
 
 
