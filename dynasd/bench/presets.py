@@ -21,8 +21,8 @@ BENCH_DEFAULTS = {"prompts": None, "categories": None, "turns": 1, "temperatures
 
 MT_BENCH = "writing,roleplay,reasoning,math,coding,extraction,stem,humanities"
 # The paper's methods beside this project's: MCSD's static tree, the fork (ti-mcsd, 4 chains of 4 draft tokens)
-# with and without the hard decision model at 0.4 (DynaSD), sd, and the fastest lossless recipe measured on a CPU
-# (dynasd/explorer/recipes.py).
+# with and without the hard decision model at 0.4 (DynaSD), sd, and the narrow-tree recipe, the fastest lossless one
+# measured on a CPU with float32 weights (dynasd/explorer/recipes.py).
 PAPER_METHODS = (f"ar,sd,mcsd:k={Shape.text(MCSD_TREE)},ti-mcsd:w=4:d=4,ti-mcsd:w=4:d=4:stop=decision:th=0.4,"
                  "mcsd:k=2,1,1,1:stop=decision:th=0.4:lookup=8")
 
