@@ -278,3 +278,21 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
     last = int(text("status").split("Done after ")[1].split(" steps")[0]) - 1
     wait.until(lambda _: f"Explaining step {last}." in text("learn-status"))
     print(f"learn screenshots: {tmp_path}")
+
+
+def test_a_shared_link_opens_on_its_step(browser, explorer_url):
+    """A link made by Learn → Share opens the page with its prompt and settings and shows its step, with no click."""
+    from dataclasses import replace
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.share import link_query
+
+    settings = replace(Settings(), pair="tiny-random", max_new_tokens=12).normalised()
+    browser.get(f"{explorer_url}?{link_query('hello', settings.controls(), 2)}")
+    wait = WebDriverWait(browser, WAIT_S)
+    wait.until(lambda d: "Showing step 2" in d.find_element(By.ID, "status").text)
+    wait.until(lambda d: "Step 2" in d.find_element(By.ID, "tree-plot").text)
+    assert _shown_step(browser) == 2

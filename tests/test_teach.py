@@ -128,10 +128,12 @@ def test_phases_come_in_order_and_each_shows_only_what_existed_then(runs):
     for phase in phases[:depth]:
         view = step_at_phase(step, phase)
         assert {n.level for n in view.nodes} == set(range(1, phase.level + 1))
-        assert all(n.status == "not_reached" for n in view.nodes) and view.final_parent is None
+        assert all(n.status == "pending" for n in view.nodes) and view.final_parent is None
+        # drawn as drafted and waiting, not as "not reached", which would say the walk stopped above them
+        assert "not reached" not in json.dumps(guided_figure(step, phase, None).to_plotly_json())
     for phase in phases[depth + 1:-1]:
         view = step_at_phase(step, phase)
-        decided = {i for i, n in enumerate(view.nodes) if n.status != "not_reached"}
+        decided = {i for i, n in enumerate(view.nodes) if n.status != "pending"}
         assert decided <= set(step.tested[:phase.tests]) and step.tested[phase.tests - 1] in decided
     assert step_at_phase(step, phases[-1]) is step
     mask = guided_figure(step, phases[depth], None)

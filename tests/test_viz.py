@@ -427,3 +427,18 @@ def test_every_view_names_the_acceptance_test_alike_and_agrees_with_the_walk(run
             assert any(rule in h for h in figures["acceptance"].data[0].hovertext), (i, node)
             assert ("<" if rule == ACCEPT_RULE else "≥") + " min(1, p′/q′)" in phases, (i, node)
     assert seen >= 3, "the sampled run has tests to compare"
+
+
+def test_compare_says_which_method_was_fastest_and_why_in_the_runs_own_numbers(runs):
+    from viz.timeline import TOKENS_PER_S, compare_verdict
+
+    rows = viz.compare_rows({"ar": runs["ar"], "mcsd": runs["mcsd"]})
+    assert list(rows[0])[:3] == ["method", "same text as ar", TOKENS_PER_S], "what a reader compares first comes first"
+    made = lambda **speeds: [{"method": m, TOKENS_PER_S: s, "tokens / target forward": f}  # noqa: E731
+                             for m, (s, f) in speeds.items()]
+    verdict = compare_verdict(made(ar=(50.0, 1.0), pld=(60.0, 1.3), mcsd=(40.0, 2.1)))
+    assert "Fastest here: **pld**, 60.0 tokens/s, 1.20x ar" in verdict
+    assert "mcsd needed the fewest target forwards (2.1 tokens each) but made 40.0 tokens/s" in verdict
+    slow = compare_verdict(made(ar=(50.0, 1.0), mcsd=(30.0, 2.0)))
+    assert "Fastest here: **ar**" in slow and "No speculative method paid on this device" in slow
+    assert compare_verdict(made(ar=(50.0, 1.0), sd=(70.0, 1.8))).count("fewest") == 0

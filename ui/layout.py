@@ -183,7 +183,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                 compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
                                                         "assisted generation on this prompt", elem_id="compare-btn")
                                 compare_status = gr.Markdown("", label="compare status", elem_id="compare-status")
-                                compare_table = gr.Dataframe(label="Methods side by side", interactive=False, wrap=True)
+                                compare_table = gr.Dataframe(label="Methods side by side", interactive=False)
                                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                             gr.Markdown(COMPARE_HELP, elem_classes="explain")
                     with gr.Tab("Trace"):

@@ -160,15 +160,16 @@ def on_link(session_id, prompt, index, **controls):
 
 
 def on_open_link(request: gr.Request):
-    """On page load: a link's prompt and settings go to the controls, its step to the 'linked step' box."""
+    """On page load: a link's prompt and settings go to the controls, its step to the 'linked step' box; the last
+    output says whether a link was opened, so that the page goes on to show its step (show_linked_step)."""
     try:
         prompt, settings, step = share.settings_of_query(dict(request.query_params) if request else {})
     except UserError as exc:
-        return control_updates() + (gr.update(), status_line(str(exc), "warn"))
+        return control_updates() + (gr.update(), status_line(str(exc), "warn"), False)
     if prompt is None and settings is None:
-        return control_updates() + (gr.update(), gr.update())
+        return control_updates() + (gr.update(), gr.update(), False)
     return (control_updates(prompt, settings) + (gr.update(value=step or 0),
-            status_line("Opened a shared link: press **Run to the linked step**.", "ok")))
+            status_line(f"Opened a shared link: running to its step {step or 0}…", "ok"), True))
 
 
 def on_goto_step(session_id, prompt, target_step, **controls):
@@ -323,6 +324,17 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                    api_name="goto_step", show_progress="hidden")
     example_btn.click(on_example, [session_id, example], views + [prompt, *shown], api_name="replay_example",
                       show_progress="hidden")
-    demo.load(on_open_link, None, [prompt, *shown, linked_step, learn_status], api_visibility="private",
-              show_progress="hidden")
+    # A shared link opens on its step: the controls are set first, then the run goes to the step like the
+    # "Run to the linked step" button (which stays, to go there again after a change).
+    link_opened = gr.State(False)
+
+    def show_linked_step(session_id, prompt, step, opened, **controls):
+        if not opened:
+            return tuple(gr.skip() for _ in views)
+        return on_goto_step(session_id, prompt, step, **controls)
+
+    demo.load(on_open_link, None, [prompt, *shown, linked_step, learn_status, link_opened],
+              api_visibility="private", show_progress="hidden").then(
+        show_linked_step, [session_id, prompt, linked_step, link_opened], views, inputs_kwargs=controls,
+        api_visibility="private", show_progress="hidden")
     demo.load(None, js=LEARN_KEYS_JS)

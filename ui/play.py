@@ -255,8 +255,8 @@ def on_compare(session_id, prompt, **controls):
             else:
                 peers, done = {PEER_LABEL: peer}, f"all methods compared, and {PEER_LABEL} beside them."
             rows = viz.compare_rows(runs, peers)
-            yield (pd.DataFrame(rows), viz.compare_figure(rows), status_line(done[0].upper() + done[1:], "ok"),
-                   session.id)
+            said = f"{done[0].upper() + done[1:]} {viz.compare_verdict(rows)}"
+            yield pd.DataFrame(rows), viz.compare_figure(rows), status_line(said, "ok"), session.id
     except Exception as exc:
         if not isinstance(exc, (UserError, SessionFailed)):
             exc = unexpected(exc)

@@ -62,13 +62,16 @@ def step_phases(step: StepTrace) -> list[Phase]:
 
 
 def step_at_phase(step: StepTrace, phase: Phase) -> StepTrace:
-    """The step as it stood at `phase`: nodes up to the drafted level, statuses only for tests already made."""
+    """The step as it stood at `phase`: nodes up to the drafted level, statuses only for tests already made.
+
+    Before the walk has reached a node it is `pending` (drafted, not tested yet), not `not_reached`, which would
+    say the walk has stopped above it; from the commit phase on the step's own statuses show."""
     if phase.kind == "commit":
         return step
     # Nodes are numbered level by level, so the levels drafted so far are a prefix and parents stay valid.
     shown = next((i for i, node in enumerate(step.nodes) if node.level > phase.level), len(step.nodes))
     done = set((step.tested or [])[:phase.tests]) if phase.kind == "test" else set()
-    nodes = [replace(node, status=node.status if i in done else "not_reached", u=node.u if i in done else None)
+    nodes = [replace(node, status=node.status if i in done else "pending", u=node.u if i in done else None)
              for i, node in enumerate(step.nodes[:shown])]
     path = [i for i in step.accepted_path if i in done]
     return replace(step, nodes=nodes, accepted_path=path, final_parent=None,

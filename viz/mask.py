@@ -110,11 +110,17 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
                     root_rows=root_rows, tree_offset=offset, live=live, size=size, shows_max=show_max)
 
 
+# Beyond this many columns a column is too narrow on a phone for two upright labels side by side: the root's
+# column goes unlabelled next to "ctx" (the title names the column order).
+LABELLED_ROOT_UP_TO_COLUMNS = 24
+
+
 def _column_ticks(view: MaskView) -> tuple[list[int], list[str]]:
     """The context column, the root column(s), then every k-th tree node by id (the rows spell the tokens out)."""
     ids = strided(view.size, MAX_COLUMN_TICKS)
+    root = "root" if view.tree_offset + view.size <= LABELLED_ROOT_UP_TO_COLUMNS else ""
     return ([0, *range(1, view.tree_offset), *(view.tree_offset + i for i in ids)],
-            ["ctx", *["root"] * view.root_rows, *(str(i) for i in ids)])
+            ["ctx", *[root] * view.root_rows, *(str(i) for i in ids)])
 
 
 def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bool | None = None,
@@ -156,7 +162,8 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
 
     xticks, xtext = _column_ticks(view)
     cached = step.context_len - view.root_rows
-    title = mask_title(step, view)
+    title = (f"{mask_title(step, view)}<br><span style='font-size:11px'>columns: the context ({cached} tokens, "
+             "one column), the root, then the nodes by id</span>")
     layout = base_layout(title, height=int(min(900, max(300, 190 + LEGEND_ROOM + rows * 15))))
     # fixed margins (no automargin: it draws the figure twice): the row labels on the left, below the plot the
     # column ticks (turned upright), the axis title and the legend
@@ -166,8 +173,8 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
         margin=dict(l=label_width(ytext, tick_size) + 6, r=10, b=bottom, t=100),
         xaxis=dict(tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90, showgrid=False, zeroline=False,
                    range=[-0.5, cols - 0.5], tickfont=dict(size=tick_size),
-                   title=dict(text=f"attends to: context ({cached} tokens, one column), root, nodes by id",
-                              font=dict(size=11), standoff=4)),
+                   # short: a long axis title is cut at the figure's edges when the plot is narrow (a phone)
+                   title=dict(text="attends to", font=dict(size=11), standoff=4)),
         xaxis2=LABEL_AXIS,
         yaxis=dict(showticklabels=False, ticks="", autorange="reversed", showgrid=False, zeroline=False))
     return go.Figure(data=traces, layout=layout)

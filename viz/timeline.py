@@ -132,7 +132,9 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
 
 def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[dict]:
     """One row per method, then one per peer (label -> a run of another implementation with the fields of
-    dynasd/explorer/peer.PeerRun); `same text as ar` compares with the target-alone (AR) output when it was run."""
+    dynasd/explorer/peer.PeerRun); `same text as ar` compares with the target-alone (AR) output when it was run.
+    The columns a reader compares first come first (the text check, the speed, the speed against ar), so they
+    show without scrolling sideways on a laptop."""
     reference = runs["ar"].text if "ar" in runs else None
     rows = []
     for method, run in runs.items():
@@ -140,29 +142,53 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
         drafts = method != "ar"
         rows.append({
             "method": method + ("" if run.lossless else " (LOSSY)"),
-            "new tokens": s["new_tokens"],
-            "target forwards": s["target_forwards"],
-            "tokens / target forward": round(s["tokens_per_target_forward"], 2),
+            "same text as ar": "n/a" if reference is None else ("yes" if run.text == reference else "NO"),
             TOKENS_PER_S: round(s["tokens_per_s"], 1),
-            "prefill (ms)": round(s["prefill_seconds"] * 1000),
+            "tokens / target forward": round(s["tokens_per_target_forward"], 2),
             ACCEPTED_LENGTH: round(s["accepted_length"], 2) if drafts else None,
             LEVEL_RATE: f"{s['acceptance_rate']:.0%}" if drafts else "–",
-            "same text as ar": "n/a" if reference is None else ("yes" if run.text == reference else "NO"),
+            "target forwards": s["target_forwards"],
+            "new tokens": s["new_tokens"],
+            "prefill (ms)": round(s["prefill_seconds"] * 1000),
         })
     for label, peer in (peers or {}).items():
         rounds = max(peer.target_forwards, 1)
         rows.append({
             "method": label,
-            "new tokens": peer.new_tokens,
-            "target forwards": peer.target_forwards,
-            "tokens / target forward": round(peer.new_tokens / rounds, 2),
+            "same text as ar": "n/a" if reference is None else ("yes" if peer.text == reference else "NO"),
             TOKENS_PER_S: round(peer.new_tokens / peer.decoding_seconds, 1) if peer.decoding_seconds > 0 else 0.0,
-            "prefill (ms)": round(peer.prefill_seconds * 1000),
+            "tokens / target forward": round(peer.new_tokens / rounds, 2),
             ACCEPTED_LENGTH: round(peer.accepted_tokens / rounds, 2),
             LEVEL_RATE: f"{peer.accepted_tokens / peer.assistant_forwards:.0%}" if peer.assistant_forwards else "–",
-            "same text as ar": "n/a" if reference is None else ("yes" if peer.text == reference else "NO"),
+            "target forwards": peer.target_forwards,
+            "new tokens": peer.new_tokens,
+            "prefill (ms)": round(peer.prefill_seconds * 1000),
         })
     return rows
+
+
+def compare_verdict(rows: list[dict]) -> str:
+    """Which method was fastest in this comparison and why, in this run's own numbers: its speed against ar, and,
+    when another method saved more target forwards, why that did not make it faster (the rows it verified and the
+    drafts it ran cost more time here than the forwards it saved)."""
+    if not rows:
+        return ""
+    speed = {r["method"]: r[TOKENS_PER_S] for r in rows}
+    fastest = max(rows, key=lambda r: r[TOKENS_PER_S])
+    ar = speed.get("ar")
+    against = f", {fastest[TOKENS_PER_S] / ar:.2f}x ar" if ar and fastest["method"] != "ar" else ""
+    text = (f"Fastest here: **{fastest['method']}**, {fastest[TOKENS_PER_S]} tokens/s{against}, with "
+            f"{fastest['tokens / target forward']} tokens per target forward.")
+    if fastest["method"] == "ar" and len(rows) > 1:
+        text += (" No speculative method paid on this device: verifying several rows and running the draft cost "
+                 "more time than the target forwards they saved.")
+    frugal = max(rows, key=lambda r: r["tokens / target forward"])
+    if frugal is not fastest and frugal["tokens / target forward"] > fastest["tokens / target forward"]:
+        text += (f" {frugal['method']} needed the fewest target forwards ({frugal['tokens / target forward']} tokens "
+                 f"each) but made {frugal[TOKENS_PER_S]} tokens/s: each of its forwards verified more rows and "
+                 "its draft ran more, which cost more here than the forwards saved (on a GPU extra rows are nearly "
+                 "free, and that ranking can change).")
+    return text
 
 
 def compare_figure(rows: list[dict]) -> go.Figure:

@@ -17,7 +17,7 @@ from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_la
 
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
-                "padding")
+                "padding", "pending")
 # A node's shape says which source proposed it (dynasd/origins.py); its colour says what the walk decided.
 NODE_SYMBOLS = {origin.name: origin.symbol for origin in ORIGINS}
 NODE_ORIGIN_NAMES = {origin.name: origin.source for origin in ORIGINS}
