@@ -162,8 +162,9 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
 
     xticks, xtext = _column_ticks(view)
     cached = step.context_len - view.root_rows
-    title = (f"{mask_title(step, view)}<br><span style='font-size:11px'>columns: the context ({cached} tokens, "
-             "one column), the root, then the nodes by id</span>")
+    # the column order in a short line of the title, which spans the figure (a long axis title would be cut)
+    title = (f"{mask_title(step, view)}<br><span style='font-size:11px'>columns: context ({cached} tokens), "
+             "root, nodes</span>")
     layout = base_layout(title, height=int(min(900, max(300, 190 + LEGEND_ROOM + rows * 15))))
     # fixed margins (no automargin: it draws the figure twice): the row labels on the left, below the plot the
     # column ticks (turned upright), the axis title and the legend
