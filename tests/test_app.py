@@ -607,3 +607,18 @@ def test_no_progress_overlay_covers_a_status_line_or_the_guided_figure():
                 for fn in demo.fns.values()
                 if fn.fn is not None and fn.show_progress != "hidden" and any(o.elem_id in watched for o in fn.outputs)]
     assert not covering, covering
+
+
+def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar():
+    from dataclasses import replace
+
+    from dynasd.explorer.inputs import Settings
+    from ui.play import _wide_tree_on_a_cpu
+
+    default = Settings().normalised()
+    assert default.method == "mcsd"
+    note = _wide_tree_on_a_cpu(default)  # this machine has no GPU
+    assert "44-node tree is expected to be slower than ar" in note and "45 rows" in note
+    narrow = replace(Settings(), k_config="2,1,1,1").normalised()
+    assert _wide_tree_on_a_cpu(narrow) == ""
+    assert _wide_tree_on_a_cpu(replace(Settings(), method="pld").normalised()) == ""

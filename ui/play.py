@@ -18,9 +18,10 @@ from dynasd.explorer.inputs import CUSTOM, Settings, UserError, settings_of_trac
 from dynasd.explorer.peer import PEER_LABEL
 from dynasd.explorer.recipes import recipe_values
 from dynasd.explorer.session import Session, SessionFailed, load_trace
-from dynasd.models import has_feature_draft
+from dynasd.models import has_feature_draft, pick_device
 from dynasd.options import OPTIONS
 from dynasd.trace import save_run
+from dynasd.tree import TreeShape
 
 from . import gpu, state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, SHOWN_BY_METHOD, settings_from
@@ -54,7 +55,25 @@ def _ensure_run(session: Session, settings: Settings, prompt: str, steps: int) -
     reason = ("settings changed: started a new run" if replaced and not session.done
               else "started a new run in place of the finished one" if replaced else "started a new run")
     session.start(gpu.compute(), settings, prompt, steps=steps)
-    return f"{reason}; {_start_costs(session)}"
+    return f"{reason}; {_start_costs(session)}{_wide_tree_on_a_cpu(settings)}"
+
+
+WIDE_TREE_NODES = 8  # the narrow recipe's (2, 1, 1, 1) tree; wider ones lost to ar on both CPUs measured
+
+
+def _wide_tree_on_a_cpu(settings: Settings) -> str:
+    """Said at the start of a run whose tree is wider than any that paid on a CPU (docs/benchmarks.md), when the
+    models run on one: a learner's first Run would otherwise show speculation losing without a word of why."""
+    branching = settings.options.for_method().branching()
+    if not branching or settings.method not in ("mcsd", "ti-mcsd") or gpu.on_zero_gpu():
+        return ""
+    nodes = TreeShape(branching).num_nodes
+    if nodes <= WIDE_TREE_NODES or pick_device(None).type != "cpu":
+        return ""
+    return (f". On a CPU this {nodes}-node tree is expected to be slower than ar: each step verifies {nodes + 1} "
+            "rows and a CPU's forward grows with its rows (Learn → Cost model measures it here). Prompt lookup and "
+            "the narrow tree are the fastest lossless methods measured on a CPU (Recipe menu); trees this wide pay "
+            "on a GPU")
 
 
 def _start_costs(session: Session) -> str:
