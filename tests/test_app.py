@@ -4,6 +4,7 @@ import json
 import time
 
 import pytest
+import torch
 
 from dynasd.decoders import Decoder
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError
@@ -609,15 +610,19 @@ def test_no_progress_overlay_covers_a_status_line_or_the_guided_figure():
     assert not covering, covering
 
 
-def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar():
+def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar(monkeypatch):
     from dataclasses import replace
 
+    import ui.play
     from dynasd.explorer.inputs import Settings
     from ui.play import _wide_tree_on_a_cpu
 
     default = Settings().normalised()
     assert default.method == "mcsd"
-    note = _wide_tree_on_a_cpu(default)  # this machine has no GPU
+    monkeypatch.setattr(ui.play, "pick_device", lambda _: torch.device("cuda"))
+    assert _wide_tree_on_a_cpu(default) == "", "on a GPU the paper's tree is the right first sight"
+    monkeypatch.setattr(ui.play, "pick_device", lambda _: torch.device("cpu"))
+    note = _wide_tree_on_a_cpu(default)
     assert "44-node tree is expected to be slower than ar" in note and "45 rows" in note
     narrow = replace(Settings(), k_config="2,1,1,1").normalised()
     assert _wide_tree_on_a_cpu(narrow) == ""
