@@ -296,3 +296,18 @@ def test_a_shared_link_opens_on_its_step(browser, explorer_url):
     wait.until(lambda d: "Showing step 2" in d.find_element(By.ID, "status").text)
     wait.until(lambda d: "Step 2" in d.find_element(By.ID, "tree-plot").text)
     assert _shown_step(browser) == 2
+
+
+def test_a_long_new_prompt_is_announced_as_read_before_the_first_step(browser, explorer_url):
+    """The page's script at Step/Run (READING_PROMPT_JS), run in the browser: a new prompt over the threshold gets
+    "Reading the prompt (N characters)…", the same prompt again (the next Step) and a short one "Working…"."""
+    import json
+
+    from ui.page_scripts import LONG_PROMPT_CHARS, READING_PROMPT_JS
+
+    browser.get(explorer_url)
+    said = lambda prompt: browser.execute_script(f"return ({READING_PROMPT_JS})({json.dumps(prompt)});")  # noqa: E731
+    long_prompt = "word " * (LONG_PROMPT_CHARS // 4)
+    assert f"Reading the prompt ({len(long_prompt):,} characters)" in said(long_prompt)
+    assert "Working on the next step" in said(long_prompt)
+    assert "Working on the next step" in said("a short prompt")

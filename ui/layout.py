@@ -17,6 +17,7 @@ from .gpu import on_zero_gpu
 from .learn import learn_section
 from .page_scripts import (
     NEXT_STEP_JS,
+    READING_PROMPT_JS,
     RUN_PRESSED_JS,
     STOP_PRESSED_JS,
     WAITING_FOR_GPU_JS,
@@ -201,7 +202,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         # No progress overlay on a Step, a Run's steps or a scrub: its animation kept a core of this 2-core machine
         # busy while the model stepped (the step took ~25% longer); the status line says at once that work began.
         working = WAITING_FOR_GPU_JS if on_zero_gpu() else WORKING_JS
-        step_btn.click(None, None, [status], js=working, queue=False, api_visibility="private")
+        step_btn.click(None, [prompt], [status], js=WAITING_FOR_GPU_JS if on_zero_gpu() else READING_PROMPT_JS,
+                       queue=False, api_visibility="private")
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
                        show_progress="hidden")
         # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
@@ -210,6 +212,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         run_tick = gr.State(0)
         stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
         run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
+        if not on_zero_gpu():
+            run_btn.click(None, [prompt], [status], js=READING_PROMPT_JS, queue=False, api_visibility="private")
         if on_zero_gpu():  # the whole Run is one GPU call, which may first wait in ZeroGPU's queue
             run_btn.click(None, None, [status], js=WAITING_FOR_GPU_JS, queue=False, api_visibility="private")
         run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
