@@ -14,7 +14,13 @@ from pathlib import Path
 
 from .decoders import RequestError, make_decoder
 from .models import ModelLoadError
-from .options import add_model_arguments, add_option_arguments, load_pair_from, options_from_args
+from .options import (
+    DEFAULT_MAX_NEW_TOKENS,
+    add_model_arguments,
+    add_option_arguments,
+    load_pair_from,
+    options_from_args,
+)
 from .prompts import follow_up_ids, read_prompts
 from .stopping import load_decision_model
 from .trace import TraceError, save_run
@@ -48,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     add_option_arguments(p)
     p.add_argument("--runs", type=int, default=1, help="independent runs with seeds seed..seed+N-1")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompts", default=None, help="Spec-Bench style JSON Lines file")
     p.add_argument("--limit", type=int, default=None, help="first N prompts of --prompts")

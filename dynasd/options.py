@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from .models import DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
-from .sampling import SamplingConfig
-from .stopping import DEFAULT_DECISION_MODEL, STOP_POLICIES
+from .sampling import MAX_TEMPERATURE, SamplingConfig
+from .stopping import DEFAULT_DECISION_MODEL, DEFAULT_THRESHOLD, STOP_POLICIES
 from .tree import TreeShape, parse_branching
 
 METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle")
@@ -34,6 +34,7 @@ MAX_TREE_NODES = 256                        # the verify forward's largest tree,
 MAX_SHAPE_CHARS = 200                       # a tree shape's text ("4,2,2,1")
 MAX_REF_CHARS = 300                         # a model or decision-model reference (hub id or path)
 MAX_SEED = 2**63 - 1
+DEFAULT_MAX_NEW_TOKENS = 64                 # a run's token budget unless told: the app, the CLI, the bench
 TREE_LIMIT = f"{MAX_TREE_NODES} is the tree-node limit"
 
 
@@ -312,14 +313,15 @@ class DecoderOptions:
         "probability falls below the threshold; decision asks a trained classifier; cumulative multiplies the "
         "predictions along each chain", DRAFTING, "stop policy", "Stop policy", "dynamic", "dropdown", "stop")
     threshold: float = option(
-        0.4, Float(0.0, 1.0), "stop-policy threshold: drafting goes on while some tip scores at least this",
+        DEFAULT_THRESHOLD, Float(0.0, 1.0), "stop-policy threshold: drafting goes on while some tip scores at "
+        "least this",
         DRAFTING, "threshold", "Threshold", "dynamic", "slider", "th", (0.0, 1.0, 0.05))
     decision_model: str | None = option(
         None, Ref(), "decision model for stop=decision or cumulative: a shipped one by name (dynasd/assets/"
         f"decision-*) or a folder of a trained one (default: {DEFAULT_DECISION_MODEL})", DRAFTING, "decision model",
         "Decision model (stop = decision or cumulative)", "advanced", "dropdown", "decision")
     temperature: float = option(
-        0.0, Float(0.0, 10.0), "sampling temperature (0 = greedy)", METHODS, "temperature",
+        0.0, Float(0.0, MAX_TEMPERATURE), "sampling temperature (0 = greedy)", METHODS, "temperature",
         "Temperature (0 = greedy)", "sampling", "slider", None, (0.0, 2.0, 0.05))
     top_p: float = option(
         1.0, Float(0.0, 1.0, open_low=True), "nucleus sampling: keep the most probable tokens up to this mass "
@@ -436,7 +438,7 @@ def options_of_run(method: str, config: dict) -> DecoderOptions:
     record = {"method": method, **{name: config[name] for name in ("temperature", "top_p", "top_k", "seed")
                                    if name in config}}
     if method in DRAFTING:
-        record.update(stop=config.get("stop", "none"), threshold=config.get("threshold", 0.4),
+        record.update(stop=config.get("stop", "none"), threshold=config.get("threshold", DEFAULT_THRESHOLD),
                       dynamic_depth=config.get("dynamic_depth", False),
                       draft_kind="features" if config.get("feature_draft") else "tokens")
     if method in LOOKING_UP:

@@ -12,16 +12,22 @@ import torch
 
 from .tree import ROOT
 
+MAX_TEMPERATURE = 10.0  # the options table (dynasd/options.py) reads this range; nothing else writes it
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
+    """How a distribution is warped before it is sampled. The defaults and ranges are the options table's (its
+    temperature, top_k and top_p entries take them from here): a config made in code is checked as the CLI and the
+    app check theirs."""
+
     temperature: float = 0.0
     top_k: int = 0      # 0 = off
     top_p: float = 1.0  # 1 = off
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.temperature <= 10.0):
-            raise ValueError(f"temperature must lie in [0, 10], got {self.temperature}")
+        if not (0.0 <= self.temperature <= MAX_TEMPERATURE):
+            raise ValueError(f"temperature must lie in [0, {MAX_TEMPERATURE:g}], got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top-p must lie in (0, 1], got {self.top_p}")
         if self.top_k < 0:

@@ -24,13 +24,17 @@ from .models import ASSETS_DIR
 STOP_POLICIES = ("none", "confidence", "decision", "cumulative")
 
 
+# The threshold of DynaSD's hard decision model (Lu et al. 2024), and the options table's default (options.py).
+DEFAULT_THRESHOLD = 0.4
+
+
 @dataclass
 class StopPolicy:
     """`name`: none | confidence | decision | cumulative. `decision` needs a `decision_model`; `cumulative` uses
     one when given, else the draft's top probability."""
 
     name: str = "none"
-    threshold: float = 0.4
+    threshold: float = DEFAULT_THRESHOLD
     decision_model: DecisionModel | None = None
     # cumulative: chain acceptance of each row of the previous call (the parents of this call's rows)
     _chain: list[float] | None = field(default=None, init=False, repr=False, compare=False)
@@ -124,7 +128,7 @@ def load_decision_model(name: str, reference: str | Path | None = None) -> Decis
         raise ValueError(str(exc)) from exc
 
 
-def make_stop_policy(name: str, threshold: float = 0.4, decision_path: str | Path | None = None,
+def make_stop_policy(name: str, threshold: float = DEFAULT_THRESHOLD, decision_path: str | Path | None = None,
                      decision_model: DecisionModel | None = None) -> StopPolicy:
     """A stop policy; `decision_model`, when given, is used instead of loading the one `decision_path` names."""
     if decision_model is None or name not in READS_DECISION_MODEL:

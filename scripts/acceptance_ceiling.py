@@ -20,6 +20,7 @@ from draft_agreement import greedy_answer  # this folder (a script's folder is o
 
 from dynasd.lookup import NgramIndex
 from dynasd.models import load_pair
+from dynasd.options import DEFAULT_MAX_NEW_TOKENS
 from dynasd.prompts import select_prompts
 
 
@@ -62,7 +63,7 @@ def main() -> int:
     parser.add_argument("--prompts", required=True, help="Spec-Bench-style JSON Lines")
     parser.add_argument("--categories", default="")
     parser.add_argument("--limit", type=int, default=1, help="prompts per category")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--widths", default="1,2,4,8", help="most children per node")
     parser.add_argument("--depths", default="4,8")
     parser.add_argument("--lookup", type=int, default=8, help="prompt lookup length for the second column (0: none)")

@@ -21,6 +21,7 @@ import torch
 
 from dynasd.feature_draft import is_feature_draft
 from dynasd.models import WEIGHT_MODES, load_distilled_draft, load_pair
+from dynasd.options import DEFAULT_MAX_NEW_TOKENS
 from dynasd.prompts import select_prompts
 from dynasd.training.agreement import agreement
 from dynasd.training.feature_data import target_features
@@ -43,7 +44,7 @@ def main() -> int:
     parser.add_argument("--prompts", required=True, help="Spec-Bench-style JSON Lines")
     parser.add_argument("--categories", default="")
     parser.add_argument("--limit", type=int, default=1, help="prompts per category")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--weights", default="fp32", choices=WEIGHT_MODES,
                         help="whose greedy answers are scored: the float32 target's (default) or the target "

@@ -19,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from dynasd.options import DEFAULT_MAX_NEW_TOKENS
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -32,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="tiny-random")
     parser.add_argument("--method", default="mcsd")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--prompt", default="Explain what a binary search tree is.")
     args = parser.parse_args()
 

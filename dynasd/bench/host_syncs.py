@@ -22,7 +22,7 @@ import torch
 
 from ..decoders import make_decoder
 from ..models import ModelPair
-from ..options import DecoderOptions
+from ..options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions
 
 # The Tensor methods that hand a device value to Python; each is a synchronisation when the tensor is on a GPU.
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
@@ -62,7 +62,7 @@ def count_host_reads(device_type: str | None = None) -> Iterator[Counter]:
 
 
 def reads_per_step(pair: ModelPair, options: DecoderOptions, prompt: str, steps: int = 4,
-                   max_new_tokens: int = 64) -> list[dict]:
+                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[dict]:
     """Host reads of each of the first `steps` steps of one run (the prefill in `start` is not counted), with the
     step's node count: the reads per node show whether a cost grows with the tree."""
     decoder = make_decoder(pair, options)

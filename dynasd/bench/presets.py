@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from ..options import MCSD_TREE, Shape
+from ..options import DEFAULT_MAX_NEW_TOKENS, MCSD_TREE, Shape
 from .specs import DEFAULT_METHODS
 
 # The bench's defaults for the flags presets may set (the parser's defaults are None).
-BENCH_DEFAULTS = {"prompts": None, "categories": None, "turns": 1, "temperatures": None, "max_new_tokens": 64,
-                  "methods": DEFAULT_METHODS}
+BENCH_DEFAULTS = {"prompts": None, "categories": None, "turns": 1, "temperatures": None,
+                  "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "methods": DEFAULT_METHODS}
 
 MT_BENCH = "writing,roleplay,reasoning,math,coding,extraction,stem,humanities"
 # The paper's methods beside this project's: MCSD's static tree, the fork (ti-mcsd, 4 chains of 4 draft tokens)

@@ -9,14 +9,14 @@ from dataclasses import field, make_dataclass, replace
 from typing import Any
 
 from ..models import BUILTIN_PAIRS, PRESETS
-from ..options import MAX_REF_CHARS, OPTIONS, DecoderOptions, Int, OptionsError, options_of_run
+from ..options import DEFAULT_MAX_NEW_TOKENS, MAX_REF_CHARS, OPTIONS, DecoderOptions, Int, OptionsError, options_of_run
 from ..trace import RunTrace
 
 CUSTOM = "custom"              # the pair control's value for a target and draft named by the user
 MAX_NEW_TOKENS_LIMIT = 512
 MAX_PROMPT_CHARS = 20_000      # far above any context limit in tokens; refused before the tokenizer runs
 NEW_TOKENS = Int(1, MAX_NEW_TOKENS_LIMIT)
-RUN_FIELDS = {"pair": "embedded", "target": "", "draft": "", "max_new_tokens": 64}
+RUN_FIELDS = {"pair": "embedded", "target": "", "draft": "", "max_new_tokens": DEFAULT_MAX_NEW_TOKENS}
 
 
 class UserError(ValueError):
