@@ -34,6 +34,7 @@ COMMANDS = {
     "train-feature-draft": ("dynasd.training.feature_distill",
                             "Train a draft that also reads the target's hidden states (features, train, export)."),
     "train-decision": ("dynasd.training.decision_training", "Train the hard and soft early-stop decision models."),
+    "recipes": ("dynasd.recipes", "Print the named method configurations (the app's Recipe menu) as bench specs."),
     "build-kernels": ("dynasd.kernels.build_command",
                       "Build the compiled CPU kernels now rather than at the first model load (make setup runs it)."),
 }

@@ -121,7 +121,7 @@ with open(sys.argv[1], "w") as f:
     for i, (category, text) in enumerate(questions[:1] if sys.argv[2] == "1" else questions):
         f.write(json.dumps({"question_id": i + 1, "category": category, "turns": [text]}) + "\n")
 EOF
-FASTEST="mcsd:k=2,1,1,1:stop=decision:th=0.4:decision=dynasd/assets/decision-smollm2-hard:lookup=8"
+FASTEST="$("$PYTHON" -m dynasd recipes --spec narrow-cpu)"  # the app's narrow-tree recipe (dynasd/recipes.py)
 METHODS="ar,sd:gamma=6,mcsd:k=4,2,2,1,$FASTEST,ti-mcsd,hf-assisted"
 TOKENS=64 STEPS=4
 [ $QUICK = 1 ] && TOKENS=8 STEPS=2

@@ -169,7 +169,7 @@ def test_every_recipe_runs_and_sets_only_method_controls():
     method controls it names and nothing else (pair, prompt and sampling stay)."""
     from dataclasses import replace
 
-    from dynasd.explorer.recipes import RECIPES
+    from dynasd.recipes import RECIPES
     from ui import play
     from ui.controls import CONTROL_NAMES
 

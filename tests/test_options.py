@@ -8,7 +8,6 @@ import pytest
 
 from dynasd.bench import specs as bench_specs
 from dynasd.cli import build_parser
-from dynasd.explorer.recipes import RECIPES
 from dynasd.options import (
     MAX_TREE_NODES,
     METHODS,
@@ -24,6 +23,7 @@ from dynasd.options import (
     options_from_args,
     options_of_run,
 )
+from dynasd.recipes import RECIPES
 
 
 def bad_values(option) -> list:
@@ -236,6 +236,24 @@ def test_recipes_are_valid_option_overrides():
         assert all(OPTIONS[key].group != "sampling" for key in values), f"{name}: a recipe leaves sampling alone"
         options = DecoderOptions(**values).validate()
         assert options == DecoderOptions.parse({k: OPTIONS[k].record(v) for k, v in values.items()}), name
+
+
+def test_a_recipe_written_once_is_the_same_configuration_in_the_app_the_bench_and_the_scripts(tiny_pair, capsys):
+    """The app's menu sets RECIPES' values; the bench and scripts/gpu_check.sh run `Recipe.bench_spec()` (the
+    latter through `dynasd recipes --spec`): both must make the same decoder."""
+    from dynasd import cli
+    from dynasd.bench.presets import PAPER_METHODS
+    from dynasd.decoders import make_decoder
+    from dynasd.recipes import ALL
+
+    for recipe in ALL:
+        in_the_app = make_decoder(tiny_pair, DecoderOptions(**recipe.values).validate())
+        spec = bench_specs.parse_method(recipe.bench_spec())
+        in_the_bench = make_decoder(tiny_pair, bench_specs.decoder_options(DecoderOptions(), spec))
+        assert (in_the_bench.method, in_the_bench.config()) == (in_the_app.method, in_the_app.config()), recipe.key
+        assert cli.main(["recipes", "--spec", recipe.key]) == 0
+        assert capsys.readouterr().out.strip() == recipe.bench_spec()
+    assert all(recipe.bench_spec() in PAPER_METHODS for recipe in ALL if recipe.key != "pld" and recipe.key != "sd")
 
 
 def test_ui_values_are_coerced_like_the_app_sends_them():

@@ -16,10 +16,10 @@ import viz
 from dynasd.explorer import paced_run
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError, settings_of_trace
 from dynasd.explorer.peer import PEER_LABEL
-from dynasd.explorer.recipes import recipe_values
 from dynasd.explorer.session import Session, SessionFailed, load_trace
 from dynasd.models import has_feature_draft, pick_device
 from dynasd.options import OPTIONS
+from dynasd.recipes import recipe_values
 from dynasd.trace import save_run
 from dynasd.tree import TreeShape
 

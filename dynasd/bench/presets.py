@@ -13,6 +13,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from ..options import DEFAULT_MAX_NEW_TOKENS, MCSD_TREE, Shape
+from ..recipes import BY_KEY
 from .specs import DEFAULT_METHODS
 
 # The bench's defaults for the flags presets may set (the parser's defaults are None).
@@ -22,9 +23,9 @@ BENCH_DEFAULTS = {"prompts": None, "categories": None, "turns": 1, "temperatures
 MT_BENCH = "writing,roleplay,reasoning,math,coding,extraction,stem,humanities"
 # The paper's methods beside this project's: MCSD's static tree, the fork (ti-mcsd, 4 chains of 4 draft tokens)
 # with and without the hard decision model at 0.4 (DynaSD), sd, and the narrow-tree recipe, the fastest lossless one
-# measured on a CPU with float32 weights (dynasd/explorer/recipes.py).
-PAPER_METHODS = (f"ar,sd,mcsd:k={Shape.text(MCSD_TREE)},ti-mcsd:w=4:d=4,ti-mcsd:w=4:d=4:stop=decision:th=0.4,"
-                 "mcsd:k=2,1,1,1:stop=decision:th=0.4:lookup=8")
+# measured on a CPU with float32 weights (dynasd/recipes.py).
+PAPER_METHODS = ",".join(["ar", "sd", *(BY_KEY[key].bench_spec() for key in ("mcsd-paper", "dynasd-fork",
+                                                                                "dynasd-decision", "narrow-cpu"))])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,89 @@
+"""Named method configurations: the papers' settings and the fastest ones measured on a CPU, written once.
+
+Why: the explorer has a dozen method controls, and the configurations worth seeing first (MCSD's static tree, the
+DynaSD paper's target-initialized fork with and without a decision model, plain speculative sampling, prompt lookup,
+and the fastest lossless settings in docs/benchmarks.md) are combinations a newcomer would not find alone. A recipe
+is a dict of decoder-option overrides (dynasd/options.py names, typed values) that shape the method; the model pair,
+prompt and sampling settings (the options of group "sampling") stay as they are. The app's Recipe menu, the bench's
+paper preset and scripts/gpu_check.sh (through `dynasd recipes`) all read them here.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from .options import MCSD_TREE, OPTIONS, Shape
+from .stopping import DEFAULT_THRESHOLD  # DynaSD's hard decision threshold
+
+# What every recipe starts from: full depth, no stop policy, no prompt lookup, the token draft; each sets what makes
+# it the recipe it is.
+BASE = dict(dynamic_depth=False, stop="none", lookup=0, draft_kind="tokens")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    key: str        # its name on a command line (`dynasd recipes --spec KEY`)
+    label: str      # its entry in the app's Recipe menu
+    own: dict       # the decoder options that make it this recipe, over BASE
+
+    @property
+    def values(self) -> dict:
+        return {**BASE, **self.own}
+
+    def bench_spec(self) -> str:
+        """The recipe as a bench method spec (`mcsd:k=2,1,1,1:stop=decision:th=0.4:lookup=8`): the values it
+        sets itself, dynamic depth left to the stop policy that implies it."""
+        method = self.own["method"]
+        parts = [method]
+        for name, value in self.own.items():
+            o = OPTIONS[name]
+            implied = name == "dynamic_depth" and self.own.get("stop", "none") != "none"
+            if name != "method" and not implied and o.bench_key and o.read_by(method):
+                parts.append(f"{o.bench_key}={o.record(value)}")
+        return ":".join(parts)
+
+
+ALL = [
+    # docs/benchmarks.md: the fastest lossless method with float32 weights (1.27x ar), not with the GGUF blocks
+    Recipe("narrow-cpu",
+           "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop (fastest with float32 weights)",
+           dict(method="mcsd", k_config=(2, 1, 1, 1), dynamic_depth=True, stop="decision",
+                threshold=DEFAULT_THRESHOLD, lookup=8)),
+    Recipe("mcsd-paper", f"MCSD (Yang et al. 2024): a static {Shape.text(MCSD_TREE)} tree from the draft",
+           dict(method="mcsd", k_config=MCSD_TREE)),
+    Recipe("dynasd-fork", "DynaSD (Lu et al. 2024): target-initialized fork, 4 chains of 4 (lossy)",
+           dict(method="ti-mcsd", width=4, depth=4)),
+    Recipe("dynasd-decision", "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)",
+           dict(method="ti-mcsd", width=4, depth=4, dynamic_depth=True, stop="decision", threshold=DEFAULT_THRESHOLD)),
+    Recipe("sd", "Speculative sampling: one draft chain of 4", dict(method="sd", gamma=4)),
+    # docs/benchmarks.md: the fastest lossless method with the GGUF blocks (1.02x ar)
+    Recipe("pld", "Prompt lookup decoding: no draft model (fastest with the GGUF blocks)",
+           dict(method="pld", lookup=8)),
+]
+BY_KEY = {recipe.key: recipe for recipe in ALL}
+RECIPES: dict[str, dict] = {recipe.label: recipe.values for recipe in ALL}  # the app's menu: label -> values
+
+
+def recipe_values(name: str) -> dict:
+    """The option values a recipe sets; raises ValueError with the known names for an unknown one."""
+    try:
+        return dict(RECIPES[name])
+    except KeyError:
+        raise ValueError(f"unknown recipe '{name}' (known: {'; '.join(RECIPES)})") from None
+
+
+# -- `dynasd recipes` ----------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spec", metavar="KEY", choices=list(BY_KEY),
+                        help="print only this recipe's bench method spec (for scripts)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every recipe as `key  bench spec  label`, or one recipe's spec alone."""
+    if args.spec:
+        print(BY_KEY[args.spec].bench_spec())
+        return 0
+    for recipe in ALL:
+        print(f"{recipe.key:16} {recipe.bench_spec():48} {recipe.label}")
+    return 0
