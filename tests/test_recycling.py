@@ -9,8 +9,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from dynasd.decoders import make_decoder
 from dynasd.decoders.speculative import TreeDecoder
-from dynasd.sampling import Draws, SamplingConfig, mcss_walk
+from dynasd.options import DecoderOptions
+from dynasd.sampling import Draws, mcss_walk
 from dynasd.sources import CandidateTree, DraftRows, Proposal, StepOutcome, TargetReading, TokenRecycling
 from dynasd.sources.recycling import top_k_rows
 from dynasd.tree import ROOT, TreeShape
@@ -82,7 +84,7 @@ def test_a_step_records_every_verified_row_as_the_target_computes_it(tiny_pair):
     """After a step, the row of every token the target read (rejected nodes included) is the top k of the
     target's own logits after that node's context, as a plain forward over the context computes them."""
     ids = tiny_pair.encode_prompt("the cat sat on the mat. the cat")
-    decoder = TreeDecoder(tiny_pair, SamplingConfig(), TreeShape((3, 2)), "recycle")
+    decoder = make_decoder(tiny_pair, DecoderOptions(method="recycle", recycle=(3, 2)))
     decoder.start(ids, 16)
     [source] = decoder.sources
     checked_rejected = 0
@@ -199,18 +201,18 @@ def test_a_recycled_step_tells_the_table_through_update():
 
 
 def test_recycling_is_refused_with_target_roots(tiny_pair):
-    with pytest.raises(ValueError, match="ti-mcsd"):
-        TreeDecoder(tiny_pair, SamplingConfig(), TreeShape((2, 1, 1), target_roots=True), "ti-mcsd",
-                    recycle=(2, 1))
-    with pytest.raises(ValueError, match="template"):
-        TreeDecoder(tiny_pair, SamplingConfig(), TreeShape((2, 1)), "recycle", recycle=(4,))
+    """The options' own check, made wherever a decoder is made (TreeDecoder keeps none of its own)."""
+    with pytest.raises(ValueError, match="ti-mcsd takes no"):
+        TreeDecoder(tiny_pair, DecoderOptions(method="ti-mcsd", recycle=(2, 1)))
+    with pytest.raises(ValueError, match="ti-mcsd takes no"):
+        make_decoder(tiny_pair, DecoderOptions(method="ti-mcsd", recycle=(2, 1)))
 
 
 def test_a_recycle_run_records_its_template_and_origins(tiny_pair):
     from dynasd.trace import run_from_dict, run_to_dict
 
     ids = tiny_pair.encode_prompt("the cat sat on the mat. the cat sat on the mat. the cat")
-    decoder = TreeDecoder(tiny_pair, SamplingConfig(), TreeShape((2, 1, 1)), "recycle", lookup=4)
+    decoder = make_decoder(tiny_pair, DecoderOptions(method="recycle", recycle=(2, 1, 1), lookup=4))
     run = decoder.generate(ids, 30)
     assert run.config["recycle"] == [2, 1, 1] and run.config["branching"] == [2, 1, 1] and run.lossless
     assert decoder.max_step_tokens() == 5  # the lookup chain is the longer

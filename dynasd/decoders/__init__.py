@@ -5,8 +5,6 @@ from __future__ import annotations
 from ..decision import DecisionModel
 from ..models import ModelPair
 from ..options import DecoderOptions
-from ..stopping import make_stop_policy
-from ..tree import TreeShape
 from .ar import ARDecoder
 from .base import Decoder, RequestError
 from .snapshot import DecoderSnapshot
@@ -21,21 +19,9 @@ def make_decoder(pair: ModelPair, options: DecoderOptions, decision_model: Decis
     many decoders reads it from disk once; by default the one `options.decision_model` names is loaded here.
     The run's trace records the options (RunTrace.config["options"]), so a saved run gives them back.
     """
-    options.validate()
-    sampling = options.sampling
     if options.method == "ar":
-        decoder: Decoder = ARDecoder(pair, sampling, options.seed)
-    else:
-        stop = make_stop_policy(options.stop, options.threshold, options.decision_model, decision_model)
-        shape = TreeShape(options.branching(), target_roots=options.method == "ti-mcsd")
-        decoder = TreeDecoder(pair, sampling, shape, options.method, seed=options.seed,
-                              without_replacement=not options.with_replacement,
-                              dynamic_depth=options.dynamic_depth or options.stop != "none", stop=stop,
-                              lookup=options.lookup_tokens, lookup_min_ngram=options.lookup_ngram,
-                              feature_draft=options.draft_kind == "features",
-                              recycle=() if options.method == "recycle" else options.recycle or ())
-    decoder.options = options
-    return decoder
+        return ARDecoder(pair, options)
+    return TreeDecoder(pair, options, decision_model)
 
 
 def resume(pair: ModelPair, snapshot: DecoderSnapshot, decision_model: DecisionModel | None = None) -> Decoder:

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from ..models import ModelPair
-from ..sampling import SamplingConfig
+from ..options import DecoderOptions
 from ..trace import RunTrace, StepTrace
 from .snapshot import SNAPSHOT_FORMAT, DecoderSnapshot, state_fingerprint
 
@@ -20,17 +20,17 @@ class RequestError(ValueError):
 class Decoder(ABC):
     method = "base"
 
-    def __init__(self, pair: ModelPair, sampling: SamplingConfig, seed: int = 0) -> None:
+    def __init__(self, pair: ModelPair, options: DecoderOptions) -> None:
+        """Everything a decoder is comes from `options` (dynasd/options.py: their defaults and checks, none of
+        its own); a run's trace records them, so a saved run gives them back (options.options_of_run)."""
+        self.options = options.validate()
         self.pair = pair
-        self.sampling = sampling
-        self.seed = seed
+        self.sampling = options.sampling
+        self.seed = options.seed  # set anew to run again with another seed (start() reads it)
         self.run: RunTrace | None = None
         self.committed: list[int] = []
         self.max_new_tokens = 0
         self.steps_before = 0  # steps of this run taken before a resume: not in run.steps, counted in step indices
-        # The DecoderOptions it was made from (set by make_decoder): a run's trace records them, so a saved run
-        # gives them back (options.options_of_run).
-        self.options = None
 
     # -- what subclasses provide -------------------------------------------------------------------------------
     @property
@@ -118,7 +118,7 @@ class Decoder(ABC):
         self.committed = prompt_ids
         self.max_new_tokens = max_new_tokens
         self.steps_before = 0
-        config = self.config() if self.options is None else {**self.config(), "options": self.options.to_record()}
+        config = {**self.config(), "options": self.options.to_record()}
         self.run = RunTrace(method=self.method, config={**config, "turn": turn}, pair=self.pair.name,
                             draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
                             prompt_ids=list(prompt_ids))
@@ -137,8 +137,6 @@ class Decoder(ABC):
         """This decoder's state between two steps as plain data; `resume(pair, snapshot)` goes on from it."""
         if self.run is None:
             raise RuntimeError("snapshot() is of a run: call start() first")
-        if self.options is None:
-            raise RuntimeError("a snapshot records the decoder's options: make the decoder with make_decoder")
         run = self.run
         return DecoderSnapshot(
             options=self.options.to_record(), pair=self.pair.name, device=self.pair.device.type,
@@ -150,8 +148,8 @@ class Decoder(ABC):
     def fingerprint(self) -> str:
         """The fingerprint of the snapshot this decoder would take now (DecoderSnapshot.fingerprint), without
         taking it."""
-        if self.run is None or self.options is None:
-            raise RuntimeError("a fingerprint is of a run of a decoder made by make_decoder: call start() first")
+        if self.run is None:
+            raise RuntimeError("a fingerprint is of a run: call start() first")
         return state_fingerprint(self.pair.name, self.options.to_record(), self.run.config["turn"],
                                  self.steps_taken, self.max_new_tokens, self.run.prompt_ids, self.committed,
                                  self.generator.get_state().numpy().tobytes())
@@ -185,7 +183,7 @@ class Decoder(ABC):
         if snapshot.device != self.pair.device.type:
             raise ValueError(f"the snapshot's random state is of a {snapshot.device} generator; this pair runs on "
                              f"{self.pair.device.type}")
-        if self.options is not None and snapshot.options != self.options.to_record():
+        if snapshot.options != self.options.to_record():
             raise ValueError("the snapshot was taken with other options than this decoder's")
         prompt, new = len(snapshot.prompt_ids), len(snapshot.new_token_ids)
         if (snapshot.committed[:prompt] != snapshot.prompt_ids

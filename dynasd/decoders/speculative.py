@@ -30,9 +30,11 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import CachedModel
+from ..decision import DecisionModel
 from ..feature_draft import is_feature_draft
 from ..models import ModelPair
-from ..sampling import SamplingConfig, WalkResult, argmax_rows, greedy_walk, logits_to_probs, mcss_walk, sample_one
+from ..options import DecoderOptions
+from ..sampling import WalkResult, argmax_rows, greedy_walk, logits_to_probs, mcss_walk, sample_one
 from ..sources import (
     CandidateSource,
     CandidateTree,
@@ -45,7 +47,7 @@ from ..sources import (
     TargetRootedTree,
     TokenRecycling,
 )
-from ..stopping import StopPolicy
+from ..stopping import make_stop_policy
 from ..trace import NodeTrace, ResidualTrace, StepTrace
 from ..tree import ROOT, TreeShape
 from .base import Decoder
@@ -84,36 +86,26 @@ class Walked:
 
 
 class TreeDecoder(Decoder):
-    """Every speculative method. `shape` is the draft's tree (pld: its lookup chain; recycle: its template);
-    `lookup` > 0 turns prompt lookup on, `recycle` (a branching per level, e.g. (2, 1, 1, 1)) joins token
-    recycling's tree to every step; `()` leaves it off."""
+    """Every speculative method, as `options` describe it: `shape` is the draft's tree (pld: its lookup chain;
+    recycle: its template); a lookup length turns prompt lookup on; `recycle` (a branching per level, e.g.
+    (2, 1, 1, 1)) joins token recycling's tree to every step. The options' own checks (options.py) are all the
+    checks there are, but the one only the pair can make (a feature draft it does not have).
+    `decision_model`: one already loaded for the stop policy (make_decoder says why)."""
 
-    def __init__(self, pair: ModelPair, sampling: SamplingConfig, shape: TreeShape, method: str, seed: int = 0,
-                 without_replacement: bool = True, dynamic_depth: bool = False,
-                 stop: StopPolicy | None = None, lookup: int = 0, lookup_min_ngram: int = 2,
-                 feature_draft: bool = False, recycle: tuple[int, ...] = ()) -> None:
-        super().__init__(pair, sampling, seed)
+    def __init__(self, pair: ModelPair, options: DecoderOptions, decision_model: DecisionModel | None = None) -> None:
+        super().__init__(pair, options)
+        feature_draft = options.draft_kind == "features"
         if feature_draft and pair.feature_draft is None:
             raise ValueError(f"the pair '{pair.name}' has no feature draft")
-        if lookup < 0:
-            raise ValueError(f"prompt lookup length must be 0 (off) or positive, got {lookup}")
-        if method == "pld" and not lookup:
-            raise ValueError("pld needs a prompt lookup length")
-        if lookup and shape.target_roots:
-            raise ValueError("prompt lookup works with draft-rooted trees (sd, mcsd), not ti-mcsd")
-        if method == "recycle":  # the shape is the recycled tree's template, as pld's is its lookup chain
-            if recycle and tuple(recycle) != shape.branching:
-                raise ValueError(f"recycle: the template is the shape {shape.branching}, got also {tuple(recycle)}")
-            recycle = shape.branching
-        if recycle and shape.target_roots:
-            raise ValueError("token recycling works with draft-rooted trees (sd, mcsd), not ti-mcsd")
-        self.method = method
-        self.shape = shape
-        self.without_replacement = without_replacement
-        self.dynamic_depth = dynamic_depth
-        self.stop = stop or StopPolicy()
-        self.lookup = lookup
-        self.lookup_min_ngram = lookup_min_ngram
+        self.method = options.method
+        self.shape = TreeShape(options.branching(), target_roots=options.method == "ti-mcsd")
+        self.without_replacement = not options.with_replacement
+        self.dynamic_depth = options.dynamic_depth or options.stop != "none"  # a stop policy implies it
+        self.stop = make_stop_policy(options.stop, options.threshold, options.decision_model, decision_model)
+        self.lookup = options.lookup_tokens
+        self.lookup_min_ngram = options.lookup_ngram
+        # the recycle method's shape is its template, as pld's is its lookup chain
+        recycle = options.branching() if options.method == "recycle" else options.recycle
         self.recycle = TreeShape(tuple(recycle)) if recycle else None
         self.draft_model = pair.feature_draft if feature_draft else pair.draft
         self.sources = self._sources()
