@@ -428,9 +428,20 @@ OPTIONS: dict[str, Option] = {f.name: replace(f.metadata["option"], name=f.name,
                               for f in fields(DecoderOptions)}
 
 
+def tree_of_run(method: str, config: dict) -> TreeShape | None:
+    """The largest tree of a run (None: ar, or a config that does not say), from its trace config."""
+    try:
+        options = options_of_run(method, config)
+    except (OptionsError, TypeError, ValueError):
+        return None
+    branching = options.branching()
+    return TreeShape(branching, target_roots=options.method == "ti-mcsd") if branching else None
+
+
 def options_of_run(method: str, config: dict) -> DecoderOptions:
-    """The options a run was made with, from its RunTrace.config: the "options" record make_decoder writes, or for
-    a trace saved before there was one, what the decoder's own description says. Raises OptionsError."""
+    """The options a run was made with, from its RunTrace.config: the "options" record every decoder writes, or for
+    a trace saved before there was one, the decoder's own description it had then (its names: branching, lookup,
+    lookup_min_ngram, without_replacement, feature_draft...). Raises OptionsError."""
     if not isinstance(config, dict):
         raise OptionsError(["the trace's config is not an object"])
     if "options" in config:

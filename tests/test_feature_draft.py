@@ -49,7 +49,7 @@ def test_greedy_identity_with_the_feature_draft(tiny_pair, method, options):
         run = make_decoder(tiny_pair, DecoderOptions(method=method, draft_kind="features", **options)).generate(ids, 40)
         assert run.new_token_ids == target_greedy(tiny_pair, ids, 40)[:len(run.new_token_ids)], prompt
         assert len(run.new_token_ids) == 40 or run.finished == "eos"
-        assert run.config["feature_draft"] is True
+        assert run.config["options"]["draft_kind"] == "features"
 
 
 def test_the_draft_cache_holds_the_committed_text_read_with_the_targets_states(tiny_pair):

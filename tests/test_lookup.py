@@ -49,7 +49,7 @@ def test_lookup_steps_skip_the_draft_and_are_recorded(tiny_pair):
         assert len(step.nodes) <= 6
         assert step.max_nodes == 6 and step.max_depth == 6
     assert any(o == "lookup" for s in lookup_steps for o in s.committed_origins)
-    assert run.config["lookup"] == 6
+    assert run.config["options"]["lookup"] == 6
     assert run_from_dict(run_to_dict(run)).steps[0].nodes == run.steps[0].nodes  # the trace round-trips
     assert run.summary()["acceptance_rate"] > 0
 
@@ -76,7 +76,7 @@ def test_lookup_steps_are_drawn_and_explained(tiny_pair):
 
     prompt = tiny_pair.encode_prompt("the cat sat on the mat. the cat sat on the mat. the cat")
     run = make_decoder(tiny_pair, DecoderOptions(method="pld", lookup=5)).generate(prompt, 30)
-    assert run.config["lookup"] == 5 and run.lossless
+    assert run.config["options"]["lookup"] == 5 and run.lossless
     index = next(i for i, s in enumerate(run.steps) if s.nodes)
     tree = viz.tree_figure(run.steps[index]).to_dict()
     symbols = set()

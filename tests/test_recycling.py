@@ -214,7 +214,7 @@ def test_a_recycle_run_records_its_template_and_origins(tiny_pair):
     ids = tiny_pair.encode_prompt("the cat sat on the mat. the cat sat on the mat. the cat")
     decoder = make_decoder(tiny_pair, DecoderOptions(method="recycle", recycle=(2, 1, 1), lookup=4))
     run = decoder.generate(ids, 30)
-    assert run.config["recycle"] == [2, 1, 1] and run.config["branching"] == [2, 1, 1] and run.lossless
+    assert run.config["options"]["recycle"] == "2,1,1" and decoder.shape.branching == (2, 1, 1) and run.lossless
     assert decoder.max_step_tokens() == 5  # the lookup chain is the longer
     assert all(step.draft_forwards == 0 for step in run.steps), "no draft model runs"
     origins = {o for step in run.steps for o in step.committed_origins}

@@ -20,7 +20,7 @@ SAMPLED = DecoderOptions(method="mcsd", k_config=(3, 2, 1), stop="confidence", t
 
 def test_step_traces_are_consistent(sampled_run):
     run = sampled_run
-    shape = TreeShape(tuple(run.config["branching"]))
+    shape = TreeShape(SAMPLED.branching())
     big = ancestor_mask(shape.parents)
     assert sum(len(s.committed) for s in run.steps) == len(run.new_token_ids)
     for step in run.steps:
@@ -52,11 +52,14 @@ def test_a_saved_run_records_the_options_that_made_it(tmp_path, sampled_run):
     save_run(sampled_run, path)
     loaded = load_run(path)
     assert options_of_run(loaded.method, loaded.config) == SAMPLED
-    assert loaded.config["branching"] == [3, 2, 1]  # the decoder's own description stays: the figures read it
+    assert set(loaded.config) == {"options", "turn"}, "one record, under the options' own names"
 
 
 def test_a_trace_saved_before_options_were_recorded_gives_equivalent_options(tiny_pair, sampled_run):
-    old = {key: value for key, value in sampled_run.config.items() if key != "options"}
+    # the config a decoder wrote before the options record, in its own vocabulary (SAMPLED's values)
+    old = {"temperature": 0.8, "top_k": 0, "top_p": 0.9, "seed": 3, "branching": [3, 2, 1], "target_roots": False,
+           "without_replacement": True, "dynamic_depth": True, "stop": "confidence", "threshold": 0.5, "lookup": 0,
+           "lookup_min_ngram": 2, "feature_draft": False, "turn": 1}
     restored = options_of_run(sampled_run.method, old)
     assert (restored.method, restored.k_config, restored.stop, restored.seed) == ("mcsd", (3, 2, 1), "confidence", 3)
     prompt = tiny_pair.encode_prompt("trace me")

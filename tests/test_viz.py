@@ -151,7 +151,7 @@ def test_dynamic_depth_draws_the_live_slice_inside_the_max_mask(runs):
     run = runs["dynamic"]
     shallow = [s for s in run.steps if s.live_depth < s.max_depth and s.nodes]
     assert shallow, "the confidence policy should stop at least one step early"
-    max_rows = viz.max_mask_rows(run.config, shallow[0].max_nodes)
+    max_rows = viz.max_mask_rows(run, shallow[0].max_nodes)
     assert max_rows is not None and len(max_rows) == 44
     for step in shallow:
         fig = viz.mask_figure(step, max_rows)
@@ -182,7 +182,7 @@ def test_step_figures_redraw_without_measuring_many_labels(runs):
     run = runs["mcsd"]
     step = max(run.steps, key=lambda s: len(s.nodes))
     assert len(step.nodes) > 16
-    for fig in (viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes)), viz.pq_figure(step)):
+    for fig in (viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes)), viz.pq_figure(step)):
         axes = [fig.layout[name] for name in fig.layout if name.startswith(("xaxis", "yaxis"))]
         assert not any(axis.automargin for axis in axes)
         assert sum(len(axis.ticktext or ()) for axis in axes) <= 16
@@ -272,7 +272,7 @@ def test_every_update_stays_small_even_for_a_212_node_tree(runs):
     run = runs["big"]
     step = run.steps[-1]
     assert len(step.nodes) == 212
-    figures = [viz.tree_figure(step), viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes)),
+    figures = [viz.tree_figure(step), viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes)),
                viz.pq_figure(step), viz.stop_figure(step), viz.timeline_figure(run)]
     sizes = [len(f.to_json()) for f in figures]
     assert max(sizes) < 300_000, sizes
@@ -301,7 +301,7 @@ PAYLOAD_CAP = 60_000  # bytes of figure JSON per update; a Run redraws them ever
 
 def update_payload(run, index) -> int:
     step = run.steps[index]
-    root, max_rows = viz.root_token(run, index), viz.max_mask_rows(run.config, step.max_nodes)
+    root, max_rows = viz.root_token(run, index), viz.max_mask_rows(run, step.max_nodes)
     figures = [viz.tree_figure(step, root), viz.mask_figure(step, max_rows, root_label=root),
                viz.pq_figure(step), viz.stop_figure(step), viz.timeline_figure(run, index)]
     return sum(len(f.to_json()) for f in figures)
@@ -327,7 +327,7 @@ def test_the_mask_is_sent_as_a_typed_array(runs):
 
 def test_the_mask_title_counts_only_the_rows_the_target_scored(runs):
     run = runs["dynamic"]
-    max_rows = viz.max_mask_rows(run.config, run.steps[0].max_nodes)
+    max_rows = viz.max_mask_rows(run, run.steps[0].max_nodes)
     shallow = next(s for s in run.steps if s.nodes and len(s.nodes) < 44)
     title = viz.mask_figure(shallow, max_rows).layout.title.text
     assert f"{shallow.root_rows + len(shallow.nodes)} rows scored" in title

@@ -12,7 +12,7 @@ from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, share, side_by_side
 from dynasd.explorer.inputs import UserError, settings_of_trace
 from dynasd.explorer.session import Session, SessionFailed
-from dynasd.options import METHODS
+from dynasd.options import METHODS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
 from viz.cost import cost_figure, cost_markdown
 from viz.guided import guided_figure, step_phases
@@ -38,7 +38,7 @@ def _learn_step(session: Session, index) -> tuple:
 
 
 def _greedy(run) -> bool:
-    return float(run.config.get("temperature", 0.0)) == 0.0
+    return options_of_run(run.method, run.config).temperature == 0.0
 
 
 def _guided_views(run, index: int, phase) -> tuple:

@@ -44,7 +44,7 @@ def step_views(run, index: int) -> tuple[list, dict, str, str]:
     if lossy:
         story = "**LOSSY method** (ti-mcsd, width > 1): the text may differ from the target's own. " + story
     figures = dict(tree=viz.tree_figure(step, root, lossy=lossy),
-                   mask=viz.mask_figure(step, viz.max_mask_rows(run.config, step.max_nodes), root_label=root),
+                   mask=viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes), root_label=root),
                    pq=viz.pq_figure(step), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
     return viz.text_spans(run, index), figures, viz.summary_markdown(run, index), story
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from dynasd.trace import StepTrace
-from dynasd.tree import TreeShape, ancestor_mask
+from dynasd.options import tree_of_run
+from dynasd.trace import RunTrace, StepTrace
+from dynasd.tree import ancestor_mask
 
 from .labels import LABEL_AXIS, label_width, row_label_trace, strided
 from .style import (
@@ -46,17 +47,13 @@ CELL_HOVER = ("row %{y} → column %{x}: %{z}<br>(0 blocked · 1 attends · 2 ac
               "<extra></extra>")
 
 
-def max_mask_rows(config: dict, expected_nodes: int | None = None) -> list[str] | None:
-    """The largest tree's ancestor mask, rebuilt from a run's config (None when the run has no tree, or the
-    config does not describe the tree the steps used)."""
-    branching = config.get("branching") if isinstance(config, dict) else None
-    if not isinstance(branching, list) or not branching:
+def max_mask_rows(run: RunTrace, expected_nodes: int | None = None) -> list[str] | None:
+    """The largest tree's ancestor mask, rebuilt from the options a run records (None when the run has no tree,
+    or they do not describe the tree the steps used)."""
+    shape = tree_of_run(run.method, run.config)
+    if shape is None or shape.num_nodes > MAX_MASK_NODES:
         return None
-    try:
-        shape = TreeShape(tuple(int(k) for k in branching), bool(config.get("target_roots", False)))
-    except (TypeError, ValueError):
-        return None
-    if shape.num_nodes > MAX_MASK_NODES or (expected_nodes is not None and shape.num_nodes != expected_nodes):
+    if expected_nodes is not None and shape.num_nodes != expected_nodes:
         return None
     return ["".join("1" if v else "0" for v in row) for row in ancestor_mask(shape.parents).tolist()]
 

@@ -41,10 +41,6 @@ class Decoder(ABC):
     def draft_label(self) -> str:
         return self.pair.draft_label
 
-    def config(self) -> dict:
-        return {"temperature": self.sampling.temperature, "top_k": self.sampling.top_k,
-                "top_p": self.sampling.top_p, "seed": self.seed}
-
     def max_step_tokens(self) -> int:
         """Most positions one step can add beyond the committed tokens (for the context-limit check)."""
         return 1
@@ -118,10 +114,11 @@ class Decoder(ABC):
         self.committed = prompt_ids
         self.max_new_tokens = max_new_tokens
         self.steps_before = 0
-        config = {**self.config(), "options": self.options.to_record()}
-        self.run = RunTrace(method=self.method, config={**config, "turn": turn}, pair=self.pair.name,
-                            draft_label=self.draft_label, lossless=self.lossless, prompt=prompt_text,
-                            prompt_ids=list(prompt_ids))
+        # The trace's config: the options under their own names (options.options_of_run reads them back) and
+        # which turn of a conversation this is; nothing else, so there is one vocabulary.
+        self.run = RunTrace(method=self.method, config={"options": self.options.to_record(), "turn": turn},
+                            pair=self.pair.name, draft_label=self.draft_label, lossless=self.lossless,
+                            prompt=prompt_text, prompt_ids=list(prompt_ids))
 
     @property
     def done(self) -> bool:

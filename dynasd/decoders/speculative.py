@@ -135,16 +135,6 @@ class TreeDecoder(Decoder):
             return self.pair.draft_label
         return self.pair.feature_draft_label or "feature draft (reads the target's hidden states)"
 
-    def config(self) -> dict:
-        config = {**super().config(), "branching": list(self.shape.branching),
-                  "target_roots": self.shape.target_roots, "without_replacement": self.without_replacement,
-                  "dynamic_depth": self.dynamic_depth, "stop": self.stop.name, "threshold": self.stop.threshold,
-                  "lookup": self.lookup, "lookup_min_ngram": self.lookup_min_ngram,
-                  "feature_draft": self.draft_model is not self.pair.draft}
-        if self.recycle:
-            config["recycle"] = list(self.recycle.branching)
-        return config
-
     def max_step_tokens(self) -> int:
         return max(source.max_tokens for source in self.sources) + 1
 
