@@ -7,7 +7,7 @@ This file builds the page and launches it: arguments, preloading the start-up pa
 page's widgets and handlers live in ui/, decoding and the explorer's session logic in dynasd/, figures in viz/.
 Set DYNASD_PUBLIC=1 on a public server: custom model ids and paths are then refused, unless DYNASD_MODEL_DIR names
 a folder: custom models are then the folders and .gguf files inside it (never hub ids, never paths outside it); and
-only the decision models shipped in dynasd/assets may be chosen, never a folder path.
+only the decision models shipped in assets may be chosen, never a folder path.
 Without DYNASD_PUBLIC, DYNASD_MODEL_DIR confines local paths to that folder and hub ids still work.
 Every control of a decoder option is built from its entry in dynasd/options.py (label, range, help).
 Through the API, the step's five figures (tree, mask, p vs q, stop scores, timeline) are Plotly JSON strings; a

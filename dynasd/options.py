@@ -317,7 +317,7 @@ class DecoderOptions:
         "least this",
         DRAFTING, "threshold", "Threshold", "dynamic", "slider", "th", (0.0, 1.0, 0.05))
     decision_model: str | None = option(
-        None, Ref(), "decision model for stop=decision or cumulative: a shipped one by name (dynasd/assets/"
+        None, Ref(), "decision model for stop=decision or cumulative: a shipped one by name (assets/"
         f"decision-*) or a folder of a trained one (default: {DEFAULT_DECISION_MODEL})", DRAFTING, "decision model",
         "Decision model (stop = decision or cumulative)", "advanced", "dropdown", "decision")
     temperature: float = option(

@@ -100,12 +100,12 @@ DEFAULT_DECISION_MODEL = "decision-smollm2-hard"
 
 
 def shipped_decision_models() -> list[str]:
-    """Names of the decision models shipped in dynasd/assets (a name is a folder there)."""
+    """Names of the decision models shipped in assets (a name is a folder there)."""
     return sorted(p.name for p in ASSETS_DIR.glob(SHIPPED_DECISION_PREFIX + "*") if (p / "decision.json").is_file())
 
 
 def decision_model_folder(reference: str | Path | None) -> Path:
-    """A shipped model's name is its folder in dynasd/assets; anything else is a folder path. None: the default."""
+    """A shipped model's name is its folder in assets; anything else is a folder path. None: the default."""
     if reference is None:
         return ASSETS_DIR / DEFAULT_DECISION_MODEL
     if str(reference) in shipped_decision_models():

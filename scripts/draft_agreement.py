@@ -1,6 +1,6 @@
 """Top-1 agreement of distilled drafts with the target on the target's own greedy answers to benchmark prompts.
 
-Why: held-out agreement from training (dynasd/assets/draft-smollm2/MODEL_CARD.md) is measured on prompts like the
+Why: held-out agreement from training (assets/draft-smollm2/MODEL_CARD.md) is measured on prompts like the
 training prompts; what a user gets from `sd` depends on agreement on *their* prompts. This reads Spec-Bench-style
 prompts, lets the target answer greedily once, and scores every given draft folder teacher-forced on those answers
 (the draft sees the prompt and the target's answer so far, and must predict the target's next token), per category
@@ -9,7 +9,7 @@ A feature draft (dynasd/feature_draft.py) gets two rows: depth 1 (it reads the t
 level does) and depth 2 (its own state from the position before, as every deeper level does).
 
     .venv/bin/python scripts/draft_agreement.py --prompts ../shared/bench/spec_bench_questions.jsonl --limit 1 \
-        --drafts dynasd/assets/draft-smollm2 --threads 2
+        --drafts assets/draft-smollm2 --threads 2
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Write the example traces the explorer replays before any model is loaded (dynasd/assets/examples).
+"""Write the example traces the explorer replays before any model is loaded (assets/examples).
 
 Why recorded runs: a Space's first visitor should see a tree, a mask and a rejection at once, without waiting for
 a model to load. Each file is a plain trace (dynasd/trace.py), kept small: a short answer on the embedded pair.

@@ -230,3 +230,16 @@ def test_function_level_imports_are_counted_and_the_training_package_has_only_op
         print(f"  {counts[name]:3d}  {name}")
     print(f"  {sum(counts.values()):3d}  in all")
     assert uncommented == []
+
+
+def test_the_wheel_declares_every_package_and_carries_the_top_level_assets():
+    """pyproject.toml lists the packages by name (so that assets/ can be mapped to dynasd/assets): a new subpackage
+    left out of the list would be missing from the wheel."""
+    from dynasd.models import ASSETS_DIR
+
+    text = (ROOT / "pyproject.toml").read_text()
+    declared = text.split("packages = [", 1)[1].split("]", 1)[0]
+    folders = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in ROOT.glob("dynasd/**/*.py")}
+    assert all(f'"{name}"' in declared for name in folders | {"viz", "ui", "dynasd.assets"}), declared
+    assert '"dynasd.assets" = "assets"' in text
+    assert ASSETS_DIR == ROOT / "assets" and (ASSETS_DIR / "examples").is_dir()

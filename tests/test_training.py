@@ -31,7 +31,7 @@ from dynasd.training.task_prompts import (
 from dynasd.training.teacher import InverseCdfSampling, target_argmax_labels
 
 # The shipped draft (v7) agreed with the target on 0.480 of the answer positions of FIXED_PROMPTS when it was
-# exported (0.506 / 0.517 on the two held-out sets, see dynasd/assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
+# exported (0.506 / 0.517 on the two held-out sets, see assets/draft-smollm2/MODEL_CARD.md; v6: 0.421 here, 0.499
 # held-out; v5: 0.388, v4: 0.421, v3: 0.329, v2: 0.250). Four short prompts are a noisy sample (about +-0.04); the
 # bar keeps a
 # margin.

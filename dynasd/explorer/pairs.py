@@ -61,7 +61,7 @@ class PairCache:
     download or open arbitrary models. `model_dir` confines custom local models to one folder (symlinks and `..`
     are resolved first); with `allow_hub=False` as well, a custom model is always a name inside that folder, never
     a hub id: the public-server setting (DYNASD_PUBLIC=1 with DYNASD_MODEL_DIR). `allow_decision_paths=False`
-    (public servers) allows only the decision models shipped in dynasd/assets, by name, never a folder path."""
+    (public servers) allows only the decision models shipped in assets, by name, never a folder path."""
 
     def __init__(self, loader: Callable[..., ModelPair] = load_pair, device: str = "auto", dtype: str = "auto",
                  allow_custom: bool = True, max_pairs: int = 3, model_dir: str | Path | None = None,

@@ -2,7 +2,7 @@
 
 A link carries the prompt, the step on show and every setting that differs from its default, as URL query
 parameters; reading one back goes through Settings.normalised(), so a hand-edited link gets the same checks and
-the same one-line message as the controls. The example traces in dynasd/assets/examples replay at once, before
+the same one-line message as the controls. The example traces in assets/examples replay at once, before
 any model is loaded (a Space's first visitor sees a run immediately); they are loaded through trace.py like any
 stranger's file.
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlencode
 
+from ..models import ASSETS_DIR
 from ..options import OPTIONS
 from ..trace import RunTrace
 from .inputs import MAX_PROMPT_CHARS, RUN_FIELDS, Settings, UserError, check_prompt
 from .session import load_trace
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "assets" / "examples"
+EXAMPLES_DIR = ASSETS_DIR / "examples"
 SHARED_FIELDS = tuple(name for name in RUN_FIELDS if name not in ("target", "draft")) + tuple(OPTIONS)
 MAX_LINK_STEP = 4096
 MAX_QUERY_VALUE_CHARS = MAX_PROMPT_CHARS

@@ -163,7 +163,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/decision", help="working folder: dataset.pt, log.jsonl, models")
     p.add_argument("--reuse-data", action="store_true", help="train on OUT/dataset.pt if it exists")
     p.add_argument("--export-prefix", default=None,
-                   help="write the models to PREFIX-hard and PREFIX-soft (e.g. dynasd/assets/decision-smollm2)")
+                   help="write the models to PREFIX-hard and PREFIX-soft (e.g. assets/decision-smollm2)")
 
 
 def answered_sequences(args: argparse.Namespace, pair) -> list[Sequence]:

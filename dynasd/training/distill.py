@@ -108,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--export", default=None,
-                   help="folder to write the best draft to (e.g. dynasd/assets/draft-smollm2)")
+                   help="folder to write the best draft to (e.g. assets/draft-smollm2)")
 
 
 def check_prompts(args: argparse.Namespace) -> None:

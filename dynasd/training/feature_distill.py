@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. "
-                                                  "dynasd/assets/draft-smollm2-features)")
+                                                  "assets/draft-smollm2-features)")
     p.add_argument("--topk", type=int, default=8, help="features: top-k log-probabilities kept per position")
     t = p.add_argument_group("train")
     t.add_argument("--layers", default="last", help="target layers the draft starts from ('last' or e.g. 0,29)")
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="from scratch: the mixer's initial weight on the states ('auto': embedding length / state "
                         "length, so neither input swamps the other)")
     t.add_argument("--init-from", default=None,
-                   help="an exported token draft (e.g. dynasd/assets/draft-smollm2) to start from instead of --layers")
+                   help="an exported token draft (e.g. assets/draft-smollm2) to start from instead of --layers")
     t.add_argument("--head-tokens", default=None,
                    help="head_tokens.json of the training softmax (default: the --vocab-max most frequent labels)")
     t.add_argument("--vocab-max", type=int, default=16384)
