@@ -68,6 +68,8 @@ class ModelPair:
     # feature_draft=True. Same tokenizer, shares the target's embedding.
     feature_draft: torch.nn.Module | None = None
     feature_draft_label: str = ""
+    # token id -> its text, filled as token_strings meets ids (at most the vocabulary)
+    _token_text: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -97,8 +99,13 @@ class ModelPair:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def token_strings(self, ids: list[int]) -> list[str]:
-        """One readable string per token (what the UI prints on tree nodes and mask axes)."""
-        return [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+        """One readable string per token (what the UI prints on tree nodes and mask axes). Kept per id: a
+        tokenizer's decode costs ~10 us a call, and every step asks for each node's text."""
+        known = self._token_text
+        for i in ids:
+            if i not in known:
+                known[i] = self.tokenizer.decode([i], skip_special_tokens=False)
+        return [known[i] for i in ids]
 
 
 def pick_device(device: str | None) -> torch.device:
