@@ -12,12 +12,12 @@ shared by the commands (`add_model_arguments`, `load_pair_from`).
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from .models import DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
-from .sampling import MAX_TEMPERATURE, SamplingConfig
+from .ranges import Float, Int
+from .sampling import TEMPERATURE, TOP_K, TOP_P, SamplingConfig
 from .stopping import DEFAULT_DECISION_MODEL, DEFAULT_THRESHOLD, STOP_POLICIES
 from .tree import TreeShape, parse_branching
 
@@ -48,71 +48,6 @@ class OptionsError(ValueError):
 
 # ---------------------------------------------------------------------------------------------------------------
 # kinds of value: how text or a UI value becomes the option's type, and what a valid value is
-
-class Int:
-    def __init__(self, low: int, high: int | None = None, note: str = "") -> None:
-        self.low, self.high, self.note = low, high, note
-
-    def coerce(self, raw, title: str) -> int:
-        """3, 3.0 and "3" are fine (sliders send floats, specs send text); 3.5, NaN, inf, True and "x" are not."""
-        if isinstance(raw, bool) or raw is None:
-            raise ValueError(f"{title} must be a whole number, got {raw!r}")
-        if isinstance(raw, float):
-            if not math.isfinite(raw) or raw != int(raw):
-                raise ValueError(f"{title} must be a whole number, got {raw!r}")
-            return int(raw)
-        if isinstance(raw, str):
-            text = raw.strip()
-            try:
-                if len(text) > 30:
-                    raise ValueError
-                return self.coerce(float(text), title) if "." in text or "e" in text.lower() else int(text)
-            except (ValueError, OverflowError):
-                raise ValueError(f"{title} must be a whole number, got {raw[:30]!r}") from None
-        if isinstance(raw, int):
-            return raw
-        raise ValueError(f"{title} must be a whole number, got a {type(raw).__name__}")
-
-    def problem(self, value, title: str) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"{title} must be a whole number, got {value!r}"
-        if self.high is None:
-            return None if value >= self.low else f"{title} must be at least {self.low}, got {value}"
-        if not self.low <= value <= self.high:
-            note = f" ({self.note})" if self.note else ""
-            return f"{title} must lie in [{self.low}, {self.high}]{note}, got {value}"
-        return None
-
-    def bounds(self) -> str:
-        return f"{self.low}..{self.high}" if self.high is not None else f">= {self.low}"
-
-
-class Float:
-    def __init__(self, low: float, high: float, open_low: bool = False) -> None:
-        self.low, self.high, self.open_low = low, high, open_low
-
-    def coerce(self, raw, title: str) -> float:
-        if isinstance(raw, bool) or raw is None or (isinstance(raw, str) and len(raw) > 30):
-            raise ValueError(f"{title} must be a number, got {str(raw)[:30]!r}")
-        try:
-            number = float(raw)
-        except (TypeError, ValueError):
-            raise ValueError(f"{title} must be a number, got {str(raw)[:30]!r}") from None
-        if not math.isfinite(number):
-            raise ValueError(f"{title} must be a finite number, got {raw!r}")
-        return number
-
-    def problem(self, value, title: str) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return f"{title} must be a finite number, got {value!r}"
-        inside = (self.low < value if self.open_low else self.low <= value) and value <= self.high
-        if not inside:
-            return f"{title} must lie in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}], got {value}"
-        return None
-
-    def bounds(self) -> str:
-        return f"{'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
-
 
 class Flag:
     TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -321,13 +256,13 @@ class DecoderOptions:
         f"decision-*) or a folder of a trained one (default: {DEFAULT_DECISION_MODEL})", DRAFTING, "decision model",
         "Decision model (stop = decision or cumulative)", "advanced", "dropdown", "decision")
     temperature: float = option(
-        0.0, Float(0.0, MAX_TEMPERATURE), "sampling temperature (0 = greedy)", METHODS, "temperature",
+        0.0, TEMPERATURE, "sampling temperature (0 = greedy)", METHODS, "temperature",
         "Temperature (0 = greedy)", "sampling", "slider", None, (0.0, 2.0, 0.05))
     top_p: float = option(
-        1.0, Float(0.0, 1.0, open_low=True), "nucleus sampling: keep the most probable tokens up to this mass "
+        1.0, TOP_P, "nucleus sampling: keep the most probable tokens up to this mass "
         "(1 = off)", METHODS, "top-p", "Top-p", "sampling", "slider", None, (0.05, 1.0, 0.05))
     top_k: int = option(
-        0, Int(0), "keep only the k most probable tokens (0 = off)", METHODS, "top-k", "Top-k (0 = off)", "sampling",
+        0, TOP_K, "keep only the k most probable tokens (0 = off)", METHODS, "top-k", "Top-k (0 = off)", "sampling",
         "slider", None, (0, 200, 1))
     seed: int = option(
         0, Int(0, MAX_SEED, "2^63 - 1"), "seed of the random draws (generate --runs: seed..seed+N-1; bench: prompt i "

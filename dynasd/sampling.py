@@ -10,28 +10,30 @@ from typing import Callable
 
 import torch
 
+from .ranges import Float, Int
 from .tree import ROOT
 
-MAX_TEMPERATURE = 10.0  # the options table (dynasd/options.py) reads this range; nothing else writes it
+# The ranges of the sampling settings: SamplingConfig checks them, and the options table (options.py) offers them.
+TEMPERATURE = Float(0.0, 10.0)
+TOP_P = Float(0.0, 1.0, open_low=True)
+TOP_K = Int(0)
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """How a distribution is warped before it is sampled. The defaults and ranges are the options table's (its
-    temperature, top_k and top_p entries take them from here): a config made in code is checked as the CLI and the
-    app check theirs."""
+    """How a distribution is warped before it is sampled. Its ranges are the options table's (the same objects), so a
+    config made in code is checked as the CLI and the app check theirs."""
 
     temperature: float = 0.0
     top_k: int = 0      # 0 = off
     top_p: float = 1.0  # 1 = off
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.temperature <= MAX_TEMPERATURE):
-            raise ValueError(f"temperature must lie in [0, {MAX_TEMPERATURE:g}], got {self.temperature}")
-        if not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top-p must lie in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top-k must be 0 (off) or positive, got {self.top_k}")
+        for kind, value, title in ((TEMPERATURE, self.temperature, "temperature"), (TOP_P, self.top_p, "top-p"),
+                                   (TOP_K, self.top_k, "top-k")):
+            problem = kind.problem(value, title)
+            if problem:
+                raise ValueError(problem)
 
     @property
     def greedy(self) -> bool:
