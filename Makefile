@@ -12,10 +12,12 @@ setup: $(VENV)/.installed
 # its dependencies (it would pull the `llm` CLI); the editable install makes `dynasd` importable from anywhere and
 # adds the `dynasd` console script, with no dependency of its own left to resolve. The CPU kernels are built here so
 # the first model load does not compile them (one line each; one that cannot be built here is not an error).
-# uv installs: the same pins in ~10 s where pip took ~140 s on 2 cores. uv does not read pip's configuration, so the
-# wheel folders pip is configured with (where a machine keeps its CPU build of torch) are handed on to it.
+# uv installs: the same pins in ~25 s where pip took 76-144 s on 2 cores. uv does not read pip's configuration, so the
+# wheel folders pip is configured with (where a machine keeps its CPU build of torch) are handed on to it; and it
+# compiles the bytecode as pip does (without it every new process, the app and the tests' subprocesses, compiled
+# torch's, transformers' and gradio's imports again: the gpu_check and Space tests took 2.5x and 1.6x as long).
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell python3 -m pip config get global.find-links 2>/dev/null))
-UV := $(VENV)/bin/uv pip install -q --python $(PY) $(foreach folder,$(FIND_LINKS),--find-links $(folder))
+UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(foreach folder,$(FIND_LINKS),--find-links $(folder))
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
