@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from .embedded import cache_dir
+from .kernels.compile import process_runs
 
 COMPLETE = "model.safetensors"  # written last of the folder's files, and the folder is renamed into place whole
 
@@ -71,16 +72,5 @@ def _convert(gguf: Path, folder: Path) -> None:
 
 def _remove_abandoned(parent: Path) -> None:
     for part in parent.glob("*.part-*"):
-        pid = part.name.rpartition(".part-")[2]
-        if not pid.isdigit() or not _process_runs(int(pid)):
+        if not process_runs(part.name.rpartition(".part-")[2]):
             shutil.rmtree(part, ignore_errors=True)
-
-
-def _process_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

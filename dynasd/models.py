@@ -23,7 +23,7 @@ from .kernels import accelerate
 
 def assets_dir() -> Path:
     """The shipped models and example traces: `assets/` at the repository's top level (a checkout, a Space, an
-    editable install), or `assets` inside an installed wheel (pyproject.toml maps the folder there)."""
+    editable install), or `dynasd/assets` inside an installed wheel (pyproject.toml maps the folder there)."""
     package = Path(__file__).resolve().parent
     in_wheel = package / "assets"
     return in_wheel if in_wheel.is_dir() else package.parent / "assets"

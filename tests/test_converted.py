@@ -13,7 +13,7 @@ from dynasd.models import embedded_gguf_path
 
 @pytest.mark.slow
 def test_the_converted_embedded_target_is_the_gguf_model(embedded_pair):
-    """About 35 s of one core: the GGUF read the slow way, once, to compare with (every other load of the embedded
+    """About 20 s of one core: the GGUF read the slow way, once, to compare with (every other load of the embedded
     pair in the suite is the fast one: `embedded_pair` has converted the file already)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -202,8 +202,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         # No progress overlay on a Step, a Run's steps or a scrub: its animation kept a core of this 2-core machine
         # busy while the model stepped (the step took ~25% longer); the status line says at once that work began.
         working = WAITING_FOR_GPU_JS if on_zero_gpu() else WORKING_JS
-        step_btn.click(None, [prompt], [status], js=WAITING_FOR_GPU_JS if on_zero_gpu() else READING_PROMPT_JS,
-                       queue=False, api_visibility="private")
+        starting = WAITING_FOR_GPU_JS if on_zero_gpu() else READING_PROMPT_JS  # Step and Run may read a new prompt
+        step_btn.click(None, [prompt], [status], js=starting, queue=False, api_visibility="private")
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
                        show_progress="hidden")
         # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
@@ -212,10 +212,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         run_tick = gr.State(0)
         stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
         run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
-        if not on_zero_gpu():
-            run_btn.click(None, [prompt], [status], js=READING_PROMPT_JS, queue=False, api_visibility="private")
-        if on_zero_gpu():  # the whole Run is one GPU call, which may first wait in ZeroGPU's queue
-            run_btn.click(None, None, [status], js=WAITING_FOR_GPU_JS, queue=False, api_visibility="private")
+        # on ZeroGPU the whole Run is one GPU call, which may first wait in ZeroGPU's queue
+        run_btn.click(None, [prompt], [status], js=starting, queue=False, api_visibility="private")
         run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
                       api_visibility="private", show_progress="hidden")
         run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,

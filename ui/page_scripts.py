@@ -59,7 +59,8 @@ document.addEventListener("change", (event) => {
 # the page's next request for a step); the page asks for the next step a frame and a task after it applied the
 # last one, when its figures are drawn and a click made meanwhile has been handled, and sends the flag with it.
 RUN_PRESSED_JS = "() => { window.dynasdStopPressed = false; }"
-WORKING_JS = f"() => {json.dumps(status_line('Working on the next step…'))}"
+WORKING = status_line("Working on the next step…")
+WORKING_JS = f"() => {json.dumps(WORKING)}"
 # At Step or Run: a prompt the page has not sent before and longer than LONG_PROMPT_CHARS is read first (its
 # prefill: ~20 s for 20,000 characters on a 2-core CPU), and the status line says so instead of a bare "Working".
 LONG_PROMPT_CHARS = 2000
@@ -71,7 +72,7 @@ READING_PROMPT_JS = f"""
     return {json.dumps(status_line("Reading the prompt (CHARS characters) before the first step: a long prompt "
                                    "takes seconds on a CPU…"))}.replace("CHARS", prompt.length.toLocaleString("en"));
   }}
-  return {json.dumps(status_line("Working on the next step…"))};
+  return {json.dumps(WORKING)};
 }}
 """
 

@@ -173,9 +173,8 @@ def compare_verdict(rows: list[dict]) -> str:
     drafts it ran cost more time here than the forwards it saved)."""
     if not rows:
         return ""
-    speed = {r["method"]: r[TOKENS_PER_S] for r in rows}
     fastest = max(rows, key=lambda r: r[TOKENS_PER_S])
-    ar = speed.get("ar")
+    ar = next((r[TOKENS_PER_S] for r in rows if r["method"] == "ar"), None)
     against = f", {fastest[TOKENS_PER_S] / ar:.2f}x ar" if ar and fastest["method"] != "ar" else ""
     text = (f"Fastest here: **{fastest['method']}**, {fastest[TOKENS_PER_S]} tokens/s{against}, with "
             f"{fastest['tokens / target forward']} tokens per target forward.")

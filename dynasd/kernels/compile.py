@@ -191,11 +191,13 @@ def _remove_leftover_builds(library: Path) -> None:
     now) and those of other libraries whose loader no longer runs."""
     for folder in library.parent.glob("*.build-*"):
         owner = folder.name.rpartition(".build-")[2].split("-")[0]
-        if folder.name.startswith(f"{library.stem}.build-") or not _process_runs(owner):
+        if folder.name.startswith(f"{library.stem}.build-") or not process_runs(owner):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _process_runs(pid: str) -> bool:
+def process_runs(pid: str) -> bool:
+    """Whether the process `pid` (text, as a private folder's name carries it) still runs: its folder is not
+    abandoned. Also read by converted.py."""
     try:
         os.kill(int(pid), 0)
     except (ValueError, ProcessLookupError):
