@@ -264,7 +264,8 @@ def test_truncation_stops_after_eos_and_at_the_budget():
 
 def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pair, monkeypatch):
     """Rounds = target forwards, attempted = assistant forwards: checked against the candidate generator itself.
-    The draft's generation config is left as it was (the heuristic schedule would otherwise carry over)."""
+    The draft's generation config is left as it was (the heuristic schedule would otherwise carry over). The
+    clock's first forwards (the Compare tab's prefill of this peer) lie inside the call's own time."""
     from transformers.generation import candidate_generator
 
     lengths = []
@@ -287,6 +288,9 @@ def test_hf_assisted_counts_match_transformers_own_rounds_and_candidates(tiny_pa
     assert measured.target_forwards == len(lengths) and measured.attempted_draft_levels == sum(lengths)
     assert 0 <= measured.accepted_draft_levels <= measured.attempted_draft_levels
     assert tiny_pair.draft.generation_config.to_dict() == before
+    for role in ("target", "draft"):
+        assert 0 < clock.first_seconds[role] < clock.seconds[role]
+    assert clock.first_seconds["target"] + clock.first_seconds["draft"] < measured.seconds
 
 
 def test_acceptance_denominator_counts_draft_levels_only(bench_run):

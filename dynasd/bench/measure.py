@@ -22,14 +22,14 @@ class ForwardClock:
     Why not the whole model: our decoders run its layers through dynasd/kernels/lean_forward.py, which skips the model's
     own forward, while every path calls the embedding first and the output layer last. The hooks see transformers'
     assisted generation exactly as they see our decoders, so the draft/verify split is measured the same way for
-    every method. On CUDA each forward is synchronized so its time is real.
+    every method. On CUDA each forward is synchronized so its time is real. `first_seconds` keeps each model's
+    first forward since the last reset: the one that reads the prompt, so a run that prefills inside one call
+    (transformers' `generate`) has its prefill measured inside the same window as its total.
     """
 
     def __init__(self, pair) -> None:
         self.cuda = pair.device.type == "cuda"
-        self.seconds = {"target": 0.0, "draft": 0.0}
-        self.calls = {"target": 0, "draft": 0}
-        self.positions = {"target": 0, "draft": 0}
+        self.reset()
         self._handles = []
         self._started: dict[str, float] = {}
         drafts = [d for d in (pair.draft, getattr(pair, "feature_draft", None)) if d is not None]
@@ -55,12 +55,16 @@ class ForwardClock:
     def _post(self, role: str):
         def hook(module, inputs, output):
             self._sync()
-            self.seconds[role] += time.perf_counter() - self._started.pop(role)
+            seconds = time.perf_counter() - self._started.pop(role)
+            if not self.calls[role]:
+                self.first_seconds[role] = seconds
+            self.seconds[role] += seconds
             self.calls[role] += 1
         return hook
 
     def reset(self) -> None:
         self.seconds = {"target": 0.0, "draft": 0.0}
+        self.first_seconds = {"target": 0.0, "draft": 0.0}
         self.calls = {"target": 0, "draft": 0}
         self.positions = {"target": 0, "draft": 0}
 

@@ -3,18 +3,16 @@ bench's `hf-assisted`, dynasd/bench/measure.py) on the same pair, prompt, sampli
 
 Why a peer: the explorer's methods are compared with each other and with ar; a row from an implementation that is
 not this project's says whether they are any good. Its numbers are read the way the explorer reads its own runs:
-- tokens / s counts decoding only. transformers prefills inside `generate`, so its prefill is measured apart, just
-  before, as the explorer's methods pay it (one forward of the target and one of the draft over the prompt), and
-  taken out of the `generate` time;
+- tokens / s counts decoding only. transformers prefills inside `generate`: its prefill is the first forward of the
+  target and the first of the draft in that call (the ones that read the prompt; the target's also verifies the
+  first candidates), timed by the forward hooks and taken out of the `generate` time. Timed inside the same window,
+  it cannot exceed it (a prefill timed apart, before the call, could on a busy machine, leaving 0 s of decoding);
 - target forwards come from the forward hooks (bench.measure.ForwardClock): each is one verification round (the
   first one also reads the prompt), and each round commits its accepted candidates and one token of the target.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-
-import torch
 
 from ..bench.measure import ForwardClock, run_hf_assisted
 from ..bench.specs import HF_ASSISTED, MethodSpec
@@ -36,7 +34,7 @@ class PeerRun:
     accepted_tokens: int      # draft candidates the target kept: new tokens - target forwards
     assistant_forwards: int   # one per candidate the draft proposed
     decoding_seconds: float   # generate()'s time less the prefill below
-    prefill_seconds: float    # one forward of the target and one of the draft over the prompt, measured apart
+    prefill_seconds: float    # generate()'s first forward of the target and of the draft: the ones over the prompt
 
 
 def why_no_peer(pair: ModelPair) -> str | None:
@@ -46,19 +44,6 @@ def why_no_peer(pair: ModelPair) -> str | None:
     if pair.draft is None or not hasattr(pair.draft, "generate"):
         return "this pair has no draft model that transformers can run"
     return None
-
-
-def _prefill_seconds(pair: ModelPair, ids: list[int]) -> float:
-    input_ids = torch.tensor([ids], dtype=torch.long, device=pair.device)
-    with torch.inference_mode():
-        if pair.device.type == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        pair.target(input_ids, use_cache=True)
-        pair.draft(input_ids, use_cache=True)
-        if pair.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - started
 
 
 def run_peer(pairs: PairCache, settings: Settings, prompt: str) -> PeerRun:
@@ -71,7 +56,6 @@ def run_peer(pairs: PairCache, settings: Settings, prompt: str) -> PeerRun:
     if reason:
         raise UserError(f"transformers' assisted generation cannot run here: {reason}")
     with prepared.lock:
-        prefill = _prefill_seconds(pair, ids)
         clock = ForwardClock(pair)  # hooks on the shared models: only while the lock keeps other sessions out
         try:
             measured = run_hf_assisted(MethodSpec(HF_ASSISTED, HF_ASSISTED), pair, settings.options, ids,
@@ -80,6 +64,7 @@ def run_peer(pairs: PairCache, settings: Settings, prompt: str) -> PeerRun:
             raise UserError(f"transformers' assisted generation failed on this pair ({one_line(exc)})") from exc
         finally:
             clock.close()
+    prefill = min(clock.first_seconds["target"] + clock.first_seconds["draft"], measured.seconds)
     return PeerRun(text=measured.text, new_tokens=len(measured.token_ids), target_forwards=measured.target_forwards,
                    accepted_tokens=measured.accepted_draft_levels, assistant_forwards=measured.attempted_draft_levels,
                    decoding_seconds=max(measured.seconds - prefill, 0.0), prefill_seconds=prefill)
