@@ -76,6 +76,31 @@ class ResidualTrace:
 
 
 @dataclass
+class LeftOut:
+    """A draw a dynamic tree could have made next but its node budget did not reach: one more child of `parent`."""
+
+    parent: int          # -1: the root
+    value: float         # the cumulative draft probability it was ranked by
+    token_id: int        # the draft's next-ranked token there at T = 0; -1 when sampling (it was never drawn)
+    token: str
+
+
+@dataclass
+class TreeGrowth:
+    """How a dynamic tree (dynasd/sources/dynamic_tree.py) grew this step: every wave added the `per_wave` most
+    valuable next draws anywhere in the tree, a node's value being its cumulative draft probability (the product
+    of q along its path). `nodes` are the step's node indices it grew (a tree joined by other sources has more)."""
+
+    budget: int                           # the most nodes it may draw
+    per_wave: int
+    nodes: list[int]
+    values: list[float]                   # per grown node: its cumulative draft probability
+    waves: list[int]                      # per grown node: the wave (1, 2, ...) that drew it
+    expanded: list[int]                   # nodes the draft read, so their children could be drawn
+    left_out: list[LeftOut] = field(default_factory=list)  # the best next draws the budget did not reach
+
+
+@dataclass
 class StepTrace:
     index: int
     context_len: int                      # committed tokens (prompt included) before this step
@@ -103,6 +128,7 @@ class StepTrace:
     target_forwards: int = 0
     tested: list[int] = field(default_factory=list)  # node indices in the order the walk tested them
     residual: ResidualTrace | None = None  # at a correction when sampling; None at T = 0 or after a bonus
+    growth: TreeGrowth | None = None      # a dynamic tree's growth; None for static trees
 
 
 @dataclass
@@ -180,6 +206,11 @@ def _step_from(obj: dict) -> StepTrace:
     obj["stop_scores"] = [LevelScores(**_check_fields(LevelScores, s)) for s in obj.get("stop_scores", [])]
     if obj.get("residual") is not None:
         obj["residual"] = ResidualTrace(**_check_fields(ResidualTrace, obj["residual"]))
+    if obj.get("growth") is not None:
+        growth = dict(_check_fields(TreeGrowth, obj["growth"]))
+        _expect(isinstance(growth.get("left_out", []), list), "step.growth.left_out must be a list")
+        growth["left_out"] = [LeftOut(**_check_fields(LeftOut, d)) for d in growth.get("left_out", [])]
+        obj["growth"] = TreeGrowth(**growth)
     step = StepTrace(**obj)
     n = len(step.nodes)
     where = f"step {step.index}"
@@ -271,6 +302,15 @@ def check_trace(run: RunTrace) -> None:
             _expect(-1 <= r.context < n and r.rejections >= 1, f"{where}: bad residual context")
             _expect(all(math.isfinite(v) and -1e-6 <= v <= 1.0 + 1e-6 for v in r.p + r.q + r.residual),
                     f"{where}: residual probabilities outside [0, 1]")
+        if step.growth is not None:
+            g = step.growth
+            _expect(len(g.nodes) == len(g.values) == len(g.waves) <= n and len(g.left_out) <= MAX_TREE_NODES,
+                    f"{where}: bad growth lists")
+            _expect(all(0 <= i < n for i in g.nodes + g.expanded) and all(w >= 1 for w in g.waves),
+                    f"{where}: bad growth nodes")
+            _expect(all(-1 <= d.parent < n for d in g.left_out), f"{where}: bad left-out draw")
+            _expect(all(-1e-6 <= v <= 1.0 + 1e-6 for v in g.values + [d.value for d in g.left_out]),
+                    f"{where}: growth values outside [0, 1]")
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..trace import LevelScores
+from ..trace import LevelScores, TreeGrowth
 from ..tree import ROOT, ancestor_mask, children_of
 
 
@@ -94,6 +94,7 @@ class Proposal:
     target_rooted: bool = False
     root_logits: torch.Tensor | None = None
     root_probs: torch.Tensor | None = None
+    growth: TreeGrowth | None = None  # how a dynamic tree grew (dynamic_tree.py), in this proposal's node indices
 
     @property
     def depth(self) -> int:
