@@ -21,10 +21,10 @@ from .sampling import TEMPERATURE, TOP_K, TOP_P, SamplingConfig
 from .stopping import DEFAULT_DECISION_MODEL, DEFAULT_THRESHOLD, STOP_POLICIES
 from .tree import TreeShape, parse_branching
 
-METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle")
+METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic")
 DRAFTING = ("sd", "mcsd", "ti-mcsd")        # methods that run a draft model
-LOOKING_UP = ("sd", "mcsd", "pld", "recycle")  # methods with prompt lookup (draft-rooted trees)
-RECYCLING = ("sd", "mcsd", "pld", "recycle")   # methods that can join Token Recycling (dynasd/sources/recycling.py)
+LOOKING_UP = ("sd", "mcsd", "pld", "recycle", "dynamic")  # methods with prompt lookup (draft-rooted trees)
+RECYCLING = ("sd", "mcsd", "pld", "recycle", "dynamic")   # methods that can join Token Recycling (sources/recycling.py)
 DRAFT_KINDS = ("tokens", "features")
 DEFAULT_PLD_TOKENS = 8                      # pld's chain when its lookup is 0
 DEFAULT_RECYCLE = (4, 2, 1)                 # the recycle method's tree when its recycle option is unset
@@ -200,7 +200,8 @@ class DecoderOptions:
     method: str = option(
         "mcsd", Choice(METHODS), "decoding method: ar (the target alone), sd (a draft chain), mcsd (a draft tree), "
         "ti-mcsd (target-initialized chains, lossy when width > 1), pld (prompt lookup, no draft model), "
-        "recycle (Token Recycling: the target's own earlier predictions, no draft model)",
+        "recycle (Token Recycling: the target's own earlier predictions, no draft model), dynamic (a draft tree grown "
+        "each step where the draft's cumulative probability is highest, EAGLE-2-style)",
         METHODS, "method", "Method", "method", "radio")
     gamma: int = option(
         4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "draft chain length", ("sd",), "gamma", "γ: draft chain length",
@@ -212,8 +213,17 @@ class DecoderOptions:
         4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "number of target-initialized chains", ("ti-mcsd",), "width",
         "Width: target-initialized chains", "method", "slider", "w", (1, 16, 1))
     depth: int = option(
-        4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "draft tokens per chain", ("ti-mcsd",), "depth",
-        "Depth: draft tokens per chain", "method", "slider", "d", (1, 12, 1))
+        4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "ti-mcsd: draft tokens per chain; dynamic: the deepest level (one "
+        "draft forward per level)", ("ti-mcsd", "dynamic"), "depth", "Depth: draft tokens per chain (ti-mcsd), "
+        "deepest level (dynamic)", "method", "slider", "d", (1, 12, 1))
+    nodes: int = option(
+        16, Int(1, MAX_TREE_NODES, TREE_LIMIT), "the dynamic tree's node budget: each of its depth waves draws "
+        "the nodes/depth most probable next candidates anywhere in the tree", ("dynamic",), "node budget",
+        "Node budget (dynamic)", "method", "slider", "nodes", (1, 64, 1))
+    expand: int = option(
+        4, Int(1, MAX_TREE_NODES, TREE_LIMIT), "the dynamic tree's expansion top-k: the most children one node may "
+        "get", ("dynamic",), "expansion top-k", "Expansion top-k: most children per node (dynamic)", "method",
+        "slider", "topk", (1, 8, 1))
     ti_k_config: tuple[int, ...] | None = option(
         None, Shape(optional=True), "a general static target-initialized shape instead of width and depth, e.g. "
         "2,4,4,1,1 (level 1 from the target, the rest from the draft)", ("ti-mcsd",), "target-initialized shape",
@@ -310,8 +320,8 @@ class DecoderOptions:
         return replace(self, method=method, **{o.name: o.default for o in OPTIONS.values() if not o.read_by(method)})
 
     def branching(self) -> tuple[int, ...]:
-        """The method's largest tree: sd a chain of gamma; mcsd k_config; ti-mcsd ti_k_config when given, else the
-        fork (width, 1 * depth); pld the lookup chain; ar none."""
+        """The method's largest static tree: sd a chain of gamma; mcsd k_config; ti-mcsd ti_k_config when given,
+        else the fork (width, 1 * depth); pld the lookup chain; ar and dynamic none."""
         if self.method == "sd":
             return (1,) * self.gamma
         if self.method == "mcsd":
@@ -322,7 +332,7 @@ class DecoderOptions:
             return (1,) * self.lookup_tokens
         if self.method == "recycle":
             return self.recycle or DEFAULT_RECYCLE
-        return ()
+        return ()  # ar, and dynamic: its tree is grown anew every step (`nodes`, `depth`, `expand`)
 
     @property
     def sampling(self) -> SamplingConfig:

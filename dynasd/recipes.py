@@ -55,6 +55,8 @@ ALL = [
            dict(method="ti-mcsd", width=4, depth=4)),
     Recipe("dynasd-decision", "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)",
            dict(method="ti-mcsd", width=4, depth=4, dynamic_depth=True, stop="decision", threshold=DEFAULT_THRESHOLD)),
+    Recipe("dynamic", "Dynamic tree (EAGLE-2-style): 16 nodes grown where the draft is confident, 4 levels",
+           dict(method="dynamic", nodes=16, depth=4, expand=4)),
     Recipe("sd", "Speculative sampling: one draft chain of 4", dict(method="sd", gamma=4)),
     # docs/benchmarks.md: the fastest lossless method with the GGUF blocks (1.02x ar)
     Recipe("pld", "Prompt lookup decoding: no draft model (fastest with the GGUF blocks)",

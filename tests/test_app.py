@@ -196,8 +196,9 @@ def test_every_recipe_runs_and_sets_only_method_controls():
 def test_compare_runs_every_method_and_lossless_ones_match_ar():
     pairs = PairCache(loader=CountingLoader())
     runs = dict(compare_methods(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello"))
-    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle"]
-    assert runs["sd"].text == runs["mcsd"].text == runs["pld"].text == runs["recycle"].text == runs["ar"].text
+    assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic"]
+    assert (runs["sd"].text == runs["mcsd"].text == runs["pld"].text == runs["recycle"].text == runs["dynamic"].text
+            == runs["ar"].text)
     assert not runs["ti-mcsd"].lossless
 
 
@@ -494,8 +495,8 @@ def test_compare_tab_runs_every_method_and_transformers_assisted_generation(conn
                                          api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row)) for row in table["data"]}
     peer = "hf-assisted (transformers)"
-    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle", peer}
-    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle", peer))
+    assert set(rows) == {"ar", "sd", "mcsd", "ti-mcsd (LOSSY)", "pld", "recycle", "dynamic", peer}
+    assert all(rows[m]["same text as ar"] == "yes" for m in ("sd", "mcsd", "pld", "recycle", "dynamic", peer))
     assert rows["mcsd"]["tokens / target forward"] > 1.0
     assert rows[peer]["new tokens"] == rows["ar"]["new tokens"] == 16
     assert 1.0 < rows[peer]["tokens / target forward"] == round(16 / rows[peer]["target forwards"], 2)

@@ -29,6 +29,9 @@ CONFIGS = [
     ("mcsd", dict(k_config=(4, 2, 2, 1), lookup=8, stop="confidence", threshold=0.5)),
     ("pld", dict(lookup=8)),
     ("pld", dict(lookup=3, lookup_ngram=1)),
+    ("dynamic", dict(nodes=10, depth=4, expand=3)),
+    ("dynamic", dict(nodes=3, depth=3, expand=1)),
+    ("dynamic", dict(nodes=24, depth=2, expand=8, lookup=4, recycle=(2, 1))),
 ]
 
 
@@ -155,7 +158,8 @@ def embedded_references():
                                             ("mcsd", dict(k_config=(2, 2, 1), stop="confidence", threshold=0.3)),
                                             ("ti-mcsd", dict(width=1, depth=3)),
                                             ("pld", dict(lookup=8, lookup_ngram=1)),
-                                            ("sd", dict(gamma=2, lookup=4, lookup_ngram=1))])
+                                            ("sd", dict(gamma=2, lookup=4, lookup_ngram=1)),
+                                            ("dynamic", dict(nodes=12, depth=4, expand=4))])
 def test_embedded_greedy_identity(embedded_pair_on_device, embedded_references, method, options):
     pair = embedded_pair_on_device
     for prompt in EMBEDDED_PROMPTS:

@@ -114,7 +114,7 @@ def test_a_method_refuses_the_options_it_does_not_read_and_for_method_drops_them
         mixed.validate()
     assert info.value.problems == ["ti-mcsd takes no gamma (it is for sd)",
                                    "ti-mcsd takes no tree shape (it is for mcsd)",
-                                   "ti-mcsd takes no prompt lookup (it is for sd, mcsd, pld, recycle)"]
+                                   "ti-mcsd takes no prompt lookup (it is for sd, mcsd, pld, recycle, dynamic)"]
     kept = mixed.for_method()
     assert kept.validate() == DecoderOptions(method="ti-mcsd", width=2)
     assert mixed.for_method("sd") == DecoderOptions(method="sd", gamma=7, lookup=4)
@@ -250,12 +250,13 @@ def test_a_recipe_written_once_is_the_same_configuration_in_the_app_the_bench_an
         in_the_app = make_decoder(tiny_pair, DecoderOptions(**recipe.values).validate())
         spec = bench_specs.parse_method(recipe.bench_spec())
         in_the_bench = make_decoder(tiny_pair, bench_specs.decoder_options(DecoderOptions(), spec))
-        made = lambda d: (d.method, d.shape.branching, d.dynamic_depth, d.stop.name, d.stop.threshold,  # noqa: E731
-                          d.lookup, d.without_replacement, d.recycle, d.draft_model is tiny_pair.draft)
+        made = lambda d: (d.method, d.shape and d.shape.branching, d.dynamic_depth, d.stop.name,  # noqa: E731
+                          d.stop.threshold, d.lookup, d.without_replacement, d.recycle,
+                          d.draft_model is tiny_pair.draft, d.options.nodes, d.options.depth, d.options.expand)
         assert made(in_the_bench) == made(in_the_app), recipe.key
         assert cli.main(["recipes", "--spec", recipe.key]) == 0
         assert capsys.readouterr().out.strip() == recipe.bench_spec()
-    assert all(recipe.bench_spec() in PAPER_METHODS for recipe in ALL if recipe.key != "pld" and recipe.key != "sd")
+    assert all(recipe.bench_spec() in PAPER_METHODS for recipe in ALL if recipe.key not in ("pld", "sd", "dynamic"))
 
 
 def test_ui_values_are_coerced_like_the_app_sends_them():

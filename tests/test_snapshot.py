@@ -48,6 +48,8 @@ METHODS = [
     ("sd", dict(gamma=3, draft_kind="features", lookup=4)),
     ("mcsd", dict(k_config=(2, 2, 1), draft_kind="features", recycle=(2, 1))),
     ("ti-mcsd", dict(width=2, depth=2, draft_kind="features")),
+    ("dynamic", dict(nodes=6, depth=3, expand=3)),
+    ("dynamic", dict(nodes=5, depth=2, expand=2, lookup=4, recycle=(2, 1))),
 ]
 SAMPLING = [dict(temperature=0.0), dict(temperature=0.8, top_p=0.9)]
 

@@ -10,6 +10,8 @@ one protocol):
            target step (an empty tree).
   recycle  token recycling (Luo et al. 2024), no draft model: the target's own earlier top-k predictions walked
            through a static template (`shape`).
+  dynamic  a draft tree grown anew every step where the draft's cumulative probability is highest (EAGLE-2-style,
+           within a node budget; sources/dynamic_tree.py).
 With prompt lookup on (sd / mcsd), a step whose last tokens occurred earlier in the context proposes what followed
 them instead of the draft's tree, and skips the draft model for that step. With recycling on (`recycle=`, a
 template), its candidates join the step's others in one tree, duplicates merged (sources/candidate_tree.py).
@@ -25,7 +27,7 @@ Per step:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -39,6 +41,7 @@ from ..sources import (
     CandidateSource,
     CandidateTree,
     DraftTree,
+    DynamicTree,
     Fallback,
     FeatureDraftTree,
     PromptLookup,
@@ -48,7 +51,7 @@ from ..sources import (
     TokenRecycling,
 )
 from ..stopping import make_stop_policy
-from ..trace import NodeTrace, ResidualTrace, StepTrace
+from ..trace import NodeTrace, ResidualTrace, StepTrace, TreeGrowth
 from ..tree import ROOT, TreeShape
 from .base import Decoder
 
@@ -98,7 +101,8 @@ class TreeDecoder(Decoder):
         if feature_draft and pair.feature_draft is None:
             raise ValueError(f"the pair '{pair.name}' has no feature draft")
         self.method = options.method
-        self.shape = TreeShape(options.branching(), target_roots=options.method == "ti-mcsd")
+        branching = options.branching()  # none for dynamic: its tree is grown anew every step
+        self.shape = TreeShape(branching, target_roots=options.method == "ti-mcsd") if branching else None
         self.without_replacement = not options.with_replacement
         self.dynamic_depth = options.dynamic_depth or options.stop != "none"  # a stop policy implies it
         self.stop = make_stop_policy(options.stop, options.threshold, options.decision_model, decision_model)
@@ -118,6 +122,10 @@ class TreeDecoder(Decoder):
         recycled = TokenRecycling(self.recycle, self.pair.vocab_size, self.pair.device) if self.recycle else None
         if self.method in ("pld", "recycle"):
             return [s for s in (lookup, recycled) if s]
+        if self.method == "dynamic":
+            draft = DynamicTree(self.pair, self.draft_model, self.sampling, self.options.expand, self.options.depth,
+                                self.options.nodes)
+            return [s for s in (Fallback(lookup, draft) if lookup else draft, recycled) if s]
         tree = FeatureDraftTree if is_feature_draft(self.draft_model) else DraftTree
         draft = tree(self.pair, self.draft_model, self.shape, self.sampling, self.without_replacement,
                      self.dynamic_depth, self.stop)
@@ -265,7 +273,19 @@ class TreeDecoder(Decoder):
             draft_seconds=draft_seconds, verify_seconds=verify_seconds,
             accept_seconds=time.perf_counter() - verified_at, draft_forwards=tree.draft_forwards, target_forwards=1,
             tested=[t.node for w in walked.walks for t in w.tests],
-            residual=self._residual_trace(tree, verified, walked))
+            residual=self._residual_trace(tree, verified, walked), growth=self._growth_trace(tree))
+
+    @staticmethod
+    def _growth_trace(tree: CandidateTree) -> TreeGrowth | None:
+        """A dynamic tree's growth in the step's node indices (other sources' nodes may be merged in)."""
+        for source, proposal in enumerate(tree.proposals):
+            growth, local = proposal.growth, tree.local[source]
+            if growth is not None and local:
+                return replace(growth, nodes=[local[i] for i in growth.nodes],
+                               expanded=[local[i] for i in growth.expanded],
+                               left_out=[replace(d, parent=ROOT if d.parent == ROOT else local[d.parent])
+                                         for d in growth.left_out])
+        return None
 
     def _residual_trace(self, tree: CandidateTree, verified: Verified, walked: Walked) -> ResidualTrace | None:
         """p, q and the residual at the node where the walk's last rejection sent the correction token (T > 0).
