@@ -90,3 +90,35 @@ def test_dynamic_options_are_its_own():
         DecoderOptions(method="mcsd", nodes=20).validate()
     with pytest.raises(OptionsError, match="node budget must lie"):
         DecoderOptions.parse({"method": "dynamic", "nodes": "0"})
+
+
+def test_the_tree_figure_shows_what_was_read_kept_and_left_out(tiny_pair):
+    """Every grown node is drawn (kept), the nodes the draft read carry a ring, the draws left out hang hollow under
+    their parents with their token at T = 0, and a node's hover gives its cumulative q and wave."""
+    import viz
+
+    step = grown_steps(tiny_pair, nodes=10, depth=3, expand=3)[0]
+    figure = viz.tree_figure(step, "t")
+    by_name = {trace.name: trace for trace in figure.data}
+    assert len(by_name["read by the draft (expanded)"].x) == len(step.growth.expanded) > 0
+    left_out = by_name["left out: the budget did not reach it"]
+    assert list(left_out.text) == [viz.tree.show_token(d.token, 8) for d in step.growth.left_out]
+    hovers = " ".join(h for trace in figure.data if trace.customdata is not None for h in trace.hovertext)
+    assert hovers.count("cumulative q") == len(step.nodes) and "drawn in wave 1" in hovers
+    assert "dynamic tree: " in figure.layout.title.text
+
+
+def test_the_guided_step_replays_a_dynamic_tree_wave_by_wave(tiny_pair):
+    """Learn → guided step: one draft phase per wave (a later wave may add a sibling at level 1), each showing the
+    nodes drawn so far with the ones the draft had read by then ringed."""
+    import viz
+    from viz.guided import step_at_phase, step_phases
+
+    step = next(s for s in grown_steps(tiny_pair, nodes=12, depth=4, expand=4) if max(s.growth.waves) > 1)
+    drafts = [p for p in step_phases(step) if p.kind == "draft"]
+    assert [p.title for p in drafts] == [f"Draft wave {w}" for w in sorted(set(step.growth.waves))]
+    first = step_at_phase(step, drafts[0])
+    assert len(first.nodes) == step.growth.waves.count(1) and not first.growth.expanded
+    second = step_at_phase(step, drafts[1])
+    assert second.growth.expanded == first.growth.nodes and not second.growth.left_out
+    viz.guided.guided_figure(step, drafts[1], "t")

@@ -1,5 +1,5 @@
-"""One step replayed phase by phase: each draft level appears, then the verify mask, then the walk tests the
-candidates one at a time, then the commit.
+"""One step replayed phase by phase: each draft level appears (a dynamic tree's: each wave), then the verify mask,
+then the walk tests the candidates one at a time, then the commit.
 
 A phase is a view of the recorded step cut at a moment in time: the tree holds only what existed then (later
 levels absent, untested nodes grey, no bonus or correction yet), so the same tree figure draws every phase.
@@ -27,17 +27,34 @@ class Phase:
     tests: int = 0     # test: how many tests have happened, this one included
 
 
+def draft_stages(step: StepTrace) -> list[int]:
+    """The draft phase at which each node appears: its level, or for a dynamic tree its wave. Nodes are numbered
+    in that order (level-major, or wave by wave), so a phase shows a prefix of them and parents stay valid; a tree
+    whose order does not allow that (a dynamic tree joined by another source's nodes) appears in one phase."""
+    waves = dict(zip(step.growth.nodes, step.growth.waves)) if step.growth else {}
+    stages = [waves.get(i, node.level) for i, node in enumerate(step.nodes)]
+    return stages if stages == sorted(stages) else [1] * len(stages)
+
+
+def _draft_phase(step: StepTrace, stages: list[int], stage: int) -> Phase:
+    members = [i for i, s in enumerate(stages) if s == stage]
+    sources = [BY_NAME[name] for name in dict.fromkeys(step.nodes[i].origin for i in members)]
+    proposed_by = " and ".join(source.proposed_by for source in sources)
+    if step.growth is not None and set(members) <= set(step.growth.nodes):
+        read = " after one forward over the last wave's nodes" if stage > 1 else ""
+        return Phase("draft", f"Draft wave {stage}", f"{len(members)} candidate(s) in wave {stage}, from "
+                     f"{proposed_by}{read}: the most valuable next draws anywhere in the tree (cumulative q: the "
+                     "product of q along a node's path), each decided before it was drawn.", level=stage)
+    drafted = stage > 1 and DRAFT in sources  # the draft reads a whole level in one forward
+    return Phase("draft", f"Draft level {stage}", f"{len(members)} candidate(s) at level {stage}, from "
+                 f"{proposed_by}" + (" in one forward over the level above" if drafted else "") + ".", level=stage)
+
+
 def step_phases(step: StepTrace) -> list[Phase]:
     """The phases of a step in the order they happen."""
-    depth = max((node.level for node in step.nodes), default=0)
-    phases = []
-    for level in range(1, depth + 1):
-        width = sum(node.level == level for node in step.nodes)
-        sources = [BY_NAME[name] for name in dict.fromkeys(n.origin for n in step.nodes if n.level == level)]
-        drafted = level > 1 and DRAFT in sources  # the draft reads a whole level in one forward
-        phases.append(Phase("draft", f"Draft level {level}", f"{width} candidate(s) at level {level}, from "
-                            f"{' and '.join(source.proposed_by for source in sources)}"
-                            + (" in one forward over the level above" if drafted else "") + ".", level=level))
+    stages = draft_stages(step)
+    depth = max(stages, default=0)
+    phases = [_draft_phase(step, stages, stage) for stage in sorted(set(stages))]
     rows = len(step.nodes) + step.root_rows
     phases.append(Phase("mask", "Verify", f"One target forward over {rows} rows scores every candidate at once; "
                         "the mask lets each see only itself and its ancestors.", level=depth))
@@ -68,13 +85,21 @@ def step_at_phase(step: StepTrace, phase: Phase) -> StepTrace:
     say the walk has stopped above it; from the commit phase on the step's own statuses show."""
     if phase.kind == "commit":
         return step
-    # Nodes are numbered level by level, so the levels drafted so far are a prefix and parents stay valid.
-    shown = next((i for i, node in enumerate(step.nodes) if node.level > phase.level), len(step.nodes))
+    # The nodes drafted so far are a prefix (draft_stages) and their parents stay valid.
+    shown = next((i for i, stage in enumerate(draft_stages(step)) if stage > phase.level), len(step.nodes))
     done = set((step.tested or [])[:phase.tests]) if phase.kind == "test" else set()
     nodes = [replace(node, status=node.status if i in done else "pending", u=node.u if i in done else None)
              for i, node in enumerate(step.nodes[:shown])]
     path = [i for i in step.accepted_path if i in done]
-    return replace(step, nodes=nodes, accepted_path=path, final_parent=None,
+    growth = step.growth
+    if growth is not None:  # what had grown by then; the draws left out are known once the last wave is drawn
+        kept = [k for k, i in enumerate(growth.nodes) if i < shown]
+        read = phase.level if phase.kind == "draft" else max(growth.waves, default=0)
+        growth = replace(growth, nodes=[growth.nodes[k] for k in kept], values=[growth.values[k] for k in kept],
+                         waves=[growth.waves[k] for k in kept], left_out=[],
+                         expanded=[i for i in growth.expanded if i < shown
+                                   and growth.waves[growth.nodes.index(i)] < read])
+    return replace(step, nodes=nodes, accepted_path=path, final_parent=None, growth=growth,
                    verify_mask=[row[:len(nodes)] for row in step.verify_mask[:len(nodes)]])
 
 

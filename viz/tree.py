@@ -67,13 +67,16 @@ def off_target_commit(step: StepTrace) -> tuple[int, int] | None:
 
 
 def tree_graph(step: StepTrace) -> nx.DiGraph:
-    """Nodes: ROOT, every tree node by index, and 'final' for the bonus/correction token. Edges in index order
-    so children are visited in drafting order."""
+    """Nodes: ROOT, every tree node by index, ("left out", k) for a dynamic tree's draws the budget did not reach,
+    and 'final' for the bonus/correction token. Edges in index order so children are visited in drafting order."""
     graph = nx.DiGraph()
     graph.add_node(ROOT, level=0)
     for i, node in enumerate(step.nodes):
         graph.add_node(i, level=node.level)
         graph.add_edge(node.parent, i)
+    for k, draw in enumerate(step.growth.left_out if step.growth else []):
+        graph.add_node(("left out", k), level=graph.nodes[draw.parent]["level"] + 1)
+        graph.add_edge(draw.parent, ("left out", k))
     final = final_token(step)
     if final is not None:
         parent = final[2]
@@ -96,7 +99,13 @@ def tidy_layout(graph: nx.DiGraph) -> dict:
     return {node: (graph.nodes[node]["level"], rows[node]) for node in graph.nodes}
 
 
-def _hover(i: int, step: StepTrace) -> str:
+def _grown(step: StepTrace) -> dict[int, tuple[float, int]]:
+    """node -> (cumulative draft probability, wave) for the nodes a dynamic tree grew."""
+    growth = step.growth
+    return {} if growth is None else {i: (v, w) for i, v, w in zip(growth.nodes, growth.values, growth.waves)}
+
+
+def _hover(i: int, step: StepTrace, grown: dict[int, tuple[float, int]] | None = None) -> str:
     n = step.nodes[i]
     ratio = "–" if not n.q else f"{n.p / n.q:.3f}"
     lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_NAMES[n.status]}",
@@ -105,11 +114,51 @@ def _hover(i: int, step: StepTrace) -> str:
              f"p (target) {fmt(n.p)}",
              f"q (draft)  {fmt(n.q)}",
              f"p/q        {ratio}"]
+    if grown and i in grown:
+        value, wave = grown[i]
+        read = "read by the draft: its children could be drawn" if i in step.growth.expanded else \
+            "not read by the draft (a last wave's node): a leaf"
+        lines += [f"cumulative q {fmt(value)} (the product of q along its path)", f"drawn in wave {wave}; {read}"]
     tested = test_lines(n)
     if tested:
         lines += tested[:1] + ["p′, q′: p and q after the siblings tested before it were rejected",
                                "(the residual max(p − q, 0) and q without them, renormalised)"] + tested[1:]
     return "<br>".join(lines)
+
+
+def _left_out_hover(draw, sampled: bool) -> str:
+    where = "the root" if draw.parent == ROOT else f"node {draw.parent}"
+    what = ("never drawn: at T > 0 a child is drawn only once it is chosen" if sampled
+            else f"the draft's next-ranked token there: {show_token(draw.token, 24)}")
+    return (f"<b>left out</b>: one more child of {where}<br>ranked at {fmt(draw.value)} (its parent's cumulative q "
+            f"times the draft's next-ranked probability there):<br>the budget went to draws ranked higher<br>{what}")
+
+
+def _growth_traces(step: StepTrace, pos: dict, left_x: list, left_y: list, marker_size: int,
+                   label_chars: int) -> list[go.Scatter]:
+    """A dynamic tree's growth: a ring around every node the draft read (its children could be drawn), and the
+    most valuable draws the node budget did not reach, hollow and dotted, where they would have hung."""
+    growth = step.growth
+    traces = [go.Scatter(x=left_x, y=left_y, mode="lines", name="left out (budget)", hoverinfo="skip",
+                         showlegend=False, line=dict(color="#b0b0b0", width=1, dash="dot"))]
+    expanded = [i for i in growth.expanded if i in pos]
+    if expanded:
+        traces.append(go.Scatter(
+            x=[pos[i][0] for i in expanded], y=[pos[i][1] for i in expanded], mode="markers",
+            name="read by the draft (expanded)", hoverinfo="skip",
+            marker=dict(size=marker_size + 10, symbol="circle-open", color="#6a3fb5", line=dict(width=2))))
+    if growth.left_out:
+        keys = [("left out", k) for k in range(len(growth.left_out))]
+        sampled = growth.left_out[0].token_id < 0
+        traces.append(go.Scatter(
+            x=[pos[key][0] for key in keys], y=[pos[key][1] for key in keys],
+            mode="markers+text" if label_chars else "markers", name="left out: the budget did not reach it",
+            text=["?" if sampled else show_token(d.token, label_chars) for d in growth.left_out],
+            textposition="middle right", textfont=dict(color="#8a8a8a"),
+            marker=dict(size=max(marker_size - 6, 6), symbol="circle-open", color="#9a9a9a", line=dict(width=1.5)),
+            hovertext=[_left_out_hover(d, sampled) for d in growth.left_out],
+            hoverinfo="text"))
+    return traces
 
 
 def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = False) -> go.Figure:
@@ -133,8 +182,12 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
     plain_y: list = []
     path_x: list = []
     path_y: list = []
+    left_x: list = []
+    left_y: list = []
     for parent, child in graph.edges:
         xs, ys = (path_x, path_y) if (parent in on_path and child in on_path) else (plain_x, plain_y)
+        if isinstance(child, tuple):
+            xs, ys = left_x, left_y
         (x0, y0), (x1, y1) = pos[parent], pos[child]
         xs += [x0, x1, None]
         ys += [y0, y1, None]
@@ -142,6 +195,9 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
                              line=dict(color="#c8c8c8", width=1.2), showlegend=False))
     traces.append(go.Scatter(x=path_x, y=path_y, mode="lines", name="committed path", hoverinfo="skip",
                              line=dict(color=STATUS_COLORS["accepted"], width=4)))
+    grown = _grown(step)
+    if step.growth is not None:
+        traces += _growth_traces(step, pos, left_x, left_y, marker_size, label_chars if show_text else 0)
 
     root_text = show_token(root_label) if root_label is not None else "last prompt token"
     traces.append(go.Scatter(
@@ -188,7 +244,7 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
             marker=dict(size=marker_size, color=STATUS_COLORS[status],
                         symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
                         line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
-            hovertext=[_hover(i, step) for i in members], hoverinfo="text", customdata=members))
+            hovertext=[_hover(i, step, grown) for i in members], hoverinfo="text", customdata=members))
 
     depth = max((x for x, _ in pos.values()), default=0)
     rows = max((y for _, y in pos.values()), default=0) + 1
@@ -198,6 +254,10 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
              f"{len(step.committed)} token{'s' if len(step.committed) != 1 else ''} committed")
     if lossy:
         title += "<br>LOSSY method: the text may differ from the target's"  # own line: never cut off
+    if step.growth is not None:
+        g = step.growth
+        title += (f"<br>dynamic tree: {len(g.nodes)} of {g.budget} nodes in {max(g.waves, default=0)} waves "
+                  f"(≤ {g.per_wave} a wave), {len(g.expanded)} read by the draft")
     annotations = []
     departed = off_target_commit(step) if lossy else None
     if departed is not None:
