@@ -2,7 +2,8 @@
 acceptance length, from hand-built traces whose values are known, and on a real run."""
 import pytest
 
-from dynasd.bench import measure, summary
+from dynasd.acceptance import acceptance_of, add_histograms, per_position_acceptance
+from dynasd.bench import summary
 from dynasd.trace import NodeTrace, RunTrace, StepTrace
 
 
@@ -31,12 +32,16 @@ def hand_built_run():
 
 
 def test_per_position_acceptance_from_hand_built_traces():
-    histogram, proposed, accepted = measure.acceptance_counts(hand_built_run())
-    assert histogram == [1, 1, 1, 0, 1]  # drafts that accepted 0, 1, 2, 3, 4 tokens; the empty step is no draft
-    assert (proposed, accepted) == (16, 7)
+    acceptance = acceptance_of(hand_built_run().steps)
+    assert acceptance.histogram == [1, 1, 1, 0, 1]  # drafts that accepted 0-4 tokens; the empty step is no draft
+    assert (acceptance.proposed, acceptance.accepted) == (16, 7)
     # position 1 reached by 3 of 4 drafts, position 2 by 2, 3 by 1, 4 by 1
-    assert summary.per_position_acceptance(histogram) == [0.75, 0.5, 0.25, 0.25]
-    assert summary.per_position_acceptance([]) == []
+    assert acceptance.per_position == per_position_acceptance(acceptance.histogram) == [0.75, 0.5, 0.25, 0.25]
+    assert per_position_acceptance([]) == []
+    # conditional: position 1 tried by 4 drafts (3 passed), 2 by 3 (2), 3 by 2 (1), 4 by 1 (1)
+    assert (acceptance.reached, acceptance.passed) == ([4, 3, 2, 1], [3, 2, 1, 1])
+    assert acceptance.conditional == [0.75, 2 / 3, 0.5, 1.0]
+    assert acceptance.mean_acceptance_length == 1 + 7 / 4
 
 
 def test_target_rooted_levels_are_not_draft_positions():
@@ -46,13 +51,24 @@ def test_target_rooted_levels_are_not_draft_positions():
     drafts = [node(0, 2), node(1, 2), node(2, 3), node(3, 3)]
     run = RunTrace(method="ti-mcsd", config={}, pair="x", draft_label="", lossless=False, prompt="", prompt_ids=[1],
                    steps=[step(0, roots + drafts, [1, 3, 5], [7, 7, 7])], new_token_ids=[7] * 3)
-    histogram, proposed, accepted = measure.acceptance_counts(run)
-    assert (histogram, proposed, accepted) == ([0, 0, 1], 4, 2)
-    assert summary.per_position_acceptance(histogram) == [1.0, 1.0]
+    acceptance = acceptance_of(run.steps)
+    assert (acceptance.histogram, acceptance.proposed, acceptance.accepted) == ([0, 0, 1], 4, 2)
+    assert acceptance.per_position == [1.0, 1.0]
+    assert acceptance.conditional == [1.0, 1.0]  # the chosen root's chain: both its draft positions passed
+
+
+def test_conditional_acceptance_stops_where_the_tree_ends():
+    """A tree whose accepted path reaches a leaf: the next position had no candidate, so it was not tried (the
+    bonus token is the target's, not a position)."""
+    tree = [node(-1, 1), node(-1, 1), node(0, 2)]
+    run = RunTrace(method="mcsd", config={}, pair="x", draft_label="", lossless=True, prompt="", prompt_ids=[1],
+                   steps=[step(0, tree, [1], [7, 7]), step(1, tree, [0, 2], [7, 7, 7])], new_token_ids=[7] * 5)
+    acceptance = acceptance_of(run.steps)
+    assert (acceptance.reached, acceptance.passed) == ([2, 1], [2, 1])
 
 
 def test_histograms_add_up_across_runs():
-    assert summary.add_histograms([[1, 2], [0, 0, 3], []]) == [1, 2, 3]
+    assert add_histograms([[1, 2], [0, 0, 3], []]) == [1, 2, 3]
 
 
 def test_mean_acceptance_length_is_tokens_per_target_forward_and_vllms_formula_when_every_step_drafts():
@@ -61,7 +77,7 @@ def test_mean_acceptance_length_is_tokens_per_target_forward_and_vllms_formula_w
                 "new_tokens": 12, "seconds": 1.0, "target_forwards": 5, "attempted_draft_levels": 16,
                 "accepted_draft_levels": 7, "draft_forward_seconds": 0.0, "target_forward_seconds": 0.0,
                 "compared_tokens": 0, "identical_to_ar": None, "lossless": True, "differing_share": None,
-                "acceptance_histogram": measure.acceptance_counts(run)[0], "draft_tokens_proposed": 16,
+                "acceptance_histogram": acceptance_of(run.steps).histogram, "draft_tokens_proposed": 16,
                 "draft_tokens_accepted": 7}]
     row = next(r for r in summary.summarize(records) if r["category"] == "all")
     assert row["mean_acceptance_length"] == row["tokens_per_target_forward"] == 12 / 5

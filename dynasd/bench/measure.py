@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..acceptance import acceptance_of
 from ..decision import DecisionModel
 from ..decoders import make_decoder
 from ..options import DecoderOptions
@@ -117,27 +118,6 @@ def draft_level_counts(trace) -> tuple[int, int]:
     return accepted, attempted
 
 
-def acceptance_counts(trace) -> tuple[list[int], int, int]:
-    """(histogram, proposed, accepted) over a run's steps. A step that proposed candidates is one *draft*
-    (vLLM's word); histogram[a] counts the drafts whose accepted path held a proposed tokens, which gives the
-    per-position acceptance rate (summary.per_position_acceptance). Steps with no candidate (ar, a pld step with
-    no match) are no drafts."""
-    from ..trace import PROPOSED_ORIGINS
-
-    histogram: list[int] = []
-    proposed = accepted = 0
-    for step in trace.steps:
-        tested = sum(n.origin in PROPOSED_ORIGINS for n in step.nodes)
-        if not tested:
-            continue
-        kept = sum(step.nodes[i].origin in PROPOSED_ORIGINS for i in step.accepted_path)
-        histogram += [0] * (kept + 1 - len(histogram))
-        histogram[kept] += 1
-        proposed += tested
-        accepted += kept
-    return histogram, proposed, accepted
-
-
 def make_method_decoder(spec: MethodSpec, pair, options: DecoderOptions, decision_model: DecisionModel | None = None):
     """Our decoder for one benchmarked method: `options` are the spec's (specs.decoder_options) with this run's
     temperature and seed; `decision_model` is loaded once per method, not once per run."""
@@ -177,7 +157,8 @@ def run_decoder(spec: MethodSpec, pair, options: DecoderOptions, ids, max_new_to
 def _measured(spec, pair, trace, seconds, max_new_tokens, clock) -> Measured:
     token_ids, finished = truncate(trace.new_token_ids, max_new_tokens, pair.eos_token_ids)
     accepted, attempted = draft_level_counts(trace) if spec.method != "ar" else (None, None)
-    histogram, proposed, accepted_tokens = acceptance_counts(trace)
+    acceptance = acceptance_of(trace.steps)
+    histogram, proposed, accepted_tokens = acceptance.histogram, acceptance.proposed, acceptance.accepted
     # The decoder's own phases; "rest" is prefill plus per-step bookkeeping (text, traces) outside them.
     phases = {"draft": sum(s.draft_seconds for s in trace.steps),
               "verify": sum(s.verify_seconds for s in trace.steps),

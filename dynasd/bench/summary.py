@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from ..acceptance import add_histograms, per_position_acceptance
 from .specs import REFERENCE
 
 ACCEPTANCE_DENOMINATOR = "draft levels attempted (one per draft level of a step's live tree; target roots excluded)"
@@ -38,25 +39,6 @@ def add_fidelity(records: list[dict]) -> None:
 
 def _ratio(num, den):
     return num / den if den else None
-
-
-def add_histograms(histograms: list[list[int]]) -> list[int]:
-    total: list[int] = []
-    for histogram in histograms:
-        total += [0] * (len(histogram) - len(total))
-        for accepted, count in enumerate(histogram):
-            total[accepted] += count
-    return total
-
-
-def per_position_acceptance(histogram: list[int]) -> list[float]:
-    """For draft position k = 1, 2, ...: the share of drafts (steps that proposed candidates) whose accepted path
-    reached k, from histogram[a] = drafts that accepted a tokens (vLLM's per-position acceptance rate). It falls
-    with k; the sum over k is the mean number of proposed tokens accepted per draft."""
-    drafts = sum(histogram)
-    if not drafts:
-        return []
-    return [sum(histogram[k:]) / drafts for k in range(1, len(histogram))]
 
 
 def _quality(runs: list[dict], prefix: str) -> dict:
