@@ -228,7 +228,7 @@ def test_stop_scores_are_drawn_against_the_threshold(runs):
 def test_timeline_stacks_every_committed_token(runs):
     run = runs["mcsd"]
     fig = viz.timeline_figure(run, current=1)
-    bars = [t for t in fig.data if t.type == "bar"]
+    bars = [t for t in fig.data if t.type == "bar" and t.xaxis in (None, "x")]  # top left; acceptance is below
     assert sum(sum(t.y) for t in bars) == len(run.new_token_ids)
     assert {t.name for t in bars} <= set(ORIGIN_NAMES.values())
 
@@ -442,3 +442,24 @@ def test_compare_says_which_method_was_fastest_and_why_in_the_runs_own_numbers(r
     slow = compare_verdict(made(ar=(50.0, 1.0), mcsd=(30.0, 2.0)))
     assert "Fastest here: **ar**" in slow and "No speculative method paid on this device" in slow
     assert compare_verdict(made(ar=(50.0, 1.0), sd=(70.0, 1.8))).count("fewest") == 0
+
+
+def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_module_counts_it(runs):
+    """The second row of the timeline and the Compare columns read dynasd/acceptance.py: vLLM's per-position
+    rate, the conditional rate and the histogram of accepted lengths; ar, which drafts nothing, has neither."""
+    from dynasd.acceptance import acceptance_of
+    from viz.timeline import CONDITIONAL, MEAN_ACCEPTANCE_LENGTH, PER_POSITION, rates_text
+
+    run = runs["mcsd"]
+    acceptance = acceptance_of(run.steps)
+    bars = {trace.name: trace for trace in viz.timeline_figure(run, 0).data if trace.type == "bar"}
+    assert list(bars["per-position acceptance: steps that reached k"].y) == acceptance.per_position
+    assert list(bars["conditional: accepted at k once the walk got to k"].y) == acceptance.conditional
+    assert list(bars["steps by candidates accepted"].y) == acceptance.histogram
+    assert sum(acceptance.histogram) == len(run.steps)
+    row = viz.compare_rows({"mcsd": run, "ar": runs["ar"]})
+    assert row[0][MEAN_ACCEPTANCE_LENGTH] == round(acceptance.mean_acceptance_length, 2)
+    assert row[0][PER_POSITION] == rates_text(acceptance.per_position) in viz.summary_markdown(run)
+    assert row[0][CONDITIONAL] == rates_text(acceptance.conditional)
+    assert row[1][PER_POSITION] == "–" and row[1][MEAN_ACCEPTANCE_LENGTH] is None
+    assert "steps by candidates accepted" not in {t.name for t in viz.timeline_figure(runs["ar"]).data}

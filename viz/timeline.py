@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dynasd.acceptance import Acceptance, acceptance_of
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import PROPOSED_ORIGINS, TOKEN_ORIGINS, RunTrace
 
@@ -30,6 +31,22 @@ def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
 TOKENS_PER_S = "tokens / s (decoding)"
 ACCEPTED_LENGTH = "accepted length (draft tokens / step)"
 LEVEL_RATE = "draft levels accepted"
+MEAN_ACCEPTANCE_LENGTH = "mean acceptance length"
+PER_POSITION = "per-position acceptance (k = 1, 2, …)"
+CONDITIONAL = "conditional acceptance (k = 1, 2, …)"
+
+
+def rates_text(rates: list[float]) -> str:
+    """Rates by draft position as one short cell: "0.82 · 0.55 · 0.31"."""
+    return " · ".join(f"{r:.2f}" for r in rates) or "–"
+
+
+def acceptance_columns(acceptance: Acceptance | None) -> dict:
+    """The Compare table's acceptance columns under vLLM's names (dynasd/acceptance.py defines them)."""
+    if acceptance is None or not acceptance.drafts:
+        return {MEAN_ACCEPTANCE_LENGTH: None, PER_POSITION: "–", CONDITIONAL: "–"}
+    return {MEAN_ACCEPTANCE_LENGTH: round(acceptance.mean_acceptance_length, 2),
+            PER_POSITION: rates_text(acceptance.per_position), CONDITIONAL: rates_text(acceptance.conditional)}
 
 
 def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
@@ -72,6 +89,13 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
         "25%, not 2%. *tokens / s* counts the steps' time only; the prompt's prefill is the separate *prefill* "
         "column.",
     ]
+    acceptance = acceptance_of(run.steps if upto is None else run.steps[: upto + 1])
+    if acceptance.drafts:
+        lines += ["", f"*{MEAN_ACCEPTANCE_LENGTH}* {acceptance.mean_acceptance_length:.2f} (1 + candidates accepted "
+                  f"per drafting step) · *per-position acceptance* {rates_text(acceptance.per_position)} (the share "
+                  f"of steps that got past position k) · *conditional* {rates_text(acceptance.conditional)} (of the "
+                  "steps whose walk got to position k, the share that accepted there): the chart under the timeline "
+                  "draws both."]
     if not run.lossless:
         off, total = off_target_roots(run, upto)
         lines += ["", f"**LOSSY method.** In {off} of {total} steps the committed chain started from a target "
@@ -127,7 +151,54 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
         layout["shapes"] = [dict(type="rect", xref="x", yref="paper", x0=current - 0.5, x1=current + 0.5, y0=0,
                                  y1=1, fillcolor="#ffe066", opacity=0.35, line_width=0, layer="below")]
     layout.update(barmode="stack", legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100))
+    acceptance = acceptance_of(run.steps)
+    if acceptance.drafts:
+        traces += _acceptance_row(acceptance, layout)
     return go.Figure(data=traces, layout=layout)
+
+
+def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:
+    """A second row under the timeline: acceptance by draft position (vLLM's per-position rate and the
+    conditional one) and the histogram of accepted lengths, over the run so far."""
+    top, bottom = [0.62, 1.0], [0.0, 0.36]
+    layout["yaxis"]["domain"] = layout["yaxis2"]["domain"] = top
+    for shape in layout.get("shapes", []):  # the step on show is marked in the top row only
+        shape["y0"] = top[0]
+    for annotation in layout["annotations"]:
+        annotation["y"] = top[1]
+    split, gap = 0.56, 0.08
+    layout.update(
+        xaxis3=dict(domain=[0, split - gap / 2], anchor="y3", automargin=True, title="draft position k", dtick=1),
+        yaxis3=dict(domain=bottom, anchor="x3", automargin=True, gridcolor="#eee", range=[0, 1.05],
+                    tickformat=".0%"),
+        xaxis4=dict(domain=[split + gap / 2, 1], anchor="y4", automargin=True, dtick=1,
+                    title="candidates accepted in a step"),
+        yaxis4=dict(domain=bottom, anchor="x4", automargin=True, gridcolor="#eee", title="steps"),
+        height=layout["height"] + 260)
+    title = dict(xref="paper", yref="paper", y=bottom[1] + 0.03, yanchor="bottom", showarrow=False,
+                 font=dict(size=13))
+    layout["annotations"] = list(layout["annotations"]) + [
+        dict(title, text=f"acceptance by position (mean acceptance length {acceptance.mean_acceptance_length:.2f})",
+             x=(split - gap / 2) / 2, xanchor="center"),
+        dict(title, text=f"accepted lengths ({acceptance.drafts} drafting steps)", x=(1 + split + gap / 2) / 2,
+             xanchor="center")]
+    positions = list(range(1, len(acceptance.reached) + 1))
+    return [
+        # side by side at k - 0.2 and k + 0.2: the timeline's bars above are stacked, and barmode is one per figure
+        go.Bar(x=[k - 0.2 for k in positions[:len(acceptance.per_position)]], y=acceptance.per_position, width=0.38,
+               xaxis="x3", yaxis="y3", name="per-position acceptance: steps that reached k",
+               marker=dict(color="#3a9e8f"), customdata=positions,
+               hovertemplate="position %{customdata}: %{y:.0%} of drafting steps accepted a candidate "
+                             "here<extra></extra>"),
+        go.Bar(x=[k + 0.2 for k in positions], y=acceptance.conditional, width=0.38, xaxis="x3", yaxis="y3",
+               name="conditional: accepted at k once the walk got to k", marker=dict(color="#4a78c2"),
+               customdata=list(zip(positions, acceptance.passed, acceptance.reached)),
+               hovertemplate="position %{customdata[0]}: %{customdata[1]} of %{customdata[2]} steps that got here "
+                             "accepted (%{y:.0%})<extra></extra>"),
+        go.Bar(x=list(range(len(acceptance.histogram))), y=acceptance.histogram, xaxis="x4", yaxis="y4",
+               name="steps by candidates accepted", showlegend=False, marker=dict(color="#777777"),
+               hovertemplate="%{y} steps accepted %{x} candidates<extra></extra>"),
+    ]
 
 
 def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[dict]:
@@ -147,6 +218,7 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
             "tokens / target forward": round(s["tokens_per_target_forward"], 2),
             ACCEPTED_LENGTH: round(s["accepted_length"], 2) if drafts else None,
             LEVEL_RATE: f"{s['acceptance_rate']:.0%}" if drafts else "–",
+            **acceptance_columns(acceptance_of(run.steps)),
             "target forwards": s["target_forwards"],
             "new tokens": s["new_tokens"],
             "prefill (ms)": round(s["prefill_seconds"] * 1000),
@@ -160,6 +232,8 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
             "tokens / target forward": round(peer.new_tokens / rounds, 2),
             ACCEPTED_LENGTH: round(peer.accepted_tokens / rounds, 2),
             LEVEL_RATE: f"{peer.accepted_tokens / peer.assistant_forwards:.0%}" if peer.assistant_forwards else "–",
+            # transformers reports no step-by-step record: its mean acceptance length is tokens per round
+            MEAN_ACCEPTANCE_LENGTH: round(peer.new_tokens / rounds, 2), PER_POSITION: "–", CONDITIONAL: "–",
             "target forwards": peer.target_forwards,
             "new tokens": peer.new_tokens,
             "prefill (ms)": round(peer.prefill_seconds * 1000),
