@@ -35,6 +35,8 @@ COMMANDS = {
                             "Train a draft that also reads the target's hidden states (features, train, export)."),
     "train-decision": ("dynasd.training.decision_training", "Train the hard and soft early-stop decision models."),
     "recipes": ("dynasd.recipes", "Print the named method configurations (the app's Recipe menu) as bench specs."),
+    "best-tree": ("dynasd.best_tree", "Find the static tree with the highest expected speed for this draft on this "
+                                     "device, check it against ar, and write it as a recipe."),
     "build-kernels": ("dynasd.kernels.build_command",
                       "Build the compiled CPU kernels now rather than at the first model load (make setup runs it)."),
 }

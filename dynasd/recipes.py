@@ -10,7 +10,9 @@ paper preset and scripts/gpu_check.sh (through `dynasd recipes`) all read them h
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from .options import MCSD_TREE, OPTIONS, Shape
 from .stopping import DEFAULT_THRESHOLD  # DynaSD's hard decision threshold
@@ -76,15 +78,36 @@ def recipe_values(name: str) -> dict:
 
 # -- `dynasd recipes` ----------------------------------------------------------------------------------------------
 
+def recipe_from_file(path: str | Path) -> Recipe:
+    """A recipe written by `dynasd best-tree --out` (its key, label and own options as text); the options are
+    checked as any others (a ValueError names the bad one)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        key, label, own = record["key"], record["label"], record["own"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a recipe file ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(own, dict) or "method" not in own:
+        raise ValueError(f"{path}: a recipe's options must be an object with a method")
+    typed = {name: OPTIONS[name].coerce(value) if name in OPTIONS else value for name, value in own.items()}
+    unknown = sorted(set(typed) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"{path}: unknown options {unknown}")
+    return Recipe(str(key), str(label), typed)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", metavar="KEY", choices=list(BY_KEY),
                         help="print only this recipe's bench method spec (for scripts)")
+    parser.add_argument("--file", default=None, help="print the bench spec of a recipe file (dynasd best-tree --out)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Every recipe as `key  bench spec  label`, or one recipe's spec alone."""
     if args.spec:
         print(BY_KEY[args.spec].bench_spec())
+        return 0
+    if args.file:
+        print(recipe_from_file(args.file).bench_spec())
         return 0
     for recipe in ALL:
         print(f"{recipe.key:16} {recipe.bench_spec():48} {recipe.label}")

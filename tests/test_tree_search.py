@@ -1,0 +1,94 @@
+"""The best static tree (dynasd/tree_search.py, `dynasd best-tree`): expected tokens from an acceptance vector,
+every k-config within a budget searched, and the command's choice checked against what it measures."""
+import json
+
+import pytest
+from test_metrics import node, step
+
+from dynasd import cli
+from dynasd.explorer.cost import StepCosts
+from dynasd.tree import TreeShape
+from dynasd.tree_search import (
+    acceptance_vector,
+    best_by_budget,
+    evaluate,
+    expected_tokens,
+    passes_one,
+    rank_counts,
+    shapes_within,
+)
+
+FREE_ROWS = StepCosts(ar_s=1.0, verify_base_s=1.0, verify_per_row_s=0.0, draft_per_forward_s=0.0)
+
+
+def test_expected_tokens_by_hand():
+    """p = (0.5, 0.2): one candidate passes half the time, two 1 - 0.5 * 0.8 = 0.6 of the time; a (2, 1) tree
+    commits 1 + 0.6 + 0.6 * 0.5 tokens; a rank past the vector adds nothing."""
+    p = [0.5, 0.2]
+    assert passes_one(p, 1) == 0.5 and passes_one(p, 2) == pytest.approx(0.6) and passes_one(p, 5) == passes_one(p, 2)
+    assert expected_tokens((2, 1), p) == pytest.approx(1 + 0.6 + 0.3)
+    assert expected_tokens((1, 1, 1), [1.0]) == 4.0
+
+
+def test_every_shape_within_the_budget_and_no_other():
+    shapes = list(shapes_within(6, 3, 3))
+    assert len(shapes) == len(set(shapes))
+    assert all(TreeShape(s).num_nodes <= 6 and len(s) <= 3 and max(s) <= 3 for s in shapes)
+    brute = [(a,) for a in range(1, 4)] + [(a, b) for a in range(1, 4) for b in range(1, 4)] + \
+            [(a, b, c) for a in range(1, 4) for b in range(1, 4) for c in range(1, 4)]
+    assert set(shapes) == {s for s in brute if TreeShape(s).num_nodes <= 6}
+
+
+def test_free_rows_favour_the_deepest_tree_and_costly_rows_a_narrow_one():
+    """With verify rows free (a GPU, roughly) more nodes never hurt; when each row costs as much as an ar step,
+    the best tree stays small. The best speed-up can only grow with the budget."""
+    p = [0.7, 0.3, 0.1]
+    free = best_by_budget(p, FREE_ROWS, 30, 6)
+    assert free[-1].tokens_per_step == max(c.tokens_per_step for c in free)
+    costly = best_by_budget(p, StepCosts(1.0, 1.0, 1.0, 0.1), 30, 6)
+    assert costly[-1].nodes < free[-1].nodes
+    assert all(a.speedup <= b.speedup for a, b in zip(costly, costly[1:]))
+    c = evaluate((2, 1), p, StepCosts(1.0, 1.0, 1.0, 0.1), step_overhead_s=0.5)
+    assert c.step_s == pytest.approx(2 * 0.1 + 1.0 + 5 * 1.0 + 0.5) and c.nodes == 4  # 4 nodes + the root row
+
+
+def test_the_acceptance_vector_counts_each_rank_after_the_earlier_ones_were_rejected():
+    """Two steps of a 3-wide level: in the first the second candidate passes (rank 1 rejected, rank 2 accepted);
+    in the second the first passes and the others are never tested."""
+    tree = [node(-1, 1, status="rejected"), node(-1, 1, status="accepted"), node(-1, 1, status="not_reached")]
+    first = step(0, tree, [1], [7, 7])
+    first.tested = [0, 1]
+    second = step(1, [node(-1, 1, status="accepted"), node(-1, 1, status="not_reached"),
+                      node(-1, 1, status="not_reached")], [0], [7, 7])
+    second.tested = [0]
+    assert rank_counts([first, second]) == ([2, 1], [1, 1])
+    assert acceptance_vector([first, second], min_tests=1) == [0.5, 1.0]
+    assert acceptance_vector([first, second], min_tests=2) == [0.5]
+
+
+def test_best_tree_measures_searches_checks_and_writes_a_recipe(tiny_pair, tmp_path, capsys, monkeypatch):
+    """The command end to end on the tiny pair: the table, the check against ar and a recipe file whose bench
+    spec is the chosen tree."""
+    monkeypatch.setattr("dynasd.best_tree.load_pair_from", lambda args: tiny_pair)
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [text]}) + "\n"
+                               for i, text in enumerate(["Tell me a story about a cat.", "Write a poem."])))
+    out = tmp_path / "best.json"
+    assert cli.main(["best-tree", "--prompts", str(prompts), "--budget", "12", "--max-new-tokens", "24",
+                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads(out.read_text())
+    assert f"mcsd k={record['shape']}" in printed and "expected" in printed and "measured" in printed
+    assert record["nodes"] <= 12 and record["measured_speedup"] > 0 and record["acceptance_vector"]
+    assert cli.main(["recipes", "--file", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"mcsd:k={record['shape']}"
+
+
+def test_a_bad_recipe_file_gets_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    for text in ("{", json.dumps({"key": "x", "label": "y", "own": {"method": "mcsd", "k_config": "0,2"}}),
+                 json.dumps({"key": "x", "label": "y", "own": {"method": "mcsd", "colour": 3}})):
+        bad.write_text(text)
+        assert cli.main(["recipes", "--file", str(bad)]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("error: ") and error.count("\n") == 1 and "Traceback" not in error
