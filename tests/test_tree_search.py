@@ -92,3 +92,21 @@ def test_a_bad_recipe_file_gets_one_line(tmp_path, capsys):
         assert cli.main(["recipes", "--file", str(bad)]) == 2
         error = capsys.readouterr().err
         assert error.startswith("error: ") and error.count("\n") == 1 and "Traceback" not in error
+
+
+def test_the_learn_view_marks_the_runs_tree_against_the_best_for_each_budget(tiny_pair):
+    """Learn → Cost model's second chart: the best expected speed-up for budgets 1..64 never falls, and an mcsd
+    run's own tree sits on or under the line at its node count (the search saw that shape too)."""
+    from dynasd.decoders import make_decoder
+    from dynasd.options import DecoderOptions
+    from viz.cost import BUDGET_NODES, budget_figure
+
+    run = make_decoder(tiny_pair, DecoderOptions(method="mcsd", k_config=(3, 2))).generate(
+        tiny_pair.encode_prompt("Tell me a story about a cat."), 48)
+    costs = StepCosts(ar_s=0.01, verify_base_s=0.01, verify_per_row_s=0.001, draft_per_forward_s=0.004)
+    figure = budget_figure(run, costs)
+    line, own = figure.data[0], figure.data[1]
+    assert len(line.y) == BUDGET_NODES and all(a <= b for a, b in zip(line.y, line.y[1:]))
+    assert own.name == "this run's tree k=3,2" and own.x[0] == 9 and own.y[0] <= line.y[8] + 1e-9
+    ar = make_decoder(tiny_pair, DecoderOptions(method="ar")).generate(tiny_pair.encode_prompt("hi"), 8)
+    assert "tested no draft candidate" in budget_figure(ar, costs).layout.annotations[0].text

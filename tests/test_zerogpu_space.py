@@ -109,7 +109,7 @@ def test_compare_and_the_learn_views_work_across_gpu_calls(client):
     client.predict(prompt="hello", **TINY, api_name="/step")
     views = client.predict(1, api_name="/learn_step")
     assert views
-    figure_, text, said = client.predict(1, True, **TINY, api_name="/cost_model")
+    figure_, budget_, text, said = client.predict(1, True, **TINY, api_name="/cost_model")
     assert "✗" not in said and "⚠" not in said, said
     tree_a, story_a, tree_b, story_b, said = client.predict(1, "sd", "mcsd", **TINY, api_name="/side_by_side")
     assert "✗" not in said and "⚠" not in said, said

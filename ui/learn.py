@@ -14,7 +14,7 @@ from dynasd.explorer.inputs import UserError, settings_of_trace
 from dynasd.explorer.session import Session, SessionFailed
 from dynasd.options import METHODS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
-from viz.cost import cost_figure, cost_markdown
+from viz.cost import budget_figure, cost_figure, cost_markdown
 from viz.guided import guided_figure, step_phases
 from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
@@ -102,12 +102,12 @@ def on_cost(session_id, index, calibrate, **controls):
             text = ("**Every step of this run verified the same number of rows**, so its own times cannot tell the "
                     "cost of a row from the cost of a forward: the numbers below treat rows as free (ar = one "
                     "verify). Tick *calibrate* to measure the row cost on this device.\n\n" + text)
-        return (cost_figure(shape, costs), text,
+        return (cost_figure(shape, costs), budget_figure(run, costs), text,
                 status_line(f"Cost model of this {run.method} run ({where}).", "ok"), session.id)
     except ValueError as exc:  # UserError included: a run too short, a bad setting
-        return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 2, session.id)
+        return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 3, session.id)
     except Exception as exc:
-        return _learn_failure(exc, 2, session.id)
+        return _learn_failure(exc, 3, session.id)
 
 
 def on_side_by_side(session_id, index, method_a, method_b, **controls):
@@ -248,6 +248,12 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                 cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text",
                                         label="cost model explanation")
                 cost_plot = gr.Plot(label="Expected speed-up over ar", elem_id="learn-cost-plot")
+                gr.Markdown("**The best static tree for this draft here**: from this run's acceptance by sibling "
+                            "rank (p_r: the r-th candidate's chance once the earlier ones were rejected) and the "
+                            "costs above, the expected speed-up of the best k-config within each node budget; "
+                            "`dynasd best-tree` measures the same over a prompt set and checks its choice.",
+                            elem_classes="explain")
+                budget_plot = gr.Plot(label="Best static tree by node budget", elem_id="learn-budget-plot")
             with gr.Tab("Side by side"):
                 with gr.Row():
                     method_a = gr.Dropdown(list(METHODS), value="sd", label="Method A", elem_id="learn-method-a")
@@ -305,7 +311,8 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                    api_visibility="private", show_progress="hidden")
     cost_btn.click(None, None, [learn_status], js=saying("Measuring this pair's costs…"), queue=False,
                    api_visibility="private")
-    cost_btn.click(on_cost, [session_id, scrubber, calibrate], [cost_plot, cost_text, learn_status, session_id],
+    cost_btn.click(on_cost, [session_id, scrubber, calibrate],
+                   [cost_plot, budget_plot, cost_text, learn_status, session_id],
                    inputs_kwargs=controls, api_name="cost_model", show_progress="hidden")
     pair_btn.click(None, None, [learn_status], js=saying("Running both methods one step…"), queue=False,
                    api_visibility="private")

@@ -13,6 +13,9 @@ from dynasd.explorer.cost import (
     chain_tokens_per_step,
     expected_speedup,
 )
+from dynasd.options import OptionsError, options_of_run
+from dynasd.trace import RunTrace
+from dynasd.tree_search import acceptance_vector, best_by_budget, evaluate
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout
 
@@ -105,3 +108,54 @@ def cost_figure(shape: RunShape, costs: StepCosts) -> go.Figure:
                              gridcolor="#eee", automargin=True),
                   yaxis=dict(title="speed-up over ar (×)", range=[0, top], gridcolor="#eee", automargin=True))
     return go.Figure(data=traces, layout=layout)
+
+
+BUDGET_NODES = 64  # the node budgets the best-tree view sweeps
+BUDGET_MIN_TESTS = 5  # one run is short: a rank counts from 5 tests (`dynasd best-tree` asks for 20 over a set)
+
+
+def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
+    """Expected speed-up of the best static tree for each node budget, from this run's own acceptance vector (the
+    draft's acceptance by sibling rank, dynasd/tree_search.py) and this device's costs, with the run's own tree
+    marked when it is a static one: how far today's shape is from the best this draft allows here."""
+    steps = run.steps[1:] if len(run.steps) > 1 else run.steps
+    p = acceptance_vector(steps, min_tests=BUDGET_MIN_TESTS)
+    overhead = sum(s.accept_seconds for s in steps) / max(len(steps), 1)
+    if not p:
+        figure = go.Figure(layout=base_layout("Best static tree by node budget", height=200))
+        figure.add_annotation(text=f"This run tested no draft candidate {BUDGET_MIN_TESTS} times at any rank: "
+                              "run a drafting method (sd, mcsd, dynamic) for more steps.", showarrow=False,
+                              x=0.5, y=0.5, xref="paper", yref="paper")
+        return figure
+    sweep = best_by_budget(p, costs, BUDGET_NODES, 8, overhead)
+    traces = [go.Scatter(
+        x=list(range(1, len(sweep) + 1)), y=[round(c.speedup, 4) for c in sweep], mode="lines+markers",
+        name="best static tree of at most n nodes", line=dict(color=STATUS_COLORS["accepted"], width=2),
+        marker=dict(size=4), customdata=[[c.text, c.nodes, round(c.tokens_per_step, 2)] for c in sweep],
+        hovertemplate="budget %{x}: k=%{customdata[0]} (%{customdata[1]} nodes, %{customdata[2]} tokens a step), "
+                      "%{y:.2f}×<extra></extra>")]
+    options = options_of_run_or_none(run)
+    branching = options.branching() if options is not None and options.method in ("sd", "mcsd") else ()
+    if branching:
+        own = evaluate(tuple(branching), p, costs, overhead)
+        traces.append(go.Scatter(
+            x=[own.nodes], y=[round(own.speedup, 4)], mode="markers", name=f"this run's tree k={own.text}",
+            marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"], line=dict(color="#000", width=1)),
+            hovertemplate=f"k={own.text}: {own.nodes} nodes, expected %{{y:.2f}}×<extra></extra>"))
+    best = max(sweep, key=lambda c: c.speedup)
+    layout = base_layout(f"Best static tree here: k={best.text} ({best.nodes} nodes), expected {best.speedup:.2f}×"
+                         f"<br>acceptance by rank p = {' · '.join(f'{v:.2f}' for v in p)}", height=340)
+    layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
+                  shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line=dict(color="#666", dash="dot"))],
+                  xaxis=dict(title=dict(text="node budget (verify rows less the root)", standoff=6),
+                             range=[0, BUDGET_NODES + 1], gridcolor="#eee", automargin=True),
+                  yaxis=dict(title="expected speed-up over ar (×)", rangemode="tozero", gridcolor="#eee",
+                             automargin=True))
+    return go.Figure(data=traces, layout=layout)
+
+
+def options_of_run_or_none(run: RunTrace):
+    try:
+        return options_of_run(run.method, run.config)
+    except (OptionsError, TypeError, ValueError):
+        return None
