@@ -8,7 +8,7 @@ read per draft position, under the names vLLM reports:
                               falls with k, and its sum is the candidates accepted per draft)
   conditional acceptance      for position k: of the drafts whose walk got to position k with a candidate there,
                               the share that accepted one: the chance the draft is right at k once it was right
-                              before k, what a tree search needs (dynasd/tree_search.py)
+                              before k, which says how deep a tree is worth growing
   accepted lengths            the histogram: drafts that accepted 0, 1, 2, ... candidates
 A *draft* is a step that proposed candidates (ar steps and pld steps without a match are none); a *position* is
 the depth of a proposed candidate on the accepted path: a target-initialized tree's roots are the target's own
