@@ -105,7 +105,7 @@ def test_the_tree_figure_shows_what_was_read_kept_and_left_out(tiny_pair):
     assert list(left_out.text) == [viz.tree.show_token(d.token, 8) for d in step.growth.left_out]
     hovers = " ".join(h for trace in figure.data if trace.customdata is not None for h in trace.hovertext)
     assert hovers.count("cumulative q") == len(step.nodes) and "drawn in wave 1" in hovers
-    assert "dynamic tree: " in figure.layout.title.text
+    assert f"grown: {len(step.nodes)}/10 nodes" in figure.layout.title.text
 
 
 def test_the_guided_step_replays_a_dynamic_tree_wave_by_wave(tiny_pair):

@@ -143,15 +143,18 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
         go.Scatter(x=steps, y=forwards, mode="lines", name="target forwards used", xaxis="x2", yaxis="y2",
                    line=dict(color="#555", width=2)),
     ]
-    layout = {**base_layout(f"Run: {run.method}, {len(run.steps)} steps", height=330 + LEGEND_ROOM),
-              **_two_panels("tokens committed per step", "tokens vs target forwards (cumulative)")}
+    acceptance = acceptance_of(run.steps)
+    title = f"Run: {run.method}, {len(run.steps)} steps"
+    if acceptance.drafts:  # the number vLLM reports first, in the title: the panels below have no room for it
+        title += f"<br>mean acceptance length {acceptance.mean_acceptance_length:.2f}"
+    layout = {**base_layout(title, height=330 + LEGEND_ROOM),
+              **_two_panels("tokens per step", "tokens vs target forwards")}
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = "step"
     layout["yaxis"]["title"] = "tokens"
     if current is not None and 0 <= current < len(run.steps):
         layout["shapes"] = [dict(type="rect", xref="x", yref="paper", x0=current - 0.5, x1=current + 0.5, y0=0,
                                  y1=1, fillcolor="#ffe066", opacity=0.35, line_width=0, layer="below")]
     layout.update(barmode="stack", legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100))
-    acceptance = acceptance_of(run.steps)
     if acceptance.drafts:
         traces += _acceptance_row(acceptance, layout)
     return go.Figure(data=traces, layout=layout)
@@ -168,20 +171,18 @@ def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:
         annotation["y"] = top[1]
     split, gap = 0.56, 0.08
     layout.update(
-        xaxis3=dict(domain=[0, split - gap / 2], anchor="y3", automargin=True, title="draft position k", dtick=1),
+        xaxis3=dict(domain=[0, split - gap / 2], anchor="y3", automargin=True, title="position k", dtick=1),
         yaxis3=dict(domain=bottom, anchor="x3", automargin=True, gridcolor="#eee", range=[0, 1.05],
                     tickformat=".0%"),
         xaxis4=dict(domain=[split + gap / 2, 1], anchor="y4", automargin=True, dtick=1,
-                    title="candidates accepted in a step"),
+                    title="accepted in a step"),
         yaxis4=dict(domain=bottom, anchor="x4", automargin=True, gridcolor="#eee", title="steps"),
         height=layout["height"] + 260)
     title = dict(xref="paper", yref="paper", y=bottom[1] + 0.03, yanchor="bottom", showarrow=False,
                  font=dict(size=13))
     layout["annotations"] = list(layout["annotations"]) + [
-        dict(title, text=f"acceptance by position (mean acceptance length {acceptance.mean_acceptance_length:.2f})",
-             x=(split - gap / 2) / 2, xanchor="center"),
-        dict(title, text=f"accepted lengths ({acceptance.drafts} drafting steps)", x=(1 + split + gap / 2) / 2,
-             xanchor="center")]
+        dict(title, text="acceptance by position", x=(split - gap / 2) / 2, xanchor="center"),
+        dict(title, text="accepted lengths", x=(1 + split + gap / 2) / 2, xanchor="center")]
     positions = list(range(1, len(acceptance.reached) + 1))
     return [
         # side by side at k - 0.2 and k + 0.2: the timeline's bars above are stacked, and barmode is one per figure

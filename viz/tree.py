@@ -146,7 +146,7 @@ def _growth_traces(step: StepTrace, pos: dict, left_x: list, left_y: list, marke
         traces.append(go.Scatter(
             x=[pos[i][0] for i in expanded], y=[pos[i][1] for i in expanded], mode="markers",
             name="read by the draft (expanded)", hoverinfo="skip",
-            marker=dict(size=marker_size + 10, symbol="circle-open", color="#6a3fb5", line=dict(width=2))))
+            marker=dict(size=marker_size + 6, symbol="circle-open", color="#6a3fb5", line=dict(width=2))))
     if growth.left_out:
         keys = [("left out", k) for k in range(len(growth.left_out))]
         sampled = growth.left_out[0].token_id < 0
@@ -256,8 +256,8 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         title += "<br>LOSSY method: the text may differ from the target's"  # own line: never cut off
     if step.growth is not None:
         g = step.growth
-        title += (f"<br>dynamic tree: {len(g.nodes)} of {g.budget} nodes in {max(g.waves, default=0)} waves "
-                  f"(≤ {g.per_wave} a wave), {len(g.expanded)} read by the draft")
+        # short enough for a phone-wide panel: the legend and the hovers say the rest
+        title += f"<br>grown: {len(g.nodes)}/{g.budget} nodes, {max(g.waves, default=0)} waves, {len(g.expanded)} read"
     annotations = []
     departed = off_target_commit(step) if lossy else None
     if departed is not None:
