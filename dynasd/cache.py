@@ -19,7 +19,6 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
 from .feature_draft import draft_inputs, is_feature_draft
-from .tree import additive
 
 # forward(model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden, inputs_embeds,
 #         hidden_to_keep) -> (logits of the last `logits_to_keep` inputs, final hidden states or None)
@@ -116,16 +115,16 @@ class CachedModel:
         n_chain, n_nodes = len(chain), len(nodes)
         q_len = n_chain + n_nodes
         kv_len = past + q_len
-        mask = torch.zeros(q_len, kv_len, dtype=self.dtype, device=self.device)
+        # Chain rows see the committed tokens and the chain causally; tree rows see every committed token and, among
+        # tree nodes, only their ancestors and themselves. A chain is only fed before any tree node of the step is
+        # cached: the layout is [committed | tree]. Built as one bool mask, made additive once.
+        visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=self.device)
         if n_chain:
-            chain_block = torch.ones(n_chain, n_chain, dtype=torch.bool, device=self.device).tril()
-            mask[:n_chain, past:past + n_chain] = additive(chain_block, self.dtype)
-            mask[:n_chain, past + n_chain:] = float("-inf")
+            visible[:n_chain, past:].tril_()
         if n_nodes:
-            # Tree nodes see every committed token and, among tree nodes, only their ancestors and themselves.
-            # A chain is only fed before any tree node of the step is cached: the layout is [committed | tree].
-            tree_cols = tree_mask.shape[1]
-            mask[n_chain:, kv_len - tree_cols:] = additive(tree_mask.to(self.device), self.dtype)
+            visible[n_chain:, kv_len - tree_mask.shape[1]:] = tree_mask
+        mask = torch.full((q_len, kv_len), float("-inf"), dtype=self.dtype, device=self.device)
+        mask.masked_fill_(visible, 0.0)  # additive: a bool mask is silently wrong with eager attention
         positions = list(range(self.cached_len, self.cached_len + n_chain)) + list(node_positions)
         ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
         position_ids = torch.tensor([positions], device=self.device)
@@ -137,7 +136,8 @@ class CachedModel:
         self.cached_len += n_chain
         self.tree_len += n_nodes
         hidden = hidden[0, -max(keep_hidden, keep_logits):] if hidden is not None else None
-        return logits[0, -keep_logits:].float(), hidden
+        logits = logits[0, -keep_logits:]
+        return logits if logits.dtype == torch.float32 else logits.float(), hidden
 
     def prefill(self, tokens: list[int], keep_logits: int = 1) -> torch.Tensor:
         """Cache `tokens` (committed) and return the logits of the last `keep_logits` of them."""
@@ -162,7 +162,7 @@ class CachedModel:
         base = self.cached_len
         m = len(path_nodes)
         if path_nodes and path_nodes != list(range(m)):
-            src = torch.tensor(path_nodes, device=self.device) + base
+            src = torch.tensor([base + node for node in path_nodes], device=self.device)
             for layer in self.cache.layers:
                 # Gather first, then write: sources lie at or after their destinations.
                 layer.keys[:, :, base:base + m] = layer.keys.index_select(2, src)

@@ -53,13 +53,15 @@ def argmax_rows(logits: torch.Tensor) -> list[int]:
 
 def logits_to_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Temperature, then top-k, then top-p (nucleus) on the last axis; float32 probabilities."""
-    logits = logits.float() / cfg.temperature
+    logits = logits.float()
+    if cfg.temperature != 1.0:  # dividing by 1 changes no value: one tensor op fewer per warp at T = 1
+        logits = logits / cfg.temperature
     if cfg.top_k and cfg.top_k < logits.shape[-1]:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     if cfg.top_p < 1.0:
-        probs = probs.masked_fill(~nucleus(probs, cfg.top_p), 0.0)
+        probs = nucleus(probs, cfg.top_p)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
 
@@ -68,23 +70,29 @@ NUCLEUS_CANDIDATES = 256
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Bool mask of the smallest most-probable prefix whose mass reaches top_p, per row.
+    """`probs` with every token outside the nucleus set to 0 (not renormalised): per row, the smallest
+    most-probable prefix whose mass reaches top_p is kept.
 
     A full sort of a 49k vocabulary costs ~10 ms a row on a CPU; the nucleus almost always lies within the top few
-    hundred tokens, so sort those (topk) and fall back to the full sort only for rows they do not cover.
+    hundred tokens, so sort those (topk) and fall back to the full sort only for rows they do not cover. When they
+    are the whole vocabulary they cover every row, and no host read asks.
     """
     k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
     top_probs, order = torch.topk(probs, k, dim=-1)
-    uncovered = top_probs.sum(dim=-1) < top_p
-    if bool(uncovered.any()):
-        full_probs, full_order = torch.sort(probs[uncovered], dim=-1, descending=True)
-        keep_full = torch.zeros_like(full_probs, dtype=torch.bool).scatter(
-            -1, full_order, (torch.cumsum(full_probs, -1) - full_probs) < top_p)
-    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(
-        -1, order, (torch.cumsum(top_probs, -1) - top_probs) < top_p)
-    if bool(uncovered.any()):
-        keep[uncovered] = keep_full
-    return keep
+    kept = _keep_prefix(top_probs, order, top_p, probs)
+    if k < probs.shape[-1]:
+        uncovered = top_probs.sum(dim=-1) < top_p
+        if bool(uncovered.any()):
+            rows = probs[uncovered]
+            kept[uncovered] = _keep_prefix(*torch.sort(rows, dim=-1, descending=True), top_p, rows)
+    return kept
+
+
+def _keep_prefix(sorted_probs: torch.Tensor, order: torch.Tensor, top_p: float, like: torch.Tensor) -> torch.Tensor:
+    """Rows like `like`: the entries of `sorted_probs` (at vocabulary positions `order`) whose predecessors' mass
+    is below top_p, every other entry 0."""
+    outside = (torch.cumsum(sorted_probs, -1) - sorted_probs) >= top_p
+    return torch.zeros_like(like).scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
 
 
 def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: torch.Generator) -> torch.Tensor:
@@ -96,23 +104,28 @@ def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: t
     """
     if replacement:
         return inverse_cdf(probs, k, generator)
-    remaining = probs.clone()
+    # Every uniform at once, laid out (draw, row) as k rounds of one uniform per row would have drawn them.
+    uniforms = _uniforms((k,) + probs.shape[:-1], generator, probs.device).unsqueeze(-1)
+    # A draw never picks a zero entry and removes the entry it picks, so a row with n non-zero entries runs out
+    # after n draws: one host read says from which draw on some row needs padding.
+    nonzero = (probs > 0).sum(dim=-1)
+    first_exhausted = int(nonzero.min()) if nonzero.numel() else k
+    remaining = probs
     picks: list[torch.Tensor] = []
-    # Each draw removes one non-zero entry, so no row with k of them runs out: one host read instead of one a draw.
-    may_run_out = bool(((probs > 0).sum(dim=-1) < k).any())
-    for _ in range(k):
+    for draw in range(k):
         weights = remaining
-        exhausted = remaining.sum(dim=-1) <= 0 if may_run_out else None
-        if may_run_out and bool(exhausted.any()):  # rare: pad with zero-probability tokens not drawn yet
+        if draw >= first_exhausted:  # rare: pad with zero-probability tokens not drawn yet
+            exhausted = nonzero <= draw
             weights = remaining.clone()
             unseen = (probs[exhausted] == 0).to(probs.dtype)
             for earlier in picks:
                 unseen.scatter_(-1, earlier[exhausted], 0.0)
             weights[exhausted] = unseen
-        pick = inverse_cdf(weights, 1, generator)
-        remaining.scatter_(-1, pick, 0.0)
+        pick = _search(weights, uniforms[draw])
         picks.append(pick)
-    return torch.cat(picks, dim=-1)
+        if draw + 1 < k:  # the first removal copies `probs`, later ones write into that copy
+            remaining = remaining.scatter(-1, pick, 0.0) if draw == 0 else remaining.scatter_(-1, pick, 0.0)
+    return picks[0] if k == 1 else torch.cat(picks, dim=-1)
 
 
 def draw_children(logits: torch.Tensor, probs: torch.Tensor | None, k: int, replacement: bool,
@@ -130,11 +143,27 @@ def inverse_cdf(weights: torch.Tensor, k: int, generator: torch.Generator) -> to
     torch.multinomial draws a random number per vocabulary entry when asked for one sample; one uniform per
     draw and a binary search over the cumulative sum is ~10x cheaper for a 49k vocabulary.
     """
+    return _search(weights, _uniforms(weights.shape[:-1] + (k,), generator, weights.device))
+
+
+def _uniforms(shape: tuple[int, ...], generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Uniforms in (0, 1]: a target of 0 would find a leading zero-weight entry."""
+    return 1.0 - torch.rand(shape, generator=generator, device=device)
+
+
+def _search(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row, the entry at each of `uniforms` (rows, k) times the row's total weight, by the cumulative sum."""
     cumulative = torch.cumsum(weights, dim=-1)
-    uniforms = 1.0 - torch.rand(weights.shape[:-1] + (k,), generator=generator, device=weights.device)  # (0, 1]
     targets = uniforms * cumulative[..., -1:]
     # the first index whose cumulative weight reaches the target: never a zero-weight entry
     return torch.searchsorted(cumulative, targets).clamp_(max=weights.shape[-1] - 1)
+
+
+def probs_at(table: torch.Tensor, rows: list[int], tokens: list[int]) -> list[float]:
+    """table[rows[i], tokens[i]] for every i, in one gather and one host read (rows are 0 for a 1-D table)."""
+    width = table.shape[-1]
+    flat = torch.tensor([row * width + token for row, token in zip(rows, tokens)], device=table.device)
+    return torch.take(table, flat).tolist()
 
 
 def sample_one(probs: torch.Tensor, generator: torch.Generator) -> int:
@@ -144,7 +173,7 @@ def sample_one(probs: torch.Tensor, generator: torch.Generator) -> int:
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """norm(max(p - q, 0)); falls back to p when p <= q everywhere (then rejection had probability 0)."""
     diff = torch.clamp(p - q, min=0.0)
-    total = diff.sum()
+    total = float(diff.sum())
     return diff / total if total > 0 else p
 
 
@@ -256,7 +285,7 @@ def mcss_walk(start: int, draws: Callable[[int], list[Draws]], tokens: list[int]
                 if group.without_replacement:
                     q = q.clone()
                     q[x] = 0.0
-                    mass = q.sum()
+                    mass = float(q.sum())
                     if mass <= 0:
                         break
                     q = q / mass

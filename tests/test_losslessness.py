@@ -50,6 +50,7 @@ class ContextTable:
 
     def __init__(self) -> None:
         self.outputs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.calls: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
         self.embedding_ids: dict[bytes, int] = {}
         self.embeddings: list[torch.Tensor] = []
 
@@ -80,24 +81,37 @@ class ContextTable:
 
     def __call__(self, model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden=False,
                  inputs_embeds=None, hidden_to_keep=0):
+        """The rows' outputs, and the new symbols written to the cache as the model writes its keys and values.
+
+        A whole call (what the cache holds, the new symbols, the mask, the positions) comes back thousands of times
+        too, so the rows' outputs are looked up per call; its contexts are read and checked the first time."""
         layers = cache.layers
-        cached = layers[0].keys[0, 0, :, 0].long().tolist() if layers[0].is_initialized else []
+        cached = layers[0].keys[0, 0, :, 0].tolist() if layers[0].is_initialized else []  # floats equal the ids
         new = self._symbols(input_ids, inputs_embeds)
+        visible = tuple(map(tuple, (attention_mask[0, 0] == 0).tolist()))
+        positions = tuple(position_ids[0].tolist())
+        call = (id(model), inputs_embeds is not None, tuple(cached), tuple(new), visible, positions, logits_to_keep,
+                need_hidden)
+        if call not in self.calls:
+            self.calls[call] = self._rows(model, cached, new, visible, positions, logits_to_keep, need_hidden,
+                                          inputs_embeds is not None, attention_mask.device)
+        ids, logits, hidden = self.calls[call]
+        for index in range(len(layers)):
+            cache.update(ids, ids, index)  # copies: the looked-up ids stay as they are
+        return logits.clone(), hidden.clone() if hidden is not None else None  # fresh, as a model's outputs are
+
+    def _rows(self, model, cached, new, visible, positions, logits_to_keep, need_hidden, embedded, device):
         symbols = cached + new
-        visible = (attention_mask[0, 0] == 0).tolist()
-        positions = position_ids[0].tolist()
         logits, hidden = [], []
         for row, sees in enumerate(visible):
-            context = tuple(symbol for symbol, seen in zip(symbols, sees) if seen)
+            context = tuple(int(symbol) for symbol, seen in zip(symbols, sees) if seen)
             if positions[row] != len(context) - 1:
                 raise AssertionError(f"row {row} reads {len(context)} tokens at position {positions[row]}")
-            row_logits, row_hidden = self._output(model, context, inputs_embeds is not None)
+            row_logits, row_hidden = self._output(model, context, embedded)
             logits.append(row_logits)
             hidden.append(row_hidden)
-        ids = torch.tensor(new, dtype=torch.float32, device=attention_mask.device)[None, None, :, None]
-        for index in range(len(layers)):
-            cache.update(ids, ids, index)
-        return (torch.stack(logits[-logits_to_keep:])[None],
+        ids = torch.tensor(new, dtype=torch.float32, device=device)[None, None, :, None]
+        return (ids, torch.stack(logits[-logits_to_keep:])[None],
                 torch.stack(hidden)[None] if need_hidden else None)
 
 

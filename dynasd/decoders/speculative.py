@@ -36,7 +36,7 @@ from ..decision import DecisionModel
 from ..feature_draft import is_feature_draft
 from ..models import ModelPair
 from ..options import DecoderOptions
-from ..sampling import WalkResult, argmax_rows, greedy_walk, logits_to_probs, mcss_walk, sample_one
+from ..sampling import WalkResult, argmax_rows, greedy_walk, logits_to_probs, mcss_walk, probs_at, sample_one
 from ..sources import (
     CandidateSource,
     CandidateTree,
@@ -301,15 +301,17 @@ class TreeDecoder(Decoder):
         groups = tree.draws(context)
         q = groups[0].q
         correction = walked.committed[-1]
-        chosen = {correction}
-        for dist in (p, q, walk.final_probs):
-            chosen.update(torch.topk(dist, min(RESIDUAL_TOP, dist.shape[-1])).indices.tolist())
-        ids = sorted(chosen, key=lambda t: -float(p[t]))
-        index = torch.tensor(ids, device=p.device)
+        dists = (p, q, walk.final_probs)
+        top = min(RESIDUAL_TOP, p.shape[-1])
+        chosen = list({correction, *torch.cat([torch.topk(dist, top).indices for dist in dists]).tolist()})
+        index = torch.tensor(chosen, device=p.device)
+        p_at, q_at, residual_at = torch.stack([dist[index] for dist in dists]).tolist()  # one host read
+        order = sorted(range(len(chosen)), key=lambda j: -p_at[j])
+        ids = [chosen[j] for j in order]
         rejections = sum(not t.accepted and tree.parents[t.node] == context for t in walk.tests)
         return ResidualTrace(context=context, token_ids=ids, tokens=self.pair.token_strings(ids),
-                             p=p[index].tolist(), q=q[index].tolist(), residual=walk.final_probs[index].tolist(),
-                             rejections=max(rejections, 1))
+                             p=[p_at[j] for j in order], q=[q_at[j] for j in order],
+                             residual=[residual_at[j] for j in order], rejections=max(rejections, 1))
 
     def _node_traces(self, tree: CandidateTree, verified: Verified, walked: Walked) -> list[NodeTrace]:
         """p and q of every node (warped distributions; plain softmax at temperature 0), its test and status."""
@@ -321,18 +323,17 @@ class TreeDecoder(Decoder):
         logits = verified.reading.logits
 
         # One gather per distribution instead of a softmax per node.
-        token_ids = torch.tensor(tree.tokens, device=logits.device)
         p_of: dict[int, float] = {}
         rows = [verified.row(parent) for parent in tree.parents]
         in_verify = [i for i, row in enumerate(rows) if row is not None]
         if in_verify:
             table = torch.softmax(logits, -1) if greedy else verified.probs
-            at = torch.tensor([rows[i] for i in in_verify], device=table.device)
-            p_of.update(zip(in_verify, table[at, token_ids[in_verify]].tolist()))
+            p_of.update(zip(in_verify, probs_at(table, [rows[i] for i in in_verify],
+                                                [tree.tokens[i] for i in in_verify])))
         roots = [i for i, row in enumerate(rows) if row is None]
         if roots:
             table = torch.softmax(tree.root_logits, -1) if greedy else tree.root_probs
-            p_of.update(zip(roots, table[token_ids[roots]].tolist()))
+            p_of.update(zip(roots, probs_at(table, [0] * len(roots), [tree.tokens[i] for i in roots])))
         q_of = tree.q_of(greedy)
 
         strings = self.pair.token_strings(tree.tokens)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..sampling import probs_at
 from ..trace import LevelScores, TreeGrowth
 from ..tree import ROOT, ancestor_mask, children_of
 
@@ -56,14 +57,13 @@ class DraftRows:
 
     def q_of(self, tokens: list[int], parents: list[int], greedy: bool) -> dict[int, float]:
         """q of every node whose parent has a row: the warped q it was drawn from (plain softmax at T = 0)."""
-        token_ids = torch.tensor(tokens, device=self.logits_blocks[0].device) if self.logits_blocks else None
         q: dict[int, float] = {}
         for block, logits in enumerate(self.logits_blocks):
             kids = [i for i, parent in enumerate(parents) if self.rows.get(parent, (None,))[0] == block]
             if kids:
                 table = torch.softmax(logits, -1) if greedy else self.probs_blocks[block]
-                rows = torch.tensor([self.rows[parents[i]][1] for i in kids], device=table.device)
-                q.update(zip(kids, table[rows, token_ids[kids]].tolist()))
+                rows = [self.rows[parents[i]][1] for i in kids]
+                q.update(zip(kids, probs_at(table, rows, [tokens[i] for i in kids])))
         return q
 
 
