@@ -46,9 +46,11 @@ class Recipe:
 
 
 ALL = [
-    # docs/benchmarks.md: the fastest lossless method with float32 weights (1.27x ar), not with the GGUF blocks
+    # docs/benchmarks.md: the fastest lossless method with float32 weights on the AVX-512 Xeon (1.27x ar); not with
+    # the GGUF blocks, nor on an AVX2-only EPYC (0.82x, where pld led)
     Recipe("narrow-cpu",
-           "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop (fastest with float32 weights)",
+           "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop (fastest with float32 weights "
+           "on an AVX-512 CPU)",
            dict(method="mcsd", k_config=(2, 1, 1, 1), dynamic_depth=True, stop="decision",
                 threshold=DEFAULT_THRESHOLD, lookup=8)),
     Recipe("mcsd-paper", f"MCSD (Yang et al. 2024): a static {Shape.text(MCSD_TREE)} tree from the draft",
@@ -57,11 +59,12 @@ ALL = [
            dict(method="ti-mcsd", width=4, depth=4)),
     Recipe("dynasd-decision", "DynaSD with dynamic depth: the fork, a decision model ends the chains (lossy)",
            dict(method="ti-mcsd", width=4, depth=4, dynamic_depth=True, stop="decision", threshold=DEFAULT_THRESHOLD)),
+    # docs/benchmarks.md: as many tokens a step as the 44-node MCSD tree, with 16 nodes
     Recipe("dynamic", "Dynamic tree (EAGLE-2-style): 16 nodes grown where the draft is confident, 4 levels",
            dict(method="dynamic", nodes=16, depth=4, expand=4)),
     Recipe("sd", "Speculative sampling: one draft chain of 4", dict(method="sd", gamma=4)),
-    # docs/benchmarks.md: the fastest lossless method with the GGUF blocks (1.02x ar)
-    Recipe("pld", "Prompt lookup decoding: no draft model (fastest with the GGUF blocks)",
+    # docs/benchmarks.md: the fastest lossless method with the GGUF blocks (1.02x ar) and on an AVX2-only CPU (1.03x)
+    Recipe("pld", "Prompt lookup decoding: no draft model (fastest with the GGUF blocks, and without AVX-512)",
            dict(method="pld", lookup=8)),
 ]
 BY_KEY = {recipe.key: recipe for recipe in ALL}
