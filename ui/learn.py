@@ -253,7 +253,8 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                             "costs above, the expected speed-up of the best k-config within each node budget; "
                             "`dynasd best-tree` measures the same over a prompt set and checks its choice.",
                             elem_classes="explain")
-                budget_plot = gr.Plot(label="Best static tree by node budget", elem_id="learn-budget-plot")
+                budget_plot = gr.Plot(label="Best static tree by node budget", elem_id="learn-budget-plot",
+                                      show_label=False)
             with gr.Tab("Side by side"):
                 with gr.Row():
                     method_a = gr.Dropdown(list(METHODS), value="sd", label="Method A", elem_id="learn-method-a")
