@@ -141,18 +141,16 @@ class DynamicTree(DraftTree):
         """How many children to draw at each context this wave: the `count` most valuable next draws, taken one
         at a time (taking a context's r-th child makes its (r+1)-th the next candidate there). Decided before
         anything of this wave is drawn, from values known already. Ties go to the earlier context."""
-        order = list(contexts)
-        heap = [(-c.next_value(), order.index(node), node, len(c.drawn)) for node, c in contexts.items()
+        heap = [(-c.next_value(), place, node, len(c.drawn)) for place, (node, c) in enumerate(contexts.items())
                 if c.next_value() > 0]
         heapq.heapify(heap)
         picks: dict[int, int] = {}
         while heap and sum(picks.values()) < count:
-            _, rank_of_context, node, rank = heapq.heappop(heap)
+            _, place, node, rank = heapq.heappop(heap)
             picks[node] = picks.get(node, 0) + 1
             context = contexts[node]
             if rank + 1 < len(context.ranked_probs) and context.ranked_probs[rank + 1] > 0:
-                heapq.heappush(heap, (-context.value * context.ranked_probs[rank + 1], rank_of_context, node,
-                                      rank + 1))
+                heapq.heappush(heap, (-context.value * context.ranked_probs[rank + 1], place, node, rank + 1))
         return picks
 
     def _left_out(self, contexts: dict[int, Context]) -> list[LeftOut]:
