@@ -3,7 +3,8 @@
 One acceptance rate hides a draft whose later positions collapse: 60% overall can be 90% at position 1 and 20%
 at position 4, and the two call for different trees (deep chains pay only when late positions hold). So a run is
 read per draft position, under the names vLLM reports:
-  mean acceptance length      tokens a drafting step commits: 1 (the target's own token) + candidates accepted
+  mean acceptance length      tokens committed per target forward (RunTrace.summary, the bench): vLLM's and
+                              llama.cpp's name for it; 1 + the per-position sum below when every step drafts
   per-position acceptance     for position k: the share of drafts whose accepted path reached k (vLLM's rate; it
                               falls with k, and its sum is the candidates accepted per draft)
   conditional acceptance      for position k: of the drafts whose walk got to position k with a candidate there,
@@ -35,11 +36,6 @@ class Acceptance:
     @property
     def drafts(self) -> int:
         return sum(self.histogram)
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """1 + candidates accepted per draft (vLLM's mean acceptance length); 0 without a draft."""
-        return 1 + self.accepted / self.drafts if self.drafts else 0.0
 
     @property
     def per_position(self) -> list[float]:

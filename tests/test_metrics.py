@@ -41,7 +41,6 @@ def test_per_position_acceptance_from_hand_built_traces():
     # conditional: position 1 tried by 4 drafts (3 passed), 2 by 3 (2), 3 by 2 (1), 4 by 1 (1)
     assert (acceptance.reached, acceptance.passed) == ([4, 3, 2, 1], [3, 2, 1, 1])
     assert acceptance.conditional == [0.75, 2 / 3, 0.5, 1.0]
-    assert acceptance.mean_acceptance_length == 1 + 7 / 4
 
 
 def test_target_rooted_levels_are_not_draft_positions():

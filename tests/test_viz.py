@@ -387,7 +387,7 @@ def test_the_timeline_draws_the_ar_line_once_named_for_both(runs):
 
 
 def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
-    from viz.timeline import ACCEPTED_LENGTH, LEVEL_RATE, TOKENS_PER_S, summary_numbers
+    from viz.timeline import LEVEL_RATE, TOKENS_PER_S, summary_numbers
 
     run = runs["mcsd"]
     row = viz.compare_rows({"mcsd": run})[0]
@@ -398,7 +398,8 @@ def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
     assert row[TOKENS_PER_S] == round(numbers["tokens_per_s"], 1)
     text = viz.summary_markdown(run)
     assert row[LEVEL_RATE] in text and row[LEVEL_RATE].endswith("%"), "one format: a percentage"
-    assert f"{numbers['accepted_length']:.2f}" in text and ACCEPTED_LENGTH in text
+    assert f"{numbers['tokens_per_target_forward']:.2f}" in text and "mean acceptance length" in text
+    assert row["tokens / target forward"] == round(numbers["tokens_per_target_forward"], 2)
     assert "2 methods" in viz.compare_figure(viz.compare_rows({"mcsd": run, "ar": runs["ar"]})).layout.title.text
 
 
@@ -448,7 +449,7 @@ def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_m
     """The second row of the timeline and the Compare columns read dynasd/acceptance.py: vLLM's per-position
     rate, the conditional rate and the histogram of accepted lengths; ar, which drafts nothing, has neither."""
     from dynasd.acceptance import acceptance_of
-    from viz.timeline import CONDITIONAL, MEAN_ACCEPTANCE_LENGTH, PER_POSITION, rates_text
+    from viz.timeline import CONDITIONAL, PER_POSITION, rates_text
 
     run = runs["mcsd"]
     acceptance = acceptance_of(run.steps)
@@ -458,8 +459,7 @@ def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_m
     assert list(bars["steps by candidates accepted"].y) == acceptance.histogram
     assert sum(acceptance.histogram) == len(run.steps)
     row = viz.compare_rows({"mcsd": run, "ar": runs["ar"]})
-    assert row[0][MEAN_ACCEPTANCE_LENGTH] == round(acceptance.mean_acceptance_length, 2)
     assert row[0][PER_POSITION] == rates_text(acceptance.per_position) in viz.summary_markdown(run)
     assert row[0][CONDITIONAL] == rates_text(acceptance.conditional)
-    assert row[1][PER_POSITION] == "–" and row[1][MEAN_ACCEPTANCE_LENGTH] is None
+    assert row[1][PER_POSITION] == "–" and row[1][CONDITIONAL] == "–"
     assert "steps by candidates accepted" not in {t.name for t in viz.timeline_figure(runs["ar"]).data}

@@ -102,8 +102,8 @@ gap is the target work saved. **Tokens per target forward** is the hardware-inde
 prefill is reported apart, once, because it is paid before the first step whatever the method.
 
 *Below*, the acceptance by draft position, under the names vLLM reports. **Per-position acceptance** (teal): the
-share of drafting steps that accepted a candidate at position k; it can only fall with k, and 1 + its sum is the
-**mean acceptance length**. **Conditional acceptance** (blue): of the steps whose walk got to position k with a
+share of drafting steps that accepted a candidate at position k; it can only fall with k, and when every step
+drafts 1 + its sum is the tokens per target forward (what vLLM calls the **mean acceptance length**). **Conditional acceptance** (blue): of the steps whose walk got to position k with a
 candidate there, the share that accepted one: a draft that is good early and collapses late shows it here first,
 and it says how deep a tree is worth growing. *Right*: how many candidates each step accepted.
 """
@@ -119,8 +119,8 @@ with the same pair, prompt, sampling settings, seed and token budget, and its ow
 up to 20 draft tokens a round, cut where the draft's confidence falls under 0.4; no tree. Its numbers are read
 like ours: tokens / s counts decoding only (its prefill, done inside `generate`, is its first forward of each
 model, the ones over the prompt, timed by hooks and taken out), and each target forward is one verification round.
-The acceptance columns use vLLM's names: **mean acceptance length** (tokens a drafting step commits), and by
-draft position k the **per-position** and **conditional** acceptance (the Summary tab's chart explains both).
+**tokens / target forward** is what vLLM calls the mean acceptance length; by draft position k the
+**per-position** and **conditional** acceptance columns use its names too (the Summary tab's chart explains both).
 
 **Why can a speculative method be slower than ar here?** On a CPU a forward's cost grows with the rows it scores:
 the CPU is busy computing, not waiting for memory, so verifying the {_DEFAULT_TREE.num_nodes + 1} rows of the default \

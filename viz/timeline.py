@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from dynasd.acceptance import Acceptance, acceptance_of
 from dynasd.origins import ORIGINS, TARGET_ROOT
-from dynasd.trace import PROPOSED_ORIGINS, TOKEN_ORIGINS, RunTrace
+from dynasd.trace import TOKEN_ORIGINS, RunTrace
 
 from .style import LEGEND_ROOM, ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, TOP_LEGEND, base_layout
 
@@ -29,9 +29,7 @@ def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
 
 
 TOKENS_PER_S = "tokens / s (decoding)"
-ACCEPTED_LENGTH = "accepted length (draft tokens / step)"
 LEVEL_RATE = "draft levels accepted"
-MEAN_ACCEPTANCE_LENGTH = "mean acceptance length"
 PER_POSITION = "per-position acceptance (k = 1, 2, …)"
 CONDITIONAL = "conditional acceptance (k = 1, 2, …)"
 
@@ -42,11 +40,11 @@ def rates_text(rates: list[float]) -> str:
 
 
 def acceptance_columns(acceptance: Acceptance | None) -> dict:
-    """The Compare table's acceptance columns under vLLM's names (dynasd/acceptance.py defines them)."""
+    """The Compare table's acceptance columns under vLLM's names (dynasd/acceptance.py defines them); the mean
+    acceptance length is the table's tokens / target forward."""
     if acceptance is None or not acceptance.drafts:
-        return {MEAN_ACCEPTANCE_LENGTH: None, PER_POSITION: "–", CONDITIONAL: "–"}
-    return {MEAN_ACCEPTANCE_LENGTH: round(acceptance.mean_acceptance_length, 2),
-            PER_POSITION: rates_text(acceptance.per_position), CONDITIONAL: rates_text(acceptance.conditional)}
+        return {PER_POSITION: "–", CONDITIONAL: "–"}
+    return {PER_POSITION: rates_text(acceptance.per_position), CONDITIONAL: rates_text(acceptance.conditional)}
 
 
 def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
@@ -62,9 +60,6 @@ def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     numbers = view.summary()
     numbers["prefill_seconds"] = max(0.0, run.seconds - sum(s.draft_seconds + s.verify_seconds + s.accept_seconds
                                                              for s in run.steps))
-    drafting = [s for s in steps if s.nodes]
-    accepted = sum(o in PROPOSED_ORIGINS for s in steps for o in s.committed_origins)
-    numbers["accepted_length"] = accepted / len(drafting) if drafting else 0.0
     return numbers
 
 
@@ -73,29 +68,27 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     shown = len(run.steps) if upto is None else min(upto + 1, len(run.steps))
     drafts = run.method != "ar"  # AR drafts nothing: its acceptance columns say so
     level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
-    length = f"{s['accepted_length']:.2f}" if drafts else "–"
     lines = [
         f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
         "",
-        f"| steps | new tokens | target forwards | tokens / target forward | {ACCEPTED_LENGTH} | {LEVEL_RATE} | "
-        f"{TOKENS_PER_S} | prefill |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {TOKENS_PER_S} | prefill |",
+        "|---|---|---|---|---|---|---|",
         f"| {shown} | {s['new_tokens']} | {s['target_forwards']} | {s['tokens_per_target_forward']:.2f} | "
-        f"{length} | {level_rate} | {s['tokens_per_s']:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
+        f"{level_rate} | {s['tokens_per_s']:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
         "",
-        f"*{ACCEPTED_LENGTH}*: candidate tokens ({', '.join(o.kind for o in ORIGINS if o.tested)}) the target "
-        f"kept per step. *{LEVEL_RATE}*: of the draft levels a step tried, the share the kept path reached (the "
-        "papers' acceptance rate); it counts levels, not nodes, so a 44-node tree with 1 of 4 levels kept reads "
-        "25%, not 2%. *tokens / s* counts the steps' time only; the prompt's prefill is the separate *prefill* "
-        "column.",
+        f"*tokens / target forward* is what vLLM and llama.cpp call the mean acceptance length: the target's own "
+        f"token and the candidate tokens ({', '.join(o.kind for o in ORIGINS if o.tested)}) it kept, per step. "
+        f"*{LEVEL_RATE}*: of the "
+        "draft levels a step tried, the share the kept path reached (the papers' acceptance rate); it counts "
+        "levels, not nodes, so a 44-node tree with 1 of 4 levels kept reads 25%, not 2%. *tokens / s* counts the "
+        "steps' time only; the prompt's prefill is the separate *prefill* column.",
     ]
     acceptance = acceptance_of(run.steps if upto is None else run.steps[: upto + 1])
     if acceptance.drafts:
-        lines += ["", f"*{MEAN_ACCEPTANCE_LENGTH}* {acceptance.mean_acceptance_length:.2f} (1 + candidates accepted "
-                  f"per drafting step) · *per-position acceptance* {rates_text(acceptance.per_position)} (the share "
-                  f"of steps that got past position k) · *conditional* {rates_text(acceptance.conditional)} (of the "
-                  "steps whose walk got to position k, the share that accepted there): the chart under the timeline "
-                  "draws both."]
+        lines += ["", f"*per-position acceptance* {rates_text(acceptance.per_position)} (k = 1, 2, …: the share of "
+                  f"drafting steps that got past position k) · *conditional* {rates_text(acceptance.conditional)} (of "
+                  "the steps whose walk got to position k, the share that accepted there): the chart under the "
+                  "timeline draws both."]
     if not run.lossless:
         off, total = off_target_roots(run, upto)
         lines += ["", f"**LOSSY method.** In {off} of {total} steps the committed chain started from a target "
@@ -146,7 +139,7 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
     acceptance = acceptance_of(run.steps)
     title = f"Run: {run.method}, {len(run.steps)} steps"
     if acceptance.drafts:  # the number vLLM reports first, in the title: the panels below have no room for it
-        title += f"<br>mean acceptance length {acceptance.mean_acceptance_length:.2f}"
+        title += f"<br>mean acceptance length {summary_numbers(run)['tokens_per_target_forward']:.2f}"
     layout = {**base_layout(title, height=330 + LEGEND_ROOM),
               **_two_panels("tokens per step", "tokens vs target forwards")}
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = "step"
@@ -217,7 +210,6 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
             "same text as ar": "n/a" if reference is None else ("yes" if run.text == reference else "NO"),
             TOKENS_PER_S: round(s["tokens_per_s"], 1),
             "tokens / target forward": round(s["tokens_per_target_forward"], 2),
-            ACCEPTED_LENGTH: round(s["accepted_length"], 2) if drafts else None,
             LEVEL_RATE: f"{s['acceptance_rate']:.0%}" if drafts else "–",
             **acceptance_columns(acceptance_of(run.steps)),
             "target forwards": s["target_forwards"],
@@ -231,10 +223,9 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
             "same text as ar": "n/a" if reference is None else ("yes" if peer.text == reference else "NO"),
             TOKENS_PER_S: round(peer.new_tokens / peer.decoding_seconds, 1) if peer.decoding_seconds > 0 else 0.0,
             "tokens / target forward": round(peer.new_tokens / rounds, 2),
-            ACCEPTED_LENGTH: round(peer.accepted_tokens / rounds, 2),
             LEVEL_RATE: f"{peer.accepted_tokens / peer.assistant_forwards:.0%}" if peer.assistant_forwards else "–",
-            # transformers reports no step-by-step record: its mean acceptance length is tokens per round
-            MEAN_ACCEPTANCE_LENGTH: round(peer.new_tokens / rounds, 2), PER_POSITION: "–", CONDITIONAL: "–",
+            # transformers reports no step-by-step record to read positions from
+            PER_POSITION: "–", CONDITIONAL: "–",
             "target forwards": peer.target_forwards,
             "new tokens": peer.new_tokens,
             "prefill (ms)": round(peer.prefill_seconds * 1000),
