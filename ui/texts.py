@@ -103,9 +103,10 @@ prefill is reported apart, once, because it is paid before the first step whatev
 
 *Below*, the acceptance by draft position, under the names vLLM reports. **Per-position acceptance** (teal): the
 share of drafting steps that accepted a candidate at position k; it can only fall with k, and when every step
-drafts 1 + its sum is the tokens per target forward (what vLLM calls the **mean acceptance length**). **Conditional acceptance** (blue): of the steps whose walk got to position k with a
-candidate there, the share that accepted one: a draft that is good early and collapses late shows it here first,
-and it says how deep a tree is worth growing. *Right*: how many candidates each step accepted.
+drafts 1 + its sum is the tokens per target forward (what vLLM calls the **mean acceptance length**).
+**Conditional acceptance** (blue): of the steps whose walk got to position k with a candidate there, the share
+that accepted one: a draft that is good early and collapses late shows it here first, and it says how deep a tree
+is worth growing. *Right*: how many candidates each step accepted.
 """
 
 COMPARE_HELP = f"""
