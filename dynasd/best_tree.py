@@ -24,6 +24,7 @@ from .explorer import cost as cost_model
 from .options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions, add_model_arguments, load_pair_from
 from .prompts import select_prompts
 from .recipes import Recipe
+from .trace import RunTrace
 from .tree_search import MAX_BRANCH, acceptance_vector, best_by_budget
 
 MEASURING_TREE = (MAX_BRANCH, 2, 1, 1)  # wide at level 1, so every rank up to MAX_BRANCH is tested there
@@ -50,8 +51,9 @@ def _decode(pair, options: DecoderOptions, prompts: list[list[int]], max_new_tok
 
 
 def _tokens_per_s(runs) -> float:
+    """Decoding speed over the runs' steps (their own time, never the prefill), as the explorer counts it."""
     tokens = sum(len(r.new_token_ids) for r in runs)
-    seconds = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for r in runs for s in r.steps)
+    seconds = sum(s.seconds for r in runs for s in r.steps)
     return tokens / seconds if seconds > 0 else 0.0
 
 
@@ -69,13 +71,11 @@ def run(args: argparse.Namespace) -> int:
     if not p:
         raise ValueError(f"too few draft tests to measure acceptance ({len(steps)} steps): give more prompts "
                          "(--limit) or more tokens (--max-new-tokens)")
-    shape = cost_model.run_shape(measuring[-1])
+    together = RunTrace(**{**measuring[0].__dict__, "steps": steps})  # every prompt's steps as one run
+    shape = cost_model.steps_shape(steps, together.summary()["acceptance_rate"])
     calibration = cost_model.calibrate(pair.target, cost_model.calibration_context(measuring[-1]))
-    costs = cost_model.costs_from(shape, calibration)
-    draft_forwards = sum(s.draft_forwards for s in steps)
-    costs = cost_model.StepCosts(costs.ar_s, costs.verify_base_s, costs.verify_per_row_s,
-                                 sum(s.draft_seconds for s in steps) / max(draft_forwards, 1))
-    overhead = sum(s.accept_seconds for s in steps) / max(len(steps), 1)
+    costs = cost_model.costs_from(shape, calibration)  # the verify line calibrated, the draft from every step
+    overhead = shape.overhead_s
     sweep = best_by_budget(p, costs, args.budget, args.max_depth, overhead)
     best = sweep[-1]
     acceptance = acceptance_of(steps)

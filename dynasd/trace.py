@@ -130,6 +130,11 @@ class StepTrace:
     residual: ResidualTrace | None = None  # at a correction when sampling; None at T = 0 or after a bonus
     growth: TreeGrowth | None = None      # a dynamic tree's growth; None for static trees
 
+    @property
+    def seconds(self) -> float:
+        """The step's own time: draft, verify and accept (the walk, the commit, this record); never the prefill."""
+        return self.draft_seconds + self.verify_seconds + self.accept_seconds
+
 
 @dataclass
 class RunTrace:

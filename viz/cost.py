@@ -12,8 +12,9 @@ from dynasd.explorer.cost import (
     break_even_row_cost,
     chain_tokens_per_step,
     expected_speedup,
+    run_shape,
 )
-from dynasd.options import OptionsError, options_of_run
+from dynasd.options import tree_of_run
 from dynasd.trace import RunTrace
 from dynasd.tree_search import acceptance_vector, best_by_budget, evaluate
 
@@ -118,9 +119,9 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
     """Expected speed-up of the best static tree for each node budget, from this run's own acceptance vector (the
     draft's acceptance by sibling rank, dynasd/tree_search.py) and this device's costs, with the run's own tree
     marked when it is a static one: how far today's shape is from the best this draft allows here."""
-    steps = run.steps[1:] if len(run.steps) > 1 else run.steps
+    steps = run.steps[1:] if len(run.steps) > 1 else run.steps  # as run_shape: the first step pays warm-up
     p = acceptance_vector(steps, min_tests=BUDGET_MIN_TESTS)
-    overhead = sum(s.accept_seconds for s in steps) / max(len(steps), 1)
+    overhead = run_shape(run).overhead_s
     if not p:
         figure = go.Figure(layout=base_layout("Best static tree by node budget", height=200))
         figure.add_annotation(text=f"This run tested no draft candidate {BUDGET_MIN_TESTS} times at any rank: "
@@ -134,10 +135,9 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
         marker=dict(size=4), customdata=[[c.text, c.nodes, round(c.tokens_per_step, 2)] for c in sweep],
         hovertemplate="budget %{x}: k=%{customdata[0]} (%{customdata[1]} nodes, %{customdata[2]} tokens a step), "
                       "%{y:.2f}×<extra></extra>")]
-    options = options_of_run_or_none(run)
-    branching = options.branching() if options is not None and options.method in ("sd", "mcsd") else ()
-    if branching:
-        own = evaluate(tuple(branching), p, costs, overhead)
+    tree = tree_of_run(run.method, run.config) if run.method in ("sd", "mcsd") else None  # static draft trees
+    if tree is not None:
+        own = evaluate(tree.branching, p, costs, overhead)
         traces.append(go.Scatter(
             x=[own.nodes], y=[round(own.speedup, 4)], mode="markers", name=f"this run's tree k={own.text}",
             marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"], line=dict(color="#000", width=1)),
@@ -153,9 +153,3 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
                              automargin=True))
     return go.Figure(data=traces, layout=layout)
 
-
-def options_of_run_or_none(run: RunTrace):
-    try:
-        return options_of_run(run.method, run.config)
-    except (OptionsError, TypeError, ValueError):
-        return None

@@ -55,11 +55,9 @@ def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     steps = run.steps if upto is None else run.steps[: upto + 1]
     view = RunTrace(**{**run.__dict__, "steps": steps})
     view.new_token_ids = [t for s in steps for t in s.committed]
-    decoding = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for s in steps)
-    view.seconds = decoding
+    view.seconds = sum(s.seconds for s in steps)
     numbers = view.summary()
-    numbers["prefill_seconds"] = max(0.0, run.seconds - sum(s.draft_seconds + s.verify_seconds + s.accept_seconds
-                                                             for s in run.steps))
+    numbers["prefill_seconds"] = max(0.0, run.seconds - sum(s.seconds for s in run.steps))
     return numbers
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..trace import RunTrace
+from ..trace import RunTrace, StepTrace
 from .inputs import Settings
 from .pairs import PairCache
 
@@ -105,25 +105,32 @@ class RunShape:
     verify_rows: list[int]
     verify_seconds: list[float]
     tokens_per_s: float
+    overhead_s: float                   # per step, outside the forwards: the walk, the commit, the trace
 
 
 def run_shape(run: RunTrace) -> RunShape:
     """The averages of a run's steps; the first step is left out when there are others (it pays warm-up)."""
     steps = run.steps[1:] if len(run.steps) > 1 else run.steps
+    return steps_shape(steps, run.summary()["acceptance_rate"])
+
+
+def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
+    """The averages of some steps (one run's, or several runs' together: `dynasd best-tree`)."""
     if not steps:
         raise ValueError("the run has no steps yet")
     n = len(steps)
     draft_forwards = sum(s.draft_forwards for s in steps)
     draft_seconds = sum(s.draft_seconds for s in steps)
     rows = [s.root_rows + len(s.nodes) for s in steps]
-    seconds = sum(s.draft_seconds + s.verify_seconds + s.accept_seconds for s in steps)
+    seconds = sum(s.seconds for s in steps)
     return RunShape(
         steps=n, tokens_per_step=sum(len(s.committed) for s in steps) / n, rows=sum(rows) / n,
-        draft_forwards=draft_forwards / n, acceptance=run.summary()["acceptance_rate"],
+        draft_forwards=draft_forwards / n, acceptance=acceptance,
         depth=max((s.live_depth for s in steps), default=0),
         draft_per_forward_s=draft_seconds / draft_forwards if draft_forwards else None,
         verify_rows=rows, verify_seconds=[s.verify_seconds for s in steps],
-        tokens_per_s=sum(len(s.committed) for s in steps) / seconds if seconds > 0 else 0.0)
+        tokens_per_s=sum(len(s.committed) for s in steps) / seconds if seconds > 0 else 0.0,
+        overhead_s=sum(s.accept_seconds for s in steps) / n)
 
 
 def costs_from(shape: RunShape, calibration: dict[int, float] | None) -> StepCosts:

@@ -51,9 +51,9 @@ class Context:
     row: torch.Tensor | None              # the warped q the children are drawn from (None at T = 0)
     drawn: list[int] = field(default_factory=list)  # child tokens drawn so far, in draw order
 
-    def next_value(self) -> float:
-        """The value of one more child here (0 when there is none left to draw)."""
-        rank = len(self.drawn)
+    def draw_value(self, rank: int) -> float:
+        """The value of this context's child of rank `rank` (0-based): 0 past its ranked tokens, or where its row
+        has no token left to draw."""
         return self.value * self.ranked_probs[rank] if rank < len(self.ranked_probs) else 0.0
 
 
@@ -141,16 +141,18 @@ class DynamicTree(DraftTree):
         """How many children to draw at each context this wave: the `count` most valuable next draws, taken one
         at a time (taking a context's r-th child makes its (r+1)-th the next candidate there). Decided before
         anything of this wave is drawn, from values known already. Ties go to the earlier context."""
-        heap = [(-c.next_value(), place, node, len(c.drawn)) for place, (node, c) in enumerate(contexts.items())
-                if c.next_value() > 0]
+        heap = [(-c.draw_value(len(c.drawn)), place, node, len(c.drawn))
+                for place, (node, c) in enumerate(contexts.items()) if c.draw_value(len(c.drawn)) > 0]
         heapq.heapify(heap)
         picks: dict[int, int] = {}
-        while heap and sum(picks.values()) < count:
+        for _ in range(count):
+            if not heap:
+                break
             _, place, node, rank = heapq.heappop(heap)
             picks[node] = picks.get(node, 0) + 1
-            context = contexts[node]
-            if rank + 1 < len(context.ranked_probs) and context.ranked_probs[rank + 1] > 0:
-                heapq.heappush(heap, (-context.value * context.ranked_probs[rank + 1], place, node, rank + 1))
+            value = contexts[node].draw_value(rank + 1)
+            if value > 0:
+                heapq.heappush(heap, (-value, place, node, rank + 1))
         return picks
 
     def _left_out(self, contexts: dict[int, Context]) -> list[LeftOut]:
@@ -159,7 +161,7 @@ class DynamicTree(DraftTree):
         candidates = []
         for node, context in contexts.items():
             for rank in range(len(context.drawn), len(context.ranked_probs)):
-                value = context.value * context.ranked_probs[rank]
+                value = context.draw_value(rank)
                 if value > 0:
                     token = context.ranked_tokens[rank] if context.row is None else -1
                     candidates.append((value, node, token))
