@@ -79,12 +79,14 @@ part() {
 skip() { echo "- $1: skipped ($2)" >>"$SUMMARY"; echo "$1: skipped ($2)"; }
 
 # -- the machine -------------------------------------------------------------------------------------------------
+# One Python process both writes the versions and says (its exit status) whether the device is there.
 {
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   "$PYTHON" -c "import sys, torch; print('python', sys.version.split()[0]); print('torch', torch.__version__, \
-'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
+'cuda', torch.version.cuda, 'available', torch.cuda.is_available()); \
+sys.exit(0 if '$DEVICE' == 'cpu' or torch.cuda.is_available() else 1)"
 } >"$RESULTS/env.txt" 2>&1
-if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if '$DEVICE' == 'cpu' or torch.cuda.is_available() else 1)"; then
+if [ $? != 0 ]; then
   echo "- no CUDA GPU visible to torch ($PYTHON): nothing checked; see env.txt" >>"$SUMMARY"
   echo "gpu_check.sh: no CUDA GPU visible to torch; use --device cpu" >&2
   exit 1
