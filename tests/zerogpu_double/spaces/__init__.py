@@ -173,9 +173,16 @@ def _zero_gpu_error(message: str) -> Exception:
 
 
 def _serve(requests) -> None:
-    """The child: calls arrive pickled; every yielded or returned value, or the exception, goes back pickled."""
+    """The child: calls arrive pickled; every yielded or returned value, or the exception, goes back pickled.
+
+    It ends when the app's process is gone: the app's end of the pipe cannot tell it (every child forked later
+    holds a copy of that end, so no end of file comes), so it looks at its parent between calls."""
     _allow_cuda()
+    parent = os.getppid()
     while True:
+        while not requests.poll(1.0):
+            if os.getppid() != parent:
+                return
         try:
             request = requests.recv_bytes()
         except EOFError:
