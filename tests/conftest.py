@@ -44,7 +44,7 @@ _LOADED: dict[tuple, object] = {}
 # tests sharing an expensive start) must stay on one worker, but under pytest 9.2 --dist loadgroup no longer groups
 # anything; so the groups go first, group by group, into the first worker's half, which runs them before the other
 # worker could run out and take them over. The tests that take the embedded pair are one group: one process loads
-# the pair (~30 s of CPU) instead of both.
+# the pair (on a fresh machine converting its GGUF first, ~8 s of CPU) instead of both.
 EMBEDDED_GROUP = "embedded-pair"
 EMBEDDED_FIXTURES = {"embedded_pair", "embedded_pair_on_device"}
 
