@@ -19,12 +19,14 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from .embedded import cache_dir
 from .kernels.compile import process_runs
 
 COMPLETE = "model.safetensors"  # written last of the folder's files, and the folder is renamed into place whole
+_READ_ONCE = threading.Lock()  # one conversion at a time swaps gguf's functions (two would restore each other's)
 
 
 def converted_folder(gguf: Path) -> Path:
@@ -84,13 +86,14 @@ def _gguf_read_once():
     where they are swapped, and only for this block."""
     import gguf
 
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    gguf.GGUFReader = functools.lru_cache(maxsize=None)(reader)
-    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+    with _READ_ONCE:
+        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        gguf.GGUFReader = functools.lru_cache(maxsize=None)(reader)
+        gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def _remove_abandoned(parent: Path) -> None:

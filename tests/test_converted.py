@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from dynasd.converted import _remove_abandoned, converted_folder, load_converted
+from dynasd.converted import _gguf_read_once, _remove_abandoned, converted_folder, load_converted
 from dynasd.models import embedded_gguf_path
 
 
@@ -44,3 +44,23 @@ def test_a_conversion_left_by_a_stopped_process_is_removed_and_a_running_ones_ke
         (folder / "config.json").write_text("{}")
     _remove_abandoned(tmp_path)
     assert not gone.exists() and running.exists()
+
+
+def test_reading_a_gguf_once_is_only_for_the_conversion(tmp_path):
+    """Inside the block a second read of a file is the first reader; after it, even when the block fails, gguf's
+    own functions are back (a reader kept past the conversion would hold the file and never see it change)."""
+    import gguf
+    import numpy as np
+
+    path = str(tmp_path / "tiny.gguf")
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tensor("token_embd.weight", np.zeros((2, 4), dtype=np.float32))
+    for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file):
+        write()
+    writer.close()
+    original = gguf.GGUFReader, gguf.get_tensor_name_map
+    with pytest.raises(RuntimeError, match="stop"):
+        with _gguf_read_once():
+            assert gguf.GGUFReader(path) is gguf.GGUFReader(path)
+            raise RuntimeError("stop")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == original
