@@ -139,7 +139,7 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
     if acceptance.drafts:  # the number vLLM reports first, in the title: the panels below have no room for it
         title += f"<br>mean acceptance length {summary_numbers(run)['tokens_per_target_forward']:.2f}"
     layout = {**base_layout(title, height=330 + LEGEND_ROOM),
-              **_two_panels("tokens per step", "tokens vs target forwards")}
+              **_two_panels("tokens per step", "tokens vs forwards")}  # short: ~190 px wide on a phone
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = "step"
     layout["yaxis"]["title"] = "tokens"
     if current is not None and 0 <= current < len(run.steps):
@@ -167,13 +167,15 @@ def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:
                     tickformat=".0%"),
         xaxis4=dict(domain=[split + gap / 2, 1], anchor="y4", automargin=True, dtick=1,
                     title="accepted in a step"),
-        yaxis4=dict(domain=bottom, anchor="x4", automargin=True, gridcolor="#eee", title="steps"),
+        # no y title: between the panels it would lie over the left one's bars at phone width; the panel's title
+        # says what is counted
+        yaxis4=dict(domain=bottom, anchor="x4", automargin=True, gridcolor="#eee"),
         height=layout["height"] + 260)
     title = dict(xref="paper", yref="paper", y=bottom[1] + 0.03, yanchor="bottom", showarrow=False,
                  font=dict(size=13))
     layout["annotations"] = list(layout["annotations"]) + [
         dict(title, text="acceptance by position", x=(split - gap / 2) / 2, xanchor="center"),
-        dict(title, text="accepted lengths", x=(1 + split + gap / 2) / 2, xanchor="center")]
+        dict(title, text="steps by length", x=(1 + split + gap / 2) / 2, xanchor="center")]
     positions = list(range(1, len(acceptance.reached) + 1))
     return [
         # side by side at k - 0.2 and k + 0.2: the timeline's bars above are stacked, and barmode is one per figure
@@ -264,7 +266,8 @@ def compare_figure(rows: list[dict]) -> go.Figure:
               for key, xa, ya in ((TOKENS_PER_S, "x", "y"), ("tokens / target forward", "x2", "y2"))]
     title = f"Same prompt, {len(rows)} methods<br>orange bar: text differs from ar"
     layout = {**base_layout(title, height=340),
-              **_two_panels("tokens / s, decoding (this machine)", "tokens / target forward (any machine)", 0.5)}
+              **_two_panels("tokens / s, decoding<br>(this machine)", "tokens / target forward<br>(any machine)",
+                           0.5)}  # two lines each: one would run into the other panel's title on a phone
     layout["margin"] = dict(l=10, r=10, b=10, t=100)
     for axis, key in (("yaxis", TOKENS_PER_S), ("yaxis2", "tokens / target forward")):
         layout[axis]["range"] = [0, 1.2 * max([r[key] for r in rows] + [1e-9])]  # room for the value labels
