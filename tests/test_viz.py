@@ -383,7 +383,7 @@ def test_a_lossy_commit_below_the_target_top_choice_is_called_out(runs):
 def test_the_timeline_draws_the_ar_line_once_named_for_both(runs):
     fig = viz.timeline_figure(runs["mcsd"])
     names = [t.name for t in fig.data if t.type == "scatter"]
-    assert names == ["tokens committed = target forwards AR would need", "target forwards used"]
+    assert names == ["tokens committed<br>= target forwards AR would need", "target forwards used"]
 
 
 def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
@@ -454,8 +454,8 @@ def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_m
     run = runs["mcsd"]
     acceptance = acceptance_of(run.steps)
     bars = {trace.name: trace for trace in viz.timeline_figure(run, 0).data if trace.type == "bar"}
-    assert list(bars["per-position acceptance: steps that reached k"].y) == acceptance.per_position
-    assert list(bars["conditional: accepted at k once the walk got to k"].y) == acceptance.conditional
+    assert list(bars["per-position acceptance:<br>steps that reached k"].y) == acceptance.per_position
+    assert list(bars["conditional: accepted at k<br>once the walk got to k"].y) == acceptance.conditional
     assert list(bars["steps by candidates accepted"].y) == acceptance.histogram
     assert sum(acceptance.histogram) == len(run.steps)
     row = viz.compare_rows({"mcsd": run, "ar": runs["ar"]})

@@ -129,7 +129,7 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
     # AR spends one forward per token, so "forwards AR would need" is the tokens line itself: one trace named
     # for both (two identical lines hid one under the other)
     traces += [
-        go.Scatter(x=steps, y=tokens, mode="lines+markers", name="tokens committed = target forwards AR would need",
+        go.Scatter(x=steps, y=tokens, mode="lines+markers", name="tokens committed<br>= target forwards AR would need",
                    xaxis="x2", yaxis="y2", line=dict(color=STATUS_COLORS["accepted"], width=3)),
         go.Scatter(x=steps, y=forwards, mode="lines", name="target forwards used", xaxis="x2", yaxis="y2",
                    line=dict(color="#555", width=2)),
@@ -139,7 +139,7 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
     if acceptance.drafts:  # the number vLLM reports first, in the title: the panels below have no room for it
         title += f"<br>mean acceptance length {summary_numbers(run)['tokens_per_target_forward']:.2f}"
     layout = {**base_layout(title, height=330 + LEGEND_ROOM),
-              **_two_panels("tokens per step", "tokens vs forwards")}  # short: ~190 px wide on a phone
+              **_two_panels("tokens per step", "running totals")}  # short: a panel is ~120 px wide on a phone
     layout["xaxis"]["title"] = layout["xaxis2"]["title"] = "step"
     layout["yaxis"]["title"] = "tokens"
     if current is not None and 0 <= current < len(run.steps):
@@ -166,7 +166,7 @@ def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:
         yaxis3=dict(domain=bottom, anchor="x3", automargin=True, gridcolor="#eee", range=[0, 1.05],
                     tickformat=".0%"),
         xaxis4=dict(domain=[split + gap / 2, 1], anchor="y4", automargin=True, dtick=1,
-                    title="accepted in a step"),
+                    title="accepted"),
         # no y title: between the panels it would lie over the left one's bars at phone width; the panel's title
         # says what is counted
         yaxis4=dict(domain=bottom, anchor="x4", automargin=True, gridcolor="#eee"),
@@ -174,18 +174,18 @@ def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:
     title = dict(xref="paper", yref="paper", y=bottom[1] + 0.03, yanchor="bottom", showarrow=False,
                  font=dict(size=13))
     layout["annotations"] = list(layout["annotations"]) + [
-        dict(title, text="acceptance by position", x=(split - gap / 2) / 2, xanchor="center"),
+        dict(title, text="acceptance at k", x=(split - gap / 2) / 2, xanchor="center"),
         dict(title, text="steps by length", x=(1 + split + gap / 2) / 2, xanchor="center")]
     positions = list(range(1, len(acceptance.reached) + 1))
     return [
         # side by side at k - 0.2 and k + 0.2: the timeline's bars above are stacked, and barmode is one per figure
         go.Bar(x=[k - 0.2 for k in positions[:len(acceptance.per_position)]], y=acceptance.per_position, width=0.38,
-               xaxis="x3", yaxis="y3", name="per-position acceptance: steps that reached k",
+               xaxis="x3", yaxis="y3", name="per-position acceptance:<br>steps that reached k",
                marker=dict(color="#3a9e8f"), customdata=positions,
                hovertemplate="position %{customdata}: %{y:.0%} of drafting steps accepted a candidate "
                              "here<extra></extra>"),
         go.Bar(x=[k + 0.2 for k in positions], y=acceptance.conditional, width=0.38, xaxis="x3", yaxis="y3",
-               name="conditional: accepted at k once the walk got to k", marker=dict(color="#4a78c2"),
+               name="conditional: accepted at k<br>once the walk got to k", marker=dict(color="#4a78c2"),
                customdata=list(zip(positions, acceptance.passed, acceptance.reached)),
                hovertemplate="position %{customdata[0]}: %{customdata[1]} of %{customdata[2]} steps that got here "
                              "accepted (%{y:.0%})<extra></extra>"),
