@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .acceptance import acceptance_of
@@ -24,7 +25,7 @@ from .explorer import cost as cost_model
 from .options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions, add_model_arguments, load_pair_from
 from .prompts import select_prompts
 from .recipes import Recipe
-from .trace import RunTrace
+from .trace import RunTrace, StepTrace
 from .tree_search import MAX_BRANCH, acceptance_vector, best_by_budget
 
 MEASURING_TREE = (MAX_BRANCH, 2, 1, 1)  # wide at level 1, so every rank up to MAX_BRANCH is tested there
@@ -42,19 +43,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="write the chosen tree as a recipe file (JSON)")
 
 
-def _decode(pair, options: DecoderOptions, prompts: list[list[int]], max_new_tokens: int):
-    runs = []
-    for seed, ids in enumerate(prompts):
-        runs.append(make_decoder(pair, DecoderOptions(**{**options.values(), "seed": seed})).generate(ids,
-                                                                                                   max_new_tokens))
-    return runs
+def _decode(pair, options: DecoderOptions, prompts: list[list[int]], max_new_tokens: int) -> list[RunTrace]:
+    return [make_decoder(pair, replace(options, seed=seed)).generate(ids, max_new_tokens)
+            for seed, ids in enumerate(prompts)]
 
 
-def _tokens_per_s(runs) -> float:
-    """Decoding speed over the runs' steps (their own time, never the prefill), as the explorer counts it."""
-    tokens = sum(len(r.new_token_ids) for r in runs)
-    seconds = sum(s.seconds for r in runs for s in r.steps)
-    return tokens / seconds if seconds > 0 else 0.0
+def _shape(runs: list[RunTrace], steps: list[StepTrace]) -> cost_model.RunShape:
+    """The cost model's averages over `steps` of `runs` taken as one run (speed over the steps' own time, never the
+    prefill, as the explorer counts it)."""
+    together = RunTrace(**{**runs[0].__dict__, "steps": steps})
+    return cost_model.steps_shape(steps, together.summary()["acceptance_rate"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if not p:
         raise ValueError(f"too few draft tests to measure acceptance ({len(steps)} steps): give more prompts "
                          "(--limit) or more tokens (--max-new-tokens)")
-    together = RunTrace(**{**measuring[0].__dict__, "steps": steps})  # every prompt's steps as one run
-    shape = cost_model.steps_shape(steps, together.summary()["acceptance_rate"])
+    shape = _shape(measuring, steps)
     calibration = cost_model.calibrate(pair.target, cost_model.calibration_context(measuring[-1]))
     costs = cost_model.costs_from(shape, calibration)  # the verify line calibrated, the draft from every step
     overhead = shape.overhead_s
@@ -96,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
         ar = _decode(pair, DecoderOptions(method="ar", **sampling), prompts, args.max_new_tokens)
         chosen = _decode(pair, DecoderOptions(method="mcsd", k_config=best.branching, **sampling), prompts,
                          args.max_new_tokens)
-        ar_speed, speed = _tokens_per_s(ar), _tokens_per_s(chosen)
+        ar_speed = _shape(ar, [s for r in ar for s in r.steps]).tokens_per_s
+        checked = _shape(chosen, [s for r in chosen for s in r.steps])
+        speed, tokens_per_step = checked.tokens_per_s, checked.tokens_per_step
         measured = speed / ar_speed if ar_speed else 0.0
-        tokens_per_step = sum(len(r.new_token_ids) for r in chosen) / max(sum(len(r.steps) for r in chosen), 1)
         print(f"checked: mcsd k={best.text} {speed:.1f} tokens/s ({tokens_per_step:.2f} tokens a step), ar "
               f"{ar_speed:.1f} tokens/s: measured {measured:.2f}x, expected {best.speedup:.2f}x")
         result.update(measured_speedup=measured, measured_tokens_per_step=tokens_per_step)

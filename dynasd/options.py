@@ -406,11 +406,11 @@ def options_of_run(method: str, config: dict) -> DecoderOptions:
         if method == "sd":
             record["gamma"] = len(branching)
         elif method == "mcsd":
-            record["k_config"] = ",".join(str(b) for b in branching)
+            record["k_config"] = Shape.text(branching)
         elif method == "ti-mcsd" and len(branching) > 1 and set(branching[1:]) == {1}:
             record.update(width=branching[0], depth=len(branching) - 1)
         elif method == "ti-mcsd":
-            record["ti_k_config"] = ",".join(str(b) for b in branching)
+            record["ti_k_config"] = Shape.text(branching)
     return DecoderOptions.from_record(record)
 
 

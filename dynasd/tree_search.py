@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .explorer.cost import StepCosts, expected_speedup
+from .options import Shape
 from .trace import PROPOSED_ORIGINS, StepTrace
 from .tree import TreeShape
 
@@ -111,7 +112,7 @@ class Candidate:
 
     @property
     def text(self) -> str:
-        return ",".join(str(k) for k in self.branching)
+        return Shape.text(self.branching)
 
 
 def evaluate(branching: tuple[int, ...], p: list[float], costs: StepCosts, step_overhead_s: float = 0.0) -> Candidate:

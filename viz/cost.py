@@ -13,12 +13,14 @@ from dynasd.explorer.cost import (
     chain_tokens_per_step,
     expected_speedup,
     run_shape,
+    warm_steps,
 )
 from dynasd.options import tree_of_run
 from dynasd.trace import RunTrace
 from dynasd.tree_search import acceptance_vector, best_by_budget, evaluate
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout
+from .timeline import rates_text
 
 CURVE_POINTS = 41
 
@@ -119,8 +121,7 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
     """Expected speed-up of the best static tree for each node budget, from this run's own acceptance vector (the
     draft's acceptance by sibling rank, dynasd/tree_search.py) and this device's costs, with the run's own tree
     marked when it is a static one: how far today's shape is from the best this draft allows here."""
-    steps = run.steps[1:] if len(run.steps) > 1 else run.steps  # as run_shape: the first step pays warm-up
-    p = acceptance_vector(steps, min_tests=BUDGET_MIN_TESTS)
+    p = acceptance_vector(warm_steps(run), min_tests=BUDGET_MIN_TESTS)
     overhead = run_shape(run).overhead_s
     if not p:
         figure = go.Figure(layout=base_layout("Best static tree by node budget", height=200))
@@ -144,7 +145,7 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
             hovertemplate=f"k={own.text}: {own.nodes} nodes, expected %{{y:.2f}}×<extra></extra>"))
     best = max(sweep, key=lambda c: c.speedup)
     layout = base_layout(f"Best static tree here: k={best.text} ({best.nodes} nodes), expected {best.speedup:.2f}×"
-                         f"<br>acceptance by rank p = {' · '.join(f'{v:.2f}' for v in p)}", height=340)
+                         f"<br>acceptance by rank p = {rates_text(p)}", height=340)
     layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line=dict(color="#666", dash="dot"))],
                   xaxis=dict(title=dict(text="node budget (verify rows less the root)", standoff=6),

@@ -224,8 +224,7 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
             TOKENS_PER_S: round(peer.new_tokens / peer.decoding_seconds, 1) if peer.decoding_seconds > 0 else 0.0,
             "tokens / target forward": round(peer.new_tokens / rounds, 2),
             LEVEL_RATE: f"{peer.accepted_tokens / peer.assistant_forwards:.0%}" if peer.assistant_forwards else "–",
-            # transformers reports no step-by-step record to read positions from
-            PER_POSITION: "–", CONDITIONAL: "–",
+            **acceptance_columns(None),  # transformers reports no step-by-step record to read positions from
             "target forwards": peer.target_forwards,
             "new tokens": peer.new_tokens,
             "prefill (ms)": round(peer.prefill_seconds * 1000),

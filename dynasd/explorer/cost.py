@@ -108,10 +108,14 @@ class RunShape:
     overhead_s: float                   # per step, outside the forwards: the walk, the commit, the trace
 
 
+def warm_steps(run: RunTrace) -> list[StepTrace]:
+    """The steps a run's averages read: the first is left out when there are others (it pays warm-up)."""
+    return run.steps[1:] if len(run.steps) > 1 else run.steps
+
+
 def run_shape(run: RunTrace) -> RunShape:
-    """The averages of a run's steps; the first step is left out when there are others (it pays warm-up)."""
-    steps = run.steps[1:] if len(run.steps) > 1 else run.steps
-    return steps_shape(steps, run.summary()["acceptance_rate"])
+    """The averages of a run's warm steps."""
+    return steps_shape(warm_steps(run), run.summary()["acceptance_rate"])
 
 
 def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
