@@ -166,8 +166,8 @@ def served_app(arguments: list[str], env: dict[str, str], log_path):
 def explorer_inprocess():
     """The app launched inside the test process (`app.serve(..., block=False)`) on tiny-random, for the tests that
     reach into the server: fault injection into one session's model calls, registry size, memory. Yields an
-    object with `url`, `app` (the imported app module) and `state` (ui/state.py: its SESSIONS and PAIRS are the live
-    ones)."""
+    object with `url`, `app` (the imported app module), `demo` (the launched Blocks) and `state` (ui/state.py: its
+    SESSIONS and PAIRS are the live ones)."""
     from types import SimpleNamespace
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -180,6 +180,6 @@ def explorer_inprocess():
     port = free_port()
     demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
     try:
-        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", app=app, state=state)
+        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", app=app, state=state, demo=demo)
     finally:
         demo.close()

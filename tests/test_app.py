@@ -387,6 +387,13 @@ def test_a_step_sends_its_figures_to_the_page_once(explorer_inprocess, monkeypat
         assert len(carrying_figures) == 1, carrying_figures
 
 
+def test_the_idle_queue_polls_at_the_apps_interval(explorer_inprocess):
+    """app.serve sets the queue's idle poll through a private gradio attribute: if a gradio release renames it,
+    this fails instead of the app quietly going back to gradio's 1 ms poll."""
+    queue = explorer_inprocess.demo._queue
+    assert queue.sleep_when_free == explorer_inprocess.app.QUEUE_IDLE_POLL_S
+
+
 def test_the_feature_draft_checkbox_switches_the_draft_and_stays_lossless(connect):
     client = connect()
     plain = client.predict(prompt="hello", **TINY, api_name="/run")

@@ -11,6 +11,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from ..cache import stock_cache
+
 
 class InPlaceLayer(DynamicLayer):
     """A cache layer that writes new keys/values into spare room instead of concatenating.
@@ -56,6 +58,6 @@ class InPlaceLayer(DynamicLayer):
 def in_place_cache(model: torch.nn.Module) -> DynamicCache:
     """A model's DynamicCache whose plain layers grow in place (layers of other kinds, e.g. sliding-window ones,
     stay transformers' own)."""
-    cache = DynamicCache(config=model.config)
+    cache = stock_cache(model)
     cache.layers = [InPlaceLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache
