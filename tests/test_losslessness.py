@@ -84,17 +84,19 @@ class ContextTable:
         """The rows' outputs, and the new symbols written to the cache as the model writes its keys and values.
 
         A whole call (what the cache holds, the new symbols, the mask, the positions) comes back thousands of times
-        too, so the rows' outputs are looked up per call; its contexts are read and checked the first time."""
+        too, so the rows' outputs are looked up per call, by the bytes of its tensors (a quarter of a run's cost
+        went into reading them as lists); its contexts are read and checked the first time."""
         layers = cache.layers
-        cached = layers[0].keys[0, 0, :, 0].tolist() if layers[0].is_initialized else []  # floats equal the ids
-        new = self._symbols(input_ids, inputs_embeds)
-        visible = tuple(map(tuple, (attention_mask[0, 0] == 0).tolist()))
-        positions = tuple(position_ids[0].tolist())
-        call = (id(model), inputs_embeds is not None, tuple(cached), tuple(new), visible, positions, logits_to_keep,
-                need_hidden)
+        held = layers[0].keys[0, 0, :, 0] if layers[0].is_initialized else None  # floats equal the ids
+        new = tuple(self._symbols(input_ids, inputs_embeds)) if inputs_embeds is not None else None
+        call = (id(model), new, _key(held), _key(input_ids) if new is None else b"", _key(attention_mask),
+                attention_mask.shape[-1], _key(position_ids), logits_to_keep, need_hidden)
         if call not in self.calls:
-            self.calls[call] = self._rows(model, cached, new, visible, positions, logits_to_keep, need_hidden,
-                                          inputs_embeds is not None, attention_mask.device)
+            cached = held.tolist() if held is not None else []
+            symbols = list(new) if new is not None else input_ids[0].tolist()
+            visible = (attention_mask[0, 0] == 0).tolist()
+            self.calls[call] = self._rows(model, cached, symbols, visible, position_ids[0].tolist(),
+                                          logits_to_keep, need_hidden, new is not None, attention_mask.device)
         ids, logits, hidden = self.calls[call]
         for index in range(len(layers)):
             cache.update(ids, ids, index)  # copies: the looked-up ids stay as they are
@@ -113,6 +115,11 @@ class ContextTable:
         ids = torch.tensor(new, dtype=torch.float32, device=device)[None, None, :, None]
         return (ids, torch.stack(logits[-logits_to_keep:])[None],
                 torch.stack(hidden)[None] if need_hidden else None)
+
+
+def _key(tensor: torch.Tensor | None) -> bytes:
+    """A tensor's values as bytes, a cheap dictionary key (its shape is the caller's to add where it varies)."""
+    return b"" if tensor is None else tensor.cpu().numpy().tobytes()
 
 
 def on_context_table(pair: ModelPair) -> ModelPair:
