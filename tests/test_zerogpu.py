@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import json
+import os
 import subprocess
 import sys
 import time
@@ -196,7 +197,9 @@ def test_importing_the_app_touches_no_cuda():
              "print(calls, torch.cuda.is_initialized())\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "GRADIO_ANALYTICS_ENABLED": "False",
-                               "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)})
+                               "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+                               # the thread count a test worker gives its children (tests/conftest.py says why)
+                               **{k: v for k, v in os.environ.items() if k == "OMP_NUM_THREADS"}})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[] False"
 
