@@ -102,7 +102,7 @@ def draw_candidates(probs: torch.Tensor, k: int, replacement: bool, generator: t
     (k small multinomial draws; exponential races would need a random number per vocabulary entry).
     Rows with fewer than k non-zero entries get padding candidates of probability 0; the walk skips them.
     """
-    if replacement:
+    if replacement or k == 1:  # one draw per row is the same with or without replacement (and the same uniforms)
         return inverse_cdf(probs, k, generator)
     # Every uniform at once, laid out (draw, row) as k rounds of one uniform per row would have drawn them.
     uniforms = _uniforms((k,) + probs.shape[:-1], generator, probs.device).unsqueeze(-1)
