@@ -53,9 +53,12 @@ _LOADED: dict[tuple, object] = {}
 # tests sharing an expensive start) must stay on one worker, but under pytest 9.2 --dist loadgroup no longer groups
 # anything; so the groups go first, group by group, into the first worker's half, which runs them before the other
 # worker could run out and take them over. The tests that take the embedded pair are one group: one process loads
-# the pair (on a fresh machine converting its GGUF first, ~8 s of CPU) instead of both.
+# the pair (on a fresh machine converting its GGUF first, ~8 s of CPU) instead of both. The tests that talk to a
+# running explorer are another: one worker starts the app (a process importing torch, transformers and gradio,
+# ~10 s of CPU, then ~3% of a core while it waits) and the in-process one, instead of each worker its own.
 EMBEDDED_GROUP = "embedded-pair"
 EMBEDDED_FIXTURES = {"embedded_pair", "embedded_pair_on_device"}
+GROUP_FIXTURES = {EMBEDDED_GROUP: EMBEDDED_FIXTURES, "explorer-app": {"explorer_url", "explorer_inprocess"}}
 
 
 def xdist_group(item: pytest.Item) -> str | None:
@@ -66,8 +69,9 @@ def xdist_group(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if EMBEDDED_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group(EMBEDDED_GROUP))
+        for group, fixtures in GROUP_FIXTURES.items():
+            if fixtures & set(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.xdist_group(group))
     groups: dict[str, int] = {}
     for item in items:
         group = xdist_group(item)
