@@ -84,8 +84,8 @@ class ContextTable:
         """The rows' outputs, and the new symbols written to the cache as the model writes its keys and values.
 
         A whole call (what the cache holds, the new symbols, the mask, the positions) comes back thousands of times
-        too, so the rows' outputs are looked up per call, by the bytes of its tensors (a quarter of a run's cost
-        went into reading them as lists); its contexts are read and checked the first time."""
+        too, so the rows' outputs are looked up per call, by the bytes of its tensors (cheaper than reading them as
+        nested lists, which every call did); its contexts are read and checked the first time."""
         layers = cache.layers
         held = layers[0].keys[0, 0, :, 0] if layers[0].is_initialized else None  # floats equal the ids
         new = tuple(self._symbols(input_ids, inputs_embeds)) if inputs_embeds is not None else None

@@ -29,10 +29,10 @@ def run(args: argparse.Namespace) -> int:
 
     Why at once: each build is one compiler process that spends ~15-20 s reading torch's headers, so on two cores
     the two kernels are built in the time of one (a fresh machine's `make setup`: 37 s of builds -> ~20 s)."""
-    names = list(engine_kernels())
-    with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
-        states = list(pool.map(lambda item: _build_state(args, *item), engine_kernels().items()))
-    for name, state in zip(names, states):
+    kernels = engine_kernels()
+    with ThreadPoolExecutor(max_workers=max(1, min(len(kernels), os.cpu_count() or 1))) as pool:
+        states = list(pool.map(lambda item: _build_state(args, *item), kernels.items()))
+    for name, state in zip(kernels, states):
         print(f"{name}: {state}", flush=True)
     return 0
 
