@@ -77,6 +77,7 @@ def test_every_problem_with_the_options_is_named_on_the_one_line(capsys):
         assert problem in lines[0], lines
 
 
+@pytest.mark.slow
 def test_a_real_process_exits_2_without_traceback():
     result = run_cli("generate", "--pair", "tiny-random", "--prompt", "x", "--k-config", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr

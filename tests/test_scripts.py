@@ -19,6 +19,7 @@ def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_draft_agreement_prints_one_row_per_draft_with_every_category(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [t]}) for i, (c, t) in
@@ -39,6 +40,7 @@ def test_draft_agreement_prints_one_row_per_draft_with_every_category(tmp_path):
     assert row.endswith("(24) |")  # 12 answer tokens per prompt
 
 
+@pytest.mark.slow
 def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
     out = run_script("verify_cost.py", "--pair", "tiny-random", "--reps", "1", "--contexts", "20", "--threads", "1")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -46,6 +48,7 @@ def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
     assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32]
 
 
+@pytest.mark.slow
 def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tree(tmp_path):
     """Width 1 is sd itself (gamma = depth), so its row must equal the decoder's own tokens per target forward on
     the same prompts, with and without prompt lookup; wider or deeper trees can only raise the ceiling."""

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=40, temperature=0.8, seed=5)
@@ -31,6 +32,7 @@ print(json.dumps({"said": said, "steps": steps, "text": session.run.text}))
 """
 
 
+@pytest.mark.slow
 def test_a_second_process_goes_on_with_a_session_from_its_state(tmp_path):
     from dynasd.explorer.pairs import PairCache
     from dynasd.explorer.session import Session
