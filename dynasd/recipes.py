@@ -5,7 +5,7 @@ DynaSD paper's target-initialized fork with and without a decision model, plain 
 and the fastest lossless settings in docs/benchmarks.md) are combinations a newcomer would not find alone. A recipe
 is a dict of decoder-option overrides (dynasd/options.py names, typed values) that shape the method; the model pair,
 prompt and sampling settings (the options of group "sampling") stay as they are. The app's Recipe menu, the bench's
-paper preset and scripts/gpu_check.sh (through `dynasd recipes`) all read them here.
+paper preset and the bench's `recipe=KEY` method specs (scripts/gpu_check.sh names one) all read them here.
 """
 from __future__ import annotations
 

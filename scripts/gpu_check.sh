@@ -123,7 +123,7 @@ with open(sys.argv[1], "w") as f:
     for i, (category, text) in enumerate(questions[:1] if sys.argv[2] == "1" else questions):
         f.write(json.dumps({"question_id": i + 1, "category": category, "turns": [text]}) + "\n")
 EOF
-FASTEST="$("$PYTHON" -m dynasd recipes --spec narrow-cpu)"  # the app's narrow-tree recipe (dynasd/recipes.py)
+FASTEST=recipe=narrow-cpu  # the app's narrow-tree recipe (dynasd/recipes.py), read by the bench itself
 METHODS="ar,sd:gamma=6,mcsd:k=4,2,2,1,$FASTEST,ti-mcsd,hf-assisted"
 TOKENS=64 STEPS=4
 [ $QUICK = 1 ] && TOKENS=8 STEPS=2

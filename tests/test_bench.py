@@ -225,7 +225,8 @@ def test_command_line_options_apply_to_every_method_that_reads_them():
                                            ("mcsd:k=4,0", "every branching factor must be at least 1"),
                                            ("mcsd:replacement=maybe", "must be 1 or 0"),
                                            ("hf-assisted:schedule=often", "schedule must be"),
-                                           ("hf-assisted:n=many", "n must be a number")])
+                                           ("hf-assisted:n=many", "n must be a number"),
+                                           ("recipe=fastest", "unknown recipe 'fastest'.*known: narrow-cpu")])
 def test_bad_method_lists_are_refused_with_a_reason(text, message):
     with pytest.raises(ValueError, match=message):
         bench_specs.parse_methods(text)

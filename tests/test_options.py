@@ -239,8 +239,8 @@ def test_recipes_are_valid_option_overrides():
 
 
 def test_a_recipe_written_once_is_the_same_configuration_in_the_app_the_bench_and_the_scripts(tiny_pair, capsys):
-    """The app's menu sets RECIPES' values; the bench and scripts/gpu_check.sh run `Recipe.bench_spec()` (the
-    latter through `dynasd recipes --spec`): both must make the same decoder."""
+    """The app's menu sets RECIPES' values; the bench runs `Recipe.bench_spec()`, written out or named as
+    `recipe=KEY` (scripts/gpu_check.sh), and `dynasd recipes --spec` prints it: each must make the same decoder."""
     from dynasd import cli
     from dynasd.bench.presets import PAPER_METHODS
     from dynasd.decoders import make_decoder
@@ -254,6 +254,7 @@ def test_a_recipe_written_once_is_the_same_configuration_in_the_app_the_bench_an
                           d.stop.threshold, d.lookup, d.without_replacement, d.recycle,
                           d.draft_model is tiny_pair.draft, d.options.nodes, d.options.depth, d.options.expand)
         assert made(in_the_bench) == made(in_the_app), recipe.key
+        assert bench_specs.parse_method(f"recipe={recipe.key}") == spec
         assert cli.main(["recipes", "--spec", recipe.key]) == 0
         assert capsys.readouterr().out.strip() == recipe.bench_spec()
     assert all(recipe.bench_spec() in PAPER_METHODS for recipe in ALL if recipe.key not in ("pld", "sd", "dynamic"))

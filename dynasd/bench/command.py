@@ -77,7 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the quality score (the target's log-likelihood of every output)")
     p.add_argument("--methods", default=None,
                    help="comma-separated: ar, sd, mcsd, ti-mcsd, hf-assisted, llama.cpp, with variants such as "
-                        "mcsd:k=2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence). llama.cpp: "
+                        "mcsd:k=2,2,1:stop=confidence:th=0.4 or mcsd+dyn (= stop=confidence), or a recipe as "
+                        "recipe=KEY (`dynasd recipes` lists them). llama.cpp: "
                         "llama-cpp-python (optional: pip install llama-cpp-python, or the peers extra) decoding "
                         "the target's GGUF file (the embedded pair or --target FILE.gguf) autoregressively, fed "
                         "the same token ids, greedy at T=0, same sampling settings and seed at T>0; it counts one "

@@ -3,7 +3,8 @@
 A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus those
 that are the bench's own: `kernels` and `weights` (which loaded pair runs the method) and, for transformers'
 assisted generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup. `llama.cpp`
-(the target's GGUF file run by llama-cpp-python: bench/llama_cpp_peer.py) takes no key.
+(the target's GGUF file run by llama-cpp-python: bench/llama_cpp_peer.py) takes no key. `recipe=KEY` is the named
+configuration's spec (dynasd/recipes.py), so a script names a recipe without a process of its own to look it up.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..models import WEIGHT_MODES
 from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
+from ..recipes import BY_KEY as RECIPES_BY_KEY
 
 DEFAULT_METHODS = "ar,sd,mcsd,ti-mcsd,hf-assisted"
 REFERENCE = "ar"
@@ -19,6 +21,7 @@ LLAMA_CPP = "llama.cpp"
 KERNELS = ("fast", "torch", "plain")
 PAIR_KEYS = ("kernels", "weights")  # the bench's keys that pick the loaded pair, not a decoder option
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+RECIPE = "recipe="  # recipe=narrow-cpu: that recipe's spec
 
 # hf-assisted's own keys: how each is read, and what it sets in transformers
 HF_ASSISTED_KEYS = {
@@ -100,8 +103,14 @@ def _split_methods(text: str) -> list[str]:
 
 def parse_method(text: str) -> MethodSpec:
     """'mcsd:k=2,2,1:stop=confidence' -> MethodSpec; 'mcsd+dyn' is 'mcsd:stop=confidence'. Each value is checked
-    on its own here; `decoder_options` checks them together."""
+    on its own here; `decoder_options` checks them together. 'recipe=KEY' is that recipe's spec, labelled as
+    the spec (what ran, in every output)."""
     label = text.strip()
+    if label.startswith(RECIPE):
+        key = label[len(RECIPE):]
+        if key not in RECIPES_BY_KEY:
+            raise ValueError(f"unknown recipe '{key}' in '{label}' (known: {', '.join(RECIPES_BY_KEY)})")
+        return parse_method(RECIPES_BY_KEY[key].bench_spec())
     head, *parts = label.split(":")
     options: dict[str, str] = {}
     if head.endswith("+dyn"):
