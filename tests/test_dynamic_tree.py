@@ -14,7 +14,7 @@ from dynasd.trace import TraceError, run_from_dict, run_to_dict
 PROMPT = "Tell me a story about a cat."
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=16)
 def test_sampling_with_a_dynamic_tree_follows_the_target_distribution(small_pair):  # noqa: F811
     """10,000 runs of the first two tokens (chi-square, as every method's): a tree whose siblings stop after a
     number of draws decided by the values of other nodes stays exact. Two waves of three in a 4-token vocabulary

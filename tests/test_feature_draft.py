@@ -127,7 +127,7 @@ def small_feature_pair():
         dtype=torch.float32, eos_token_ids=frozenset(), feature_draft=tiny_feature_draft(target, 46)))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=14)
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=2)), ("mcsd", dict(k_config=(3, 2)))])
 def test_sampling_with_the_feature_draft_follows_the_target_distribution(small_feature_pair, method, options):
     """The feature draft's first two committed tokens follow the target's distribution (chi-square, the same

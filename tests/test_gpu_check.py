@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=35)
 def test_the_gpu_check_runs_on_the_cpu_in_quick_mode_and_writes_one_results_folder(tmp_path):
     """Around a minute of one core: the script runs its parts as four Python processes in a row (the device tests,
     a bench, the host reads, the app and one Step), each importing torch and transformers, the app gradio too, and

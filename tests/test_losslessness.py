@@ -217,7 +217,7 @@ CASES = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=12)
 @pytest.mark.parametrize("method,options,cfg", CASES, ids=[f"{m}-{o}-{c}" for m, o, c in CASES])
 def test_first_two_tokens_follow_the_target_distribution(small_pair, method, options, cfg):
     """10,000 runs of the decoder, so 20-50 s of one core for each case here and below: the sample size is what
@@ -225,7 +225,7 @@ def test_first_two_tokens_follow_the_target_distribution(small_pair, method, opt
     assert_matches(sampled_first_two(small_pair, cfg, method, options), exact_first_two(small_pair, cfg))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_a_tree_of_draws_follows_the_target_distribution_on_every_device(device):
     """The mcsd tree (3 siblings, then 2) at T = 1 on each device under test: the draws, the residuals and the walk
     run where the models are."""
@@ -234,7 +234,7 @@ def test_a_tree_of_draws_follows_the_target_distribution_on_every_device(device)
     assert_matches(sampled_first_two(pair, cfg, "mcsd", dict(k_config=(3, 2))), exact_first_two(pair, cfg))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=11)
 def test_a_draft_blind_to_half_the_vocabulary_stays_lossless(small_pair):
     """q is zero on tokens 1 and 3 (a reduced output layer, SubsetHead): the residual must supply them."""
     from dynasd.models import SubsetHead
@@ -257,7 +257,7 @@ LOOKUP_CASES = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 @pytest.mark.parametrize("method,options,cfg", LOOKUP_CASES, ids=[f"{m}-{o}-{c}" for m, o, c in LOOKUP_CASES])
 def test_prompt_lookup_keeps_the_target_distribution(small_pair, method, options, cfg):
     run = make_decoder(small_pair, DecoderOptions(method=method, **asdict(cfg), **options)).generate(LOOKUP_PROMPT, 2)
@@ -277,7 +277,7 @@ RECYCLE_CASES = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=11)
 @pytest.mark.parametrize("method,branching,options,cfg", RECYCLE_CASES,
                          ids=[f"{m}-{b}-{o}-{c}" for m, b, o, c in RECYCLE_CASES])
 def test_token_recycling_keeps_the_target_distribution(small_pair, method, branching, options, cfg):

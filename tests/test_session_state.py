@@ -32,7 +32,7 @@ print(json.dumps({"said": said, "steps": steps, "text": session.run.text}))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=8)
 def test_a_second_process_goes_on_with_a_session_from_its_state(tmp_path):
     from dynasd.explorer.pairs import PairCache
     from dynasd.explorer.session import Session

@@ -251,7 +251,7 @@ def distribution_key(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_path):
     """A fresh venv (not --system-site-packages: that would hide a missing requirement) that holds what `pip install
     -r requirements.txt` installs and nothing else (install_requirements_by_linking: the requirements resolved for

@@ -186,7 +186,7 @@ def test_the_gpu_durations_follow_the_work_asked_for(zero_gpu_app):
     assert not gpu.on_zero_gpu({}) and gpu.on_zero_gpu({"SPACES_ZERO_GPU": "true"})
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=8)
 def test_importing_the_app_touches_no_cuda():
     """In a fresh interpreter (an import earlier in this process would hide it): CUDA's lazy initialisation
     must not run while app.py, ui and dynasd are imported and the UI is built."""
