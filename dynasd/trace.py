@@ -137,6 +137,18 @@ class StepTrace:
 
 
 @dataclass
+class Prediction:
+    """A learner's guess about a step, made before its verdict was shown (dynasd/explorer/predict.py), kept with
+    the run so that a saved trace brings its guesses and score back. `node` -1: how many tokens the step commits;
+    a node index: whether that tested node passes (guess and answer 1 or 0)."""
+
+    step: int
+    node: int
+    guess: int
+    answer: int
+
+
+@dataclass
 class RunTrace:
     method: str
     config: dict
@@ -150,6 +162,7 @@ class RunTrace:
     text: str = ""
     seconds: float = 0.0
     finished: str = ""                    # "eos", "length" or "" while running
+    predictions: list[Prediction] = field(default_factory=list)  # the learner's guesses, in the order made
 
     @property
     def target_forwards(self) -> int:
@@ -262,6 +275,8 @@ def _run_from_dict(obj: dict) -> RunTrace:
     _expect(isinstance(obj.get("steps"), list), "steps must be a list")
     try:
         obj["steps"] = [_step_from(s) for s in obj["steps"]]
+        _expect(isinstance(obj.get("predictions", []), list), "predictions must be a list")
+        obj["predictions"] = [Prediction(**_check_fields(Prediction, g)) for g in obj.get("predictions", [])]
         run = RunTrace(**obj)
     except (TypeError, AttributeError) as exc:  # missing or mistyped fields
         raise TraceError(f"malformed trace: {exc}") from exc
@@ -276,6 +291,10 @@ def check_trace(run: RunTrace) -> None:
     """Every field has its declared type and the tree of every step is one the app can draw; raises TraceError."""
     _check_value(run, RunTrace, "trace")
     _expect(len(run.steps) <= MAX_TRACE_STEPS, f"the trace has {len(run.steps)} steps; the limit is {MAX_TRACE_STEPS}")
+    _expect(len(run.predictions) <= MAX_TRACE_STEPS * (MAX_TREE_NODES + 1), "too many predictions")
+    for guess in run.predictions:
+        _expect(0 <= guess.step < len(run.steps) and -1 <= guess.node < len(run.steps[guess.step].nodes),
+                f"a prediction names step {guess.step}, node {guess.node}, which the trace does not have")
     for step in run.steps:
         where = f"step {step.index}"
         n = len(step.nodes)

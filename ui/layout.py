@@ -11,6 +11,7 @@ from dynasd.options import METHODS, OPTIONS, Choice, Option
 from dynasd.recipes import RECIPES
 from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 
+from . import predict as predict_ui
 from . import state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
 from .gpu import on_zero_gpu
@@ -118,6 +119,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                          label="status")
                     scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
                                          interactive=False, elem_id="scrubber")
+                    play_predict = predict_ui.play_controls()
                     gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
                 with gr.Column(elem_id="settings-column"):
                     controls: dict[str, gr.Component] = {}
@@ -240,6 +242,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace",
                          show_progress="hidden")
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
+        predict_ui.wire_play(play_predict, session_id, scrubber, views)
         recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
                      show_progress="hidden")
         for name in RECIPE_CONTROLS:

@@ -5,11 +5,13 @@ cost.py and losslessness.py; the arithmetic and the sampling dynasd/explorer/cos
 side_by_side.py and share.py."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gradio as gr
 
 import viz
 from dynasd.explorer import cost as cost_model
-from dynasd.explorer import losslessness, share, side_by_side
+from dynasd.explorer import losslessness, predict, share, side_by_side
 from dynasd.explorer.inputs import UserError, settings_of_trace
 from dynasd.explorer.session import Session, SessionFailed
 from dynasd.options import METHODS, options_of_run
@@ -20,6 +22,7 @@ from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
 
 from . import gpu, state
+from . import predict as predict_ui
 from .controls import CONTROL_NAMES, settings_from
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
 from .play import busy_guard
@@ -46,6 +49,9 @@ def _guided_views(run, index: int, phase) -> tuple:
     phases = step_phases(step)
     at = max(0, min(int(phase or 0), len(phases) - 1))
     shown = phases[at]
+    pending = predict.pending_test(run, index, shown.tests) if shown.kind == "test" else None
+    if pending is not None:  # predict, then reveal (ui/predict.py): u and the verdict wait for the guess
+        shown = replace(shown, tests=shown.tests - 1, text=predict.node_question(step, pending))
     figure = guided_figure(step, shown, viz.root_token(run, index), lossy=not run.lossless)
     text = f"**Phase {at + 1} of {len(phases)}: {shown.title}.** {shown.text}"
     slider = gr.Slider(minimum=0, maximum=max(len(phases) - 1, 1), value=at, step=1, interactive=len(phases) > 1,
@@ -227,6 +233,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                     next_btn = gr.Button("next phase →", elem_id="learn-next", size="sm", variant="primary")
                 phase = gr.Slider(0, 1, value=0, step=1, label="Phase", elem_id="learn-phase")
                 phase_text = gr.Markdown("", elem_id="learn-phase-text", label="phase explanation")
+                guess_buttons = predict_ui.guided_controls()
                 guided_plot = gr.Plot(label="The step, phase by phase", elem_id="learn-guided-plot")
             with gr.Tab("Residual"):
                 residual_text = gr.Markdown("", elem_classes="explain", elem_id="learn-residual-text",
@@ -304,6 +311,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
     scrubber.change(None, js=LEARN_FOLLOWS_JS, queue=False, api_visibility="private")
     tab.select(on_learn, [session_id, scrubber], learn_views, api_visibility="private", show_progress="hidden")
     phase_views = [guided_plot, phase_text, phase, session_id]
+    predict_ui.wire_guided(guess_buttons, session_id, scrubber, phase, phase_views, _guided_views)
     phase.input(on_phase, [session_id, scrubber, phase], phase_views, api_name="learn_phase",
                 trigger_mode="always_last", show_progress="hidden")
     next_btn.click(lambda sid, i, p: on_phase(sid, i, int(p or 0) + 1), [session_id, scrubber, phase], phase_views,

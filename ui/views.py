@@ -10,7 +10,9 @@ import plotly.graph_objects as go
 
 import viz
 from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError
+from dynasd.explorer.predict import asks_first
 from dynasd.explorer.session import Session, SessionFailed
+from viz.predict import hidden_step_views
 
 from .controls import CONTROL_NAMES
 from .status import status_line
@@ -57,7 +59,11 @@ def render(session: Session, index: int | None = None, status: str = "") -> tupl
         return empty_views(session, status or status_line("Press **Step** or **Run** to start."))
     last = len(run.steps) - 1
     index = last if index is None else max(0, min(int(index), last))
-    spans, figures, summary, story = step_views(run, index)
+    if asks_first(session, index):  # predict, then reveal (ui/predict.py): the verdicts wait for the guess
+        spans, figures, summary, story = hidden_step_views(run, index, step_views(run, index - 1) if index else None,
+                                                           asks_first(session, index))
+    else:
+        spans, figures, summary, story = step_views(run, index)
     return (
         gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
         *figures_sent(session, figures),

@@ -94,6 +94,7 @@ class Session:
         self.seconds_per_step = 0.0    # measured in the last model call: how long the next call should take
         self.restart_asked = False     # Step or Run on the finished run was pressed once: the next press replaces it
         self.sent = SentOutputs()      # what this session's page shows, so that an update sends only what changed
+        self.predict_first = False     # Play's 'Let me predict first': a step's verdicts wait for a guess
 
     # -- the session as data ----------------------------------------------------------------------------------
     def state(self) -> bytes:

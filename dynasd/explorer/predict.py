@@ -1,0 +1,166 @@
+"""Predict, then reveal: the learner commits a guess about a step before its verdict is shown, and the reveal
+scores it with the right answer and one line of why, taken from the trace's own numbers.
+
+Why: a visualisation teaches little unless the learner responds to it, and predicting before the answer is shown
+improves recall. Two questions, both answered by the recorded step alone (so they work on replayed and example
+traces with no model loaded):
+- how many tokens will this step commit? (Play; `node` -1)
+- will this tested node pass its test? (the guided step; `node` is the node, the guess 1 or 0)
+
+Guesses are RunTrace.predictions: a saved trace keeps them, and loading it restores the guesses and the score.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..sampling import passes
+from ..trace import Prediction, RunTrace, StepTrace
+from .inputs import UserError
+
+COMMIT = -1  # the node of a "how many tokens will this step commit?" guess
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """A scored guess: whether it was right, the right answer in words, why, and the run's score after it."""
+
+    correct: bool
+    answer: str
+    why: str
+    right: int
+    asked: int
+    repeated: bool = False  # the question had been answered already: the first guess stands
+
+    def markdown(self) -> str:
+        mark = "✓ right" if self.correct else "✗ not quite"
+        again = " (you had answered this already: your first guess counts)" if self.repeated else ""
+        return f"**{mark}**{again}: {self.answer}. {self.why}"
+
+
+def score(run: RunTrace) -> tuple[int, int]:
+    """(right, asked) over every guess made on this run."""
+    return sum(g.guess == g.answer for g in run.predictions), len(run.predictions)
+
+
+def score_markdown(run: RunTrace | None) -> str:
+    if run is None or not run.predictions:
+        return "Score: no guesses yet."
+    right, asked = score(run)
+    return f"Score: **{right} of {asked}** right ({100 * right / asked:.0f}%)."
+
+
+def guessed(run: RunTrace, step: int, node: int = COMMIT) -> Prediction | None:
+    """The guess already made on this question, if any."""
+    return next((g for g in run.predictions if g.step == step and g.node == node), None)
+
+
+def tested_nodes(step: StepTrace) -> list[int]:
+    """The nodes whose test a learner may predict: those the walk tested, in its order."""
+    return list(step.tested) or [i for i, n in enumerate(step.nodes) if n.status in ("accepted", "rejected")]
+
+
+def passed(step: StepTrace, node: int) -> bool:
+    """Whether a tested node passed its test (accepted, or passed on a chain that lost: `unchosen`)."""
+    return step.nodes[node].status in ("accepted", "unchosen")
+
+
+def commit_question(run: RunTrace, index: int) -> str:
+    """The Play question about step `index`, with what the learner may see before the reveal: the tree's size."""
+    step = run.steps[index]
+    if not step.nodes:
+        return (f"**Step {index}: predict first.** No candidates this step (the target alone). How many tokens "
+                "will it commit? Type a number and press **Reveal**.")
+    return (f"**Step {index}: predict first.** {len(step.nodes)} candidate(s) on {step.live_depth} level(s) wait "
+            "for the verify (the tree shows them untested). How many tokens will this step commit, counting the "
+            "target's own bonus or correction token? Type a number and press **Reveal**.")
+
+
+def node_question(step: StepTrace, node: int) -> str:
+    """The guided step's question about one test, with p′ and q′ shown and u hidden."""
+    n = step.nodes[node]
+    if n.u is not None and n.q_test:
+        ratio = min(1.0, (n.p_test or 0.0) / n.q_test)
+        return (f"**Predict:** will node {node} (`{n.token}`, level {n.level}) pass? p′ = {n.p_test:.3f}, "
+                f"q′ = {n.q_test:.3f}, so it passes when u < min(1, p′/q′) = {ratio:.3f}; u is drawn once you "
+                "answer.")
+    return (f"**Predict:** will node {node} (`{n.token}`, level {n.level}) pass? At temperature 0 it passes iff it "
+            f"is the target's most likely token there; the target gives it p = {n.p:.3f}.")
+
+
+def _commit_reveal(run: RunTrace, index: int) -> tuple[int, str, str]:
+    step = run.steps[index]
+    answer = len(step.committed)
+    drafted = sum(o not in ("bonus", "correction", "target") for o in step.committed_origins)
+    final = step.committed_origins[-1] if step.committed_origins else ""
+    if not step.nodes:
+        why = "With no candidates the target's one forward gives exactly one token."
+    elif final in ("bonus", "correction"):
+        ending = ("every level on the path passed, so the target added a bonus token" if final == "bonus" else
+                  "the walk stopped at a rejection, and the target's correction token took its place")
+        why = (f"The walk accepted {drafted} candidate(s) of {len(step.nodes)} on {step.live_depth} level(s); "
+               f"{ending}: {drafted} + 1 = {answer}.")
+    else:
+        why = f"The longest accepted chain had {answer} token(s) (ti-mcsd commits its path with no extra token)."
+    return answer, f"step {index} committed {answer} token(s)", why
+
+
+def _node_reveal(step: StepTrace, node: int) -> tuple[int, str, str]:
+    n = step.nodes[node]
+    answer = int(passed(step, node))
+    verdict = "passed" if answer else "failed"
+    if n.u is not None and n.q_test:
+        below = passes(n.u, n.p_test or 0.0, n.q_test)
+        ratio = min(1.0, (n.p_test or 0.0) / n.q_test)
+        why = (f"u = {n.u:.3f} was {'below' if below else 'at or above'} min(1, p′/q′) = {ratio:.3f}"
+               + (" (p′ ≥ q′: a token the target likes at least as much as the draft always passes)"
+                  if ratio >= 1.0 else ""))
+    else:
+        why = (f"The target gives it p = {n.p:.3f}, and it "
+               f"{'is' if answer else 'is not'} the target's most likely token there")
+    return answer, f"node {node} (`{n.token}`) {verdict} its test", why + "."
+
+
+def predict(run: RunTrace, index: int, node: int, guess: int) -> Reveal:
+    """Score a guess about step `index` (node COMMIT: the tokens it commits; else: whether `node` passes) and
+    keep it with the run. A question answered already is revealed again, scored by its first guess."""
+    if run is None or not run.steps:
+        raise UserError("nothing to predict yet: press Step or Run (or replay an example) first")
+    if not 0 <= int(index) < len(run.steps):
+        raise UserError(f"there is no step {index} in the run on show (0 to {len(run.steps) - 1})")
+    index, node, guess = int(index), int(node), int(guess)
+    step = run.steps[index]
+    if node == COMMIT:
+        if not 0 <= guess <= 1 + len(step.nodes) + 64:
+            raise UserError(f"a step commits between 1 and {step.live_depth + 1} tokens; {guess} cannot be right")
+        answer, said, why = _commit_reveal(run, index)
+    else:
+        if node not in tested_nodes(step):
+            raise UserError(f"node {node} of step {index} was not tested: nothing to predict there")
+        if guess not in (0, 1):
+            raise UserError("the guess about a test is 1 (passes) or 0 (fails)")
+        answer, said, why = _node_reveal(step, node)
+    earlier = guessed(run, index, node)
+    if earlier is None:
+        run.predictions.append(Prediction(step=index, node=node, guess=guess, answer=answer))
+    first = earlier.guess if earlier is not None else guess
+    right, asked = score(run)
+    return Reveal(first == answer, said, why, right, asked, repeated=earlier is not None)
+
+
+def asks_first(session, index: int) -> str:
+    """The question Play asks before showing step `index` of the session's run ('' when it shows the step):
+    with 'Let me predict first' on, until that step's commit has been guessed; never during a Run."""
+    run = session.run
+    if not session.predict_first or session.run_in_progress or run is None or not 0 <= index < len(run.steps):
+        return ""
+    return "" if guessed(run, index) is not None else commit_question(run, index)
+
+
+def pending_test(run: RunTrace, index: int, tests_done: int) -> int | None:
+    """The node of the guided step's test phase number `tests_done` (1-based) while it has no guess, else None:
+    its u and verdict wait until the learner has answered."""
+    tested = tested_nodes(run.steps[index])
+    if not 1 <= tests_done <= len(tested):
+        return None
+    node = tested[tests_done - 1]
+    return node if guessed(run, index, node) is None else None

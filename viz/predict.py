@@ -1,0 +1,30 @@
+"""The Play views of a step whose verdicts wait for the learner's guess (predict, then reveal): the step's tree
+with every candidate still untested, its verify mask with no accepted row, and everything else as it stood after
+the step before (the text, the decisions, the timeline), so that nothing on the page gives the answer away."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dynasd.trace import RunTrace
+
+from .decisions import stop_figure
+from .guided import Phase, step_at_phase
+from .mask import mask_figure, max_mask_rows
+from .tree import root_token, tree_figure
+
+BEFORE_THE_TESTS = Phase("test", "before the verify", "", level=10**6, tests=0)  # every node drafted, none tested
+
+
+def hidden_step_views(run: RunTrace, index: int, before: tuple | None, question: str) -> tuple[list, dict, str, str]:
+    """(text spans, figures, summary, story) of step `index` with its verdicts hidden. `before`: the views of
+    step index - 1 (ui/views.py step_views), None for the first step."""
+    step = run.steps[index]
+    untested = step_at_phase(step, BEFORE_THE_TESTS)
+    root = root_token(run, index)
+    tree = tree_figure(untested, root, lossy=not run.lossless)
+    tree.update_layout(title=dict(text=f"Step {index} · before the verify: predict first"))
+    mask = mask_figure(untested, max_mask_rows(run, step.max_nodes), root_label=root)
+    spans, figures, summary, _ = before if before is not None else ([], {}, "", "")
+    empty: go.Figure | None = None
+    shown = dict(tree=tree, mask=mask, pq=empty, stop=stop_figure(step), timeline=figures.get("timeline"))
+    return spans, shown, summary, question
