@@ -16,6 +16,7 @@ from . import state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
 from .gpu import on_zero_gpu
 from .learn import learn_section
+from .ledger import ledger_section
 from .page_scripts import (
     NEXT_STEP_JS,
     READING_PROMPT_JS,
@@ -241,6 +242,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                        show_progress="hidden")
         load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace",
                          show_progress="hidden")
+        ledger_section(tabs, session_id, scrubber)
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
         predict_ui.wire_play(play_predict, session_id, scrubber, views)
         recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
