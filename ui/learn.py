@@ -24,6 +24,7 @@ from viz.residual import acceptance_figure, residual_explanation, residual_figur
 from . import gpu, state
 from . import predict as predict_ui
 from .controls import CONTROL_NAMES, settings_from
+from .misconceptions import misconception_lab
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
 from .play import busy_guard
 from .status import status_line
@@ -287,6 +288,7 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                     check_btn = gr.Button("Check", elem_id="learn-check-btn")
                 check_text = gr.Markdown("", elem_id="learn-check-text", label="losslessness check result")
                 check_plot = gr.Plot(label="First token: observed vs p", elem_id="learn-check-plot")
+                misconception_lab(session_id, scrubber)  # the wrong rules beside the right one
             with gr.Tab("Share and examples"):
                 with gr.Row():
                     link_btn = gr.Button("Make a link to this prompt, these settings and this step",
