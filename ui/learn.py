@@ -27,6 +27,7 @@ from .controls import CONTROL_NAMES, settings_from
 from .misconceptions import misconception_lab
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
 from .play import busy_guard
+from .quiz import quiz_section
 from .status import status_line
 from .texts import LEARN_HELP
 from .views import control_updates, failed, render, unexpected
@@ -302,6 +303,8 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                     example = gr.Dropdown(examples, value=examples[0] if examples else None,
                                           label="Example traces (replay at once, no model needed)")
                     example_btn = gr.Button("Replay the example", elem_id="learn-example-btn")
+            with gr.Tab("Quiz"):
+                quiz_section(session_id)  # a checkpoint quiz on the run on show (ui/quiz.py)
 
     learn_views = [guided_plot, phase_text, phase, residual_plot, residual_text, acceptance_plot, learn_status,
                    session_id]
