@@ -14,6 +14,7 @@ from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 from . import predict as predict_ui
 from . import state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
+from .export import export_controls
 from .gpu import on_zero_gpu
 from .learn import learn_section
 from .ledger import ledger_section
@@ -197,6 +198,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                 saved_file = gr.File(label="Trace file to download", interactive=False)
                                 load_file = gr.File(label="Load a trace file (.json) to replay",
                                                     file_types=[".json"], type="filepath")
+                                export_controls(session_id, status)  # the run as one HTML file
                             gr.Markdown(TRACE_HELP, elem_classes="explain")
 
         shown = [controls[name] for name in CONTROL_NAMES]
