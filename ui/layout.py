@@ -17,6 +17,7 @@ from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_ME
 from .export import export_controls
 from .gpu import on_zero_gpu
 from .learn import learn_section
+from .lecture import lecture_controls, wire_lecture
 from .ledger import ledger_section
 from .page_scripts import (
     NEXT_STEP_JS,
@@ -122,6 +123,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                     scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
                                          interactive=False, elem_id="scrubber")
                     play_predict = predict_ui.play_controls()
+                    lecture = lecture_controls()
                     gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
                 with gr.Column(elem_id="settings-column"):
                     controls: dict[str, gr.Component] = {}
@@ -247,6 +249,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         ledger_section(tabs, session_id, scrubber)
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
         predict_ui.wire_play(play_predict, session_id, scrubber, views)
+        wire_lecture(lecture, session_id, scrubber, views)
         recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
                      show_progress="hidden")
         for name in RECIPE_CONTROLS:

@@ -37,13 +37,26 @@ class Reveal:
         return f"**{mark}**{again}: {self.answer}. {self.why}"
 
 
+REVEALED = -1  # the guess of a step revealed with no guess (a lecture's presenter): not scored
+
+
 def score(run: RunTrace) -> tuple[int, int]:
     """(right, asked) over every guess made on this run."""
-    return sum(g.guess == g.answer for g in run.predictions), len(run.predictions)
+    scored = [g for g in run.predictions if g.guess != REVEALED]
+    return sum(g.guess == g.answer for g in scored), len(scored)
+
+
+def reveal(run: RunTrace, index: int) -> None:
+    """Show step `index`'s verdicts with no guess (a presenter's reveal); kept with the run, never scored."""
+    if run is None or not 0 <= int(index) < len(run.steps):
+        raise UserError("no step to reveal: press Step first")
+    if guessed(run, int(index)) is None:
+        answer, _, _ = _commit_reveal(run, int(index))
+        run.predictions.append(Prediction(step=int(index), node=COMMIT, guess=REVEALED, answer=answer))
 
 
 def score_markdown(run: RunTrace | None) -> str:
-    if run is None or not run.predictions:
+    if run is None or not score(run)[1]:
         return "Score: no guesses yet."
     right, asked = score(run)
     return f"Score: **{right} of {asked}** right ({100 * right / asked:.0f}%)."
@@ -69,10 +82,10 @@ def commit_question(run: RunTrace, index: int) -> str:
     step = run.steps[index]
     if not step.nodes:
         return (f"**Step {index}: predict first.** No candidates this step (the target alone). How many tokens "
-                "will it commit? Type a number and press **Reveal**.")
+                "will it commit? Type a number and press **Reveal** (in lecture mode: V).")
     return (f"**Step {index}: predict first.** {len(step.nodes)} candidate(s) on {step.live_depth} level(s) wait "
             "for the verify (the tree shows them untested). How many tokens will this step commit, counting the "
-            "target's own bonus or correction token? Type a number and press **Reveal**.")
+            "target's own bonus or correction token? Type a number and press **Reveal** (in lecture mode: V).")
 
 
 def node_question(step: StepTrace, node: int) -> str:

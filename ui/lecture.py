@@ -1,0 +1,116 @@
+"""Lecture mode: for a presenter in front of a class. Large type, the step's figures across the whole width, the
+settings and help out of the way, keys for step / back / run / reveal, and each step's verdicts hidden until the
+presenter reveals them (the class guesses first: the predict-then-reveal views of ui/predict.py)."""
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+
+from dynasd.explorer import predict
+from dynasd.explorer.inputs import UserError
+
+from . import state
+from .status import status_line
+from .views import failed, render
+
+KEYS = (("→ or N", "Step (a new step, its verdicts hidden)"), ("V", "reveal the step on show"),
+        ("←", "back one step"), ("R", "Run to the end"), ("Esc", "leave lecture mode"))
+KEYS_HELP = "**Lecture keys:** " + " · ".join(f"**{key}** {what}" for key, what in KEYS)
+
+LECTURE_CSS = """
+body.dynasd-lecture .gradio-container { zoom: 1.2; }
+body.dynasd-lecture #intro, body.dynasd-lecture #settings-column, body.dynasd-lecture #follow-up-row,
+body.dynasd-lecture #prompt-box, body.dynasd-lecture #top-controls .gallery, body.dynasd-lecture .explain,
+body.dynasd-lecture #predict-first, body.dynasd-lecture #predict-panel,
+body.dynasd-lecture #top-controls .block:has(.gallery) { display: none !important; }
+body.dynasd-lecture #main-row { flex-direction: column; }
+body.dynasd-lecture #controls-column { max-width: none !important; width: 100%; }
+body.dynasd-lecture #results-column > .row { flex-direction: column; align-items: stretch !important; }
+body.dynasd-lecture #story { font-size: 1.35em; line-height: 1.5; }
+body.dynasd-lecture #dynasd-text { font-size: 1.3em; }
+body.dynasd-lecture #lecture-keys { display: block !important; }
+body.dynasd-lecture #lecture-buttons { display: flex !important; }
+"""
+
+# Entering or leaving lecture mode: the page's class (and its CSS, added once). The keys act only in lecture mode
+# and before the page's other keys (capture phase), so → steps instead of moving the guided phase.
+LECTURE_TOGGLE_JS = """
+(on) => {
+  if (!document.getElementById('dynasd-lecture-css')) {
+    const style = document.createElement('style');
+    style.id = 'dynasd-lecture-css';
+    style.textContent = %s;
+    document.head.appendChild(style);
+  }
+  document.body.classList.toggle('dynasd-lecture', on === true);
+  if (on === true) window.scrollTo(0, 0);
+  if (!window.__dynasdLectureKeys) {
+    window.__dynasdLectureKeys = true;
+    document.addEventListener('keydown', (event) => {
+      if (!document.body.classList.contains('dynasd-lecture')) return;
+      const tag = event.target && event.target.tagName ? event.target.tagName.toLowerCase() : '';
+      if (tag === 'input' || tag === 'textarea' || tag === 'select') return;
+      if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      const ids = {ArrowRight: 'step-btn', n: 'step-btn', ArrowLeft: 'lecture-back', v: 'lecture-reveal',
+                   r: 'run-btn', Escape: 'lecture-mode'};
+      const id = ids[event.key.length === 1 ? event.key.toLowerCase() : event.key];
+      if (!id) return;
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      const element = document.getElementById(id);
+      const target = id === 'lecture-mode' ? element && element.querySelector('input') : element;
+      if (target) target.click();
+    }, true);
+  }
+  return on;
+}
+""" % json.dumps(LECTURE_CSS)
+
+
+def on_lecture(session_id, on, index):
+    """Lecture mode on: the step on show hides its verdicts until revealed; off: shown as usual."""
+    session = state.SESSIONS.get(session_id)
+    session.predict_first = bool(on)
+    shown = index if session.run is not None and session.run.steps else None
+    said = ("Lecture mode: → steps, V reveals, ← goes back, R runs, Esc leaves." if on else "Lecture mode off.")
+    return render(session, shown, status=status_line(said, "ok"))
+
+
+def on_back(session_id, index):
+    session = state.SESSIONS.get(session_id)
+    if session.run is None or not session.run.steps:
+        return render(session, status=status_line("Nothing to go back to yet: press → to take a step.", "warn"))
+    shown = max(0, int(index or 0) - 1)
+    return render(session, shown, status=status_line(f"Back to step {shown}.", "ok"))
+
+
+def on_reveal(session_id, index):
+    session = state.SESSIONS.get(session_id)
+    try:
+        with session.lock:
+            predict.reveal(session.run, int(index or 0))
+        return render(session, int(index or 0), status=status_line(f"Step {int(index or 0)} revealed.", "ok"))
+    except UserError as exc:
+        return failed(session, exc)
+
+
+def lecture_controls() -> tuple[gr.Checkbox, gr.Button, gr.Button]:
+    """The toggle, the two buttons the keys press (back, reveal) and the keys' help, under Play's buttons."""
+    toggle = gr.Checkbox(False, label="Lecture mode", elem_id="lecture-mode",
+                         info="large type, figures across the screen, verdicts hidden until revealed; keys: → or N "
+                              "step, V reveal, ← back, R run, Esc leave")
+    with gr.Row(elem_id="lecture-buttons", visible="hidden"):  # in the page (the keys press them), shown in lecture
+        back = gr.Button("← Back", size="sm", elem_id="lecture-back", min_width=80)
+        reveal = gr.Button("Reveal (V)", size="sm", elem_id="lecture-reveal", min_width=80)
+    gr.Markdown(KEYS_HELP, elem_id="lecture-keys", visible="hidden")
+    return toggle, back, reveal
+
+
+def wire_lecture(controls: tuple, session_id, scrubber, views: list) -> None:
+    toggle, back, reveal = controls
+    toggle.change(None, [toggle], None, js=LECTURE_TOGGLE_JS, queue=False, api_visibility="private")
+    toggle.change(on_lecture, [session_id, toggle, scrubber], views, api_visibility="private",
+                  show_progress="hidden")
+    back.click(on_back, [session_id, scrubber], views, api_visibility="private", show_progress="hidden")
+    reveal.click(on_reveal, [session_id, scrubber], views, api_name="reveal", show_progress="hidden")
