@@ -23,6 +23,7 @@ from viz.residual import acceptance_figure, residual_explanation, residual_figur
 
 from . import gpu, state
 from . import predict as predict_ui
+from .batching import batching_section
 from .controls import CONTROL_NAMES, settings_from
 from .misconceptions import misconception_lab
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
@@ -303,6 +304,8 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                     example = gr.Dropdown(examples, value=examples[0] if examples else None,
                                           label="Example traces (replay at once, no model needed)")
                     example_btn = gr.Button("Replay the example", elem_id="learn-example-btn")
+            with gr.Tab("Rows and batches"):
+                batching_section(session_id, scrubber, controls)  # verify cost by rows; a batch-size model
             with gr.Tab("Quiz"):
                 quiz_section(session_id)  # a checkpoint quiz on the run on show (ui/quiz.py)
 

@@ -1,0 +1,46 @@
+"""Learn → Rows and batches: the verify cost against its rows on this device (the cost model's calibration: runs
+the target for a second or two) in one sentence, and a model of the speed-up against batch size
+(dynasd/explorer/batching.py, viz/batching.py); the `rows_and_batches` API endpoint."""
+from __future__ import annotations
+
+import gradio as gr
+
+from dynasd.explorer import batching
+from dynasd.explorer import cost as cost_model
+from dynasd.explorer.inputs import UserError
+from viz.batching import batching_figure
+
+from . import gpu, state
+from .controls import settings_from
+from .views import unexpected
+
+
+def on_rows_and_batches(session_id, index, **controls):
+    session = state.SESSIONS.get(session_id)
+    try:
+        run = session.run
+        if run is None or not run.steps:
+            raise UserError("nothing to measure against yet: press Step or Run (or replay an example) first")
+        shape = cost_model.run_shape(run)
+        settings = session.settings or settings_from(controls)
+        calibration = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
+        cost = batching.row_cost(calibration)
+        points = batching.batch_speedups(cost, shape)
+        text = batching.rows_sentence(calibration) + "\n\n" + batching.batch_sentence(points, shape)
+        return batching_figure(cost, points), text, session.id
+    except ValueError as exc:  # UserError included
+        return None, f"⚠ {exc}", session.id
+    except Exception as exc:
+        return None, f"✗ {unexpected(exc)}", session.id
+
+
+def batching_section(session_id, scrubber, controls: dict) -> None:
+    """The tab's widgets and event, built inside the Learn tab's inner tabs."""
+    gr.Markdown("**Why can a tree of many tokens be verified for about the price of one, and where does that stop?** "
+                "Measures one target forward over 1 to 64 rows on this device (a second or two), then models a "
+                "server that decodes many sequences at once.", elem_classes="explain")
+    button = gr.Button("Measure the rows here and model the batch sizes", elem_id="batch-btn")
+    text = gr.Markdown("", elem_id="batch-text", label="rows and batches")
+    figure = gr.Plot(label="Rows and batches", elem_id="batch-plot")
+    button.click(on_rows_and_batches, [session_id, scrubber], [figure, text, session_id], inputs_kwargs=controls,
+                 api_name="rows_and_batches", show_progress="hidden")
