@@ -17,7 +17,7 @@ from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_ME
 from .export import export_controls
 from .gpu import on_zero_gpu
 from .learn import learn_section
-from .lecture import lecture_controls, wire_lecture
+from .lecture import lecture_buttons, lecture_toggle, wire_lecture
 from .ledger import ledger_section
 from .page_scripts import (
     NEXT_STEP_JS,
@@ -122,10 +122,12 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                          label="status")
                     scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
                                          interactive=False, elem_id="scrubber")
-                    play_predict = predict_ui.play_controls()
-                    lecture = lecture_controls()
+                    play_predict = predict_ui.play_controls()  # hidden until predictions are on
+                    lecture = lecture_buttons()  # hidden until lecture mode
                     gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
                 with gr.Column(elem_id="settings-column"):
+                    with gr.Accordion("Learning modes", open=True, elem_id="learning-modes"):
+                        predict_first, lecture_mode = predict_ui.play_toggle(), lecture_toggle()
                     controls: dict[str, gr.Component] = {}
                     with gr.Accordion("Model and method", open=True):
                         controls["pair"] = gr.Dropdown(
@@ -248,8 +250,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                          show_progress="hidden")
         ledger_section(tabs, session_id, scrubber)
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
-        predict_ui.wire_play(play_predict, session_id, scrubber, views)
-        wire_lecture(lecture, session_id, scrubber, views)
+        predict_ui.wire_play(predict_first, play_predict, session_id, scrubber, views)
+        wire_lecture(lecture_mode, lecture, session_id, scrubber, views)
         recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
                      show_progress="hidden")
         for name in RECIPE_CONTROLS:

@@ -29,8 +29,6 @@ body.dynasd-lecture #controls-column { max-width: none !important; width: 100%; 
 body.dynasd-lecture #results-column > .row { flex-direction: column; align-items: stretch !important; }
 body.dynasd-lecture #story { font-size: 1.35em; line-height: 1.5; }
 body.dynasd-lecture #dynasd-text { font-size: 1.3em; }
-body.dynasd-lecture #lecture-keys { display: block !important; }
-body.dynasd-lecture #lecture-buttons { display: flex !important; }
 """
 
 # Entering or leaving lecture mode: the page's class (and its CSS, added once). The keys act only in lecture mode
@@ -74,7 +72,7 @@ def on_lecture(session_id, on, index):
     session.predict_first = bool(on)
     shown = index if session.run is not None and session.run.steps else None
     said = ("Lecture mode: → steps, V reveals, ← goes back, R runs, Esc leaves." if on else "Lecture mode off.")
-    return render(session, shown, status=status_line(said, "ok"))
+    return render(session, shown, status=status_line(said, "ok")) + (gr.Column(visible=bool(on)),)
 
 
 def on_back(session_id, index):
@@ -95,22 +93,28 @@ def on_reveal(session_id, index):
         return failed(session, exc)
 
 
-def lecture_controls() -> tuple[gr.Checkbox, gr.Button, gr.Button]:
-    """The toggle, the two buttons the keys press (back, reveal) and the keys' help, under Play's buttons."""
-    toggle = gr.Checkbox(False, label="Lecture mode", elem_id="lecture-mode",
-                         info="large type, figures across the screen, verdicts hidden until revealed; keys: → or N "
-                              "step, V reveal, ← back, R run, Esc leave")
-    with gr.Row(elem_id="lecture-buttons", visible="hidden"):  # in the page (the keys press them), shown in lecture
-        back = gr.Button("← Back", size="sm", elem_id="lecture-back", min_width=80)
-        reveal = gr.Button("Reveal (V)", size="sm", elem_id="lecture-reveal", min_width=80)
-    gr.Markdown(KEYS_HELP, elem_id="lecture-keys", visible="hidden")
-    return toggle, back, reveal
+def lecture_toggle() -> gr.Checkbox:
+    """Built with the settings ('Learning modes'), which lecture mode puts away (Esc leaves it)."""
+    return gr.Checkbox(False, label="Lecture mode", elem_id="lecture-mode",
+                       info="large type, figures across the screen, verdicts hidden until revealed; keys: → or N "
+                            "step, V reveal, ← back, R run, Esc leave")
 
 
-def wire_lecture(controls: tuple, session_id, scrubber, views: list) -> None:
-    toggle, back, reveal = controls
+def lecture_buttons() -> tuple[gr.Column, gr.Button, gr.Button]:
+    """The two buttons the keys press (back, reveal) and the keys' help, under Play's buttons: shown (and so in
+    the page for the keys to press) in lecture mode only."""
+    with gr.Column(visible=False, elem_id="lecture-box") as box:
+        with gr.Row(elem_id="lecture-buttons"):
+            back = gr.Button("← Back", size="sm", elem_id="lecture-back", min_width=80)
+            reveal = gr.Button("Reveal (V)", size="sm", elem_id="lecture-reveal", min_width=80)
+        gr.Markdown(KEYS_HELP, elem_id="lecture-keys")
+    return box, back, reveal
+
+
+def wire_lecture(toggle: gr.Checkbox, buttons: tuple, session_id, scrubber, views: list) -> None:
+    box, back, reveal = buttons
     toggle.change(None, [toggle], None, js=LECTURE_TOGGLE_JS, queue=False, api_visibility="private")
-    toggle.change(on_lecture, [session_id, toggle, scrubber], views, api_visibility="private",
+    toggle.change(on_lecture, [session_id, toggle, scrubber], views + [box], api_visibility="private",
                   show_progress="hidden")
     back.click(on_back, [session_id, scrubber], views, api_visibility="private", show_progress="hidden")
     reveal.click(on_reveal, [session_id, scrubber], views, api_name="reveal", show_progress="hidden")

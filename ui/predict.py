@@ -19,28 +19,31 @@ from .views import failed, render, unexpected
 
 @dataclass
 class PlayPredict:
-    """Play's widgets: the toggle, the guess and its button, the reveal and the score."""
+    """Play's widgets: the guess and its button, the reveal and the score (the toggle is with the settings)."""
 
-    toggle: gr.Checkbox
-    panel: gr.Row
+    panel: gr.Column
     guess: gr.Number
     reveal_btn: gr.Button
     reveal: gr.Markdown
     score: gr.Markdown
 
 
+def play_toggle() -> gr.Checkbox:
+    """Built with the settings ('Learning modes'): off by default."""
+    return gr.Checkbox(False, label="Let me predict first", elem_id="predict-first",
+                       info="each Step waits for your guess of how many tokens it commits before its verdicts show")
+
+
 def play_controls() -> PlayPredict:
-    """Built where Play's controls are (under the step slider); off by default."""
-    toggle = gr.Checkbox(False, label="Let me predict first", elem_id="predict-first",
-                         info="each Step waits for your guess of how many tokens it commits before its verdicts "
-                              "show")
-    with gr.Row(visible=False, elem_id="predict-panel") as panel:
-        guess = gr.Number(None, precision=0, label="Tokens this step commits", elem_id="predict-guess",
-                          scale=1, min_width=120)
-        reveal_btn = gr.Button("Reveal", variant="primary", elem_id="predict-reveal", scale=0, min_width=90)
-    reveal = gr.Markdown("", elem_id="predict-reveal-text", label="reveal")
-    score = gr.Markdown("", elem_id="predict-score", label="score")
-    return PlayPredict(toggle, panel, guess, reveal_btn, reveal, score)
+    """The guess, Reveal and the score, under the step slider; hidden (taking no room) until predictions are on."""
+    with gr.Column(visible=False, elem_id="predict-panel") as panel:
+        with gr.Row():
+            guess = gr.Number(None, precision=0, label="Tokens this step commits", elem_id="predict-guess",
+                              scale=1, min_width=120)
+            reveal_btn = gr.Button("Reveal", variant="primary", elem_id="predict-reveal", scale=0, min_width=90)
+        reveal = gr.Markdown("", elem_id="predict-reveal-text", label="reveal")
+        score = gr.Markdown("", elem_id="predict-score", label="score")
+    return PlayPredict(panel, guess, reveal_btn, reveal, score)
 
 
 def on_toggle(session_id, on, index):
@@ -49,7 +52,7 @@ def on_toggle(session_id, on, index):
     session.predict_first = bool(on)
     views = render(session, index if session.run is not None and session.run.steps else None,
                    status=status_line("Predict first: Step, guess, Reveal." if on else "Predictions off.", "ok"))
-    return views + (gr.Row(visible=bool(on)), predict.score_markdown(session.run))
+    return views + (gr.Column(visible=bool(on)), predict.score_markdown(session.run))
 
 
 def on_predict(session_id, step, node, guess):
@@ -67,9 +70,9 @@ def on_predict(session_id, step, node, guess):
         return failed(session, exc) + (f"⚠ {exc}" if isinstance(exc, UserError) else "", gr.skip())
 
 
-def wire_play(play: PlayPredict, session_id, scrubber, views: list) -> None:
+def wire_play(toggle: gr.Checkbox, play: PlayPredict, session_id, scrubber, views: list) -> None:
     """Play's events; the reveal is the `predict` API endpoint."""
-    play.toggle.input(on_toggle, [session_id, play.toggle, scrubber], views + [play.panel, play.score],
+    toggle.input(on_toggle, [session_id, toggle, scrubber], views + [play.panel, play.score],
                       api_visibility="private", show_progress="hidden")
     commit = gr.Number(predict.COMMIT, visible=False)
     play.reveal_btn.click(on_predict, [session_id, scrubber, commit, play.guess], views + [play.reveal, play.score],
