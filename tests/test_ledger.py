@@ -83,15 +83,18 @@ def test_the_ledger_figure_draws_both_caches_of_an_example_and_says_where_the_ne
         run = load_example(name)
         ledger = run_ledger(run)
         assert len(ledger) == len(run.steps)
-        figure = ledger_figure(run, ledger, 1)
+        shown = next(i for i, e in enumerate(ledger) if e.target.cropped and e.target.kept)  # a rejection
+        figure = ledger_figure(run, ledger, shown)
         data = json.loads(figure.to_json())
         assert "KV cache" in data["layout"]["title"]["text"]
         names = {trace.get("name") for trace in data["data"]}
         assert {"cached before", "kept (accepted path)", "cropped"} <= names
         lanes = {lane for trace in data["data"] for lane in trace["y"]}
-        assert lanes == {"target · this step", "target · after", "draft · this step", "draft · after"}
+        drafts = {"draft · this step", "draft · after"} if ledger[shown].draft is not None else set()
+        assert lanes == {"target · this step", "target · after"} | drafts
+        assert (ledger[shown].draft is not None) == (run.method in ("sd", "mcsd", "ti-mcsd", "dynamic"))
         assert "next step starts" in json.dumps(data["layout"]["annotations"])
-        assert f"row {ledger[1].target.after}" in ledger_markdown(ledger[1])
+        assert f"row {ledger[shown].target.after}" in ledger_markdown(ledger[shown])
 
 
 def test_the_kv_cache_endpoint_shows_the_ledger_of_a_replayed_example(explorer_url):

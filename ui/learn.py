@@ -12,6 +12,7 @@ import gradio as gr
 import viz
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, predict, share, side_by_side
+from dynasd.explorer.both_sides import example_note
 from dynasd.explorer.inputs import UserError, settings_of_trace
 from dynasd.explorer.session import Session, SessionFailed
 from dynasd.options import METHODS, options_of_run
@@ -213,7 +214,7 @@ def on_example(session_id, name):
             session.load(run)
             views = render(session, 0, status=status_line(
                 f"Replaying the example '{name}': {len(run.steps)} steps of {run.method} on {run.pair}; no model "
-                "needed. Drag the step slider.", "ok"))
+                "needed. Drag the step slider." + (" " + example_note(name) if example_note(name) else ""), "ok"))
         return views + control_updates(run.prompt, settings_of_trace(run))
     except Exception as exc:
         return failed(session, exc) + control_updates()

@@ -103,8 +103,11 @@ def build_quiz(run: RunTrace | None) -> list[Question]:
     first_step = _middle_step(run, lambda s: bool(s.committed))
     if run.lossless and _greedy(run) and first_step is not None:
         s = first_step
-        level_one = [n.token for n in s.nodes if n.level == 1]
-        choices = sorted({_show(t) for t in level_one[:3] + [s.committed_tokens[0]]})
+        # the step's level-1 candidates, then tokens written nearby, as the wrong choices
+        nearby = [n.token for n in s.nodes if n.level == 1] + s.committed_tokens[1:] + [
+            t for other in run.steps[max(0, s.index - 2):s.index] for t in other.committed_tokens]
+        wrong = [t for t in dict.fromkeys(_show(t) for t in nearby) if t != _show(s.committed_tokens[0])]
+        choices = sorted([_show(s.committed_tokens[0])] + wrong[:3])
         questions.append(Question(f"Which token would ar (the target alone) have written first at step {s.index}?",
                                   choices, _show(s.committed_tokens[0]), "Generated text (and the tree's green path)",
                                   "at temperature 0 a lossless method writes exactly the target's own greedy text, "
