@@ -49,6 +49,7 @@ def test_marking_counts_right_answers_and_says_where_to_look():
 
 
 @pytest.mark.browser
+@pytest.mark.slow(seconds=6)
 def test_the_quiz_in_the_page_on_a_replayed_example(browser, explorer_url):  # noqa: F811
     """Build the quiz on the replayed example, answer the first question right, check: 1 or more of 8."""
     from gradio_client import Client
