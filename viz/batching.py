@@ -14,8 +14,7 @@ def batching_figure(cost: RowCost, points: list[tuple[int, float]]) -> go.Figure
     rows = sorted(cost.calibration)
     one = cost.calibration[1]
     figure = make_subplots(rows=2, cols=1, vertical_spacing=0.22, subplot_titles=(
-        "Measured: one target forward's time over its rows (× one row's)",
-        "MODEL: expected speed-up over ar against batch size (sequences served together)"))
+        "Measured: forward time by rows (× one row)", "MODEL: speed-up over ar by batch size"))
     figure.add_trace(go.Scatter(x=rows, y=[cost.calibration[r] / one for r in rows], mode="markers+lines",
                                 name="measured on this device", marker=dict(size=9, color="#4a78c2"),
                                 hovertemplate="%{x} rows: %{y:.2f}× one row<extra></extra>"), 1, 1)
@@ -30,7 +29,7 @@ def batching_figure(cost: RowCost, points: list[tuple[int, float]]) -> go.Figure
                                 hovertemplate="batch %{x}: %{y:.2f}× (model)<extra></extra>"), 2, 1)
     figure.add_hline(y=1.0, line=dict(color="#222", width=1), row=2, col=1, annotation_text="ar (1×)",
                      annotation_position="bottom right")
-    layout = base_layout("Why many rows cost about one step, and where that stops", height=640)
+    layout = base_layout("Rows and batches", height=640)
     layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, t=90, b=80))
     figure.update_layout(layout)
     figure.update_xaxes(type="log", dtick=0.30103, automargin=True)
