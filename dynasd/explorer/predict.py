@@ -59,7 +59,7 @@ def score_markdown(run: RunTrace | None) -> str:
     if run is None or not score(run)[1]:
         return "Score: no guesses yet."
     right, asked = score(run)
-    return f"Score: **{right} of {asked}** right ({100 * right / asked:.0f}%)."
+    return f"Score on this run (saved with its trace): **{right} of {asked}** right ({100 * right / asked:.0f}%)."
 
 
 def guessed(run: RunTrace, step: int, node: int = COMMIT) -> Prediction | None:
