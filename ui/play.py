@@ -250,7 +250,7 @@ def on_show_step(session_id, index):
 
 def on_compare(session_id, prompt, **controls):
     """Every method on the prompt, then transformers' assisted generation as the peer (when the pair allows it;
-    dynasd/explorer/peer.py); the table grows as each one finishes. One model call (ui/gpu.py: gpu_compare)."""
+    dynasd/explorer/peer.py); the table grows as each one finishes. One model call per method (ui/gpu.py: compare)."""
     session = state.SESSIONS.get(session_id)
     rows, runs = [], {}
     try:
