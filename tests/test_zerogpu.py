@@ -276,6 +276,7 @@ def test_zerogpus_own_failures_become_one_line_with_a_way_on(zero_gpu_app, monke
     session = fresh.state.SESSIONS.get(None)
     tiny = dict(pair="tiny-random", method="sd", max_new_tokens=12)
     assert play.on_step(session.id, "hello", **tiny)[OUT_STATUS].startswith("✓ Step 0")
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")  # ZeroGPU's failures are told as such on ZeroGPU only
     for message in ("You have exceeded your GPU quota (60s requested vs. 13s left). Try again in 0:04:00",
                     "GPU task aborted"):
         def refuse(*args, message=message, **kwargs):

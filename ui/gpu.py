@@ -213,13 +213,16 @@ def load_in_serving_process(settings: Settings) -> None:
     thread has none, and a pair placed on "cuda" there reaches the real CUDA initialisation, which refuses)."""
     if not on_zero_gpu():
         return
-    from spaces.zero import torch as zero_torch
-
+    try:
+        from spaces.zero.torch import enter_mode
+    except ImportError:  # a `spaces` without the emulation: no modes to enter
+        enter_mode = None
     failure: list[BaseException] = []
 
     def load() -> None:
         try:
-            zero_torch.enter_mode()
+            if enter_mode is not None:
+                enter_mode()
             state.PAIRS.get(settings.normalised())
         except BaseException as exc:
             failure.append(exc)
@@ -241,7 +244,7 @@ def _from_serving_process(settings: Settings) -> Iterator[None]:
     except (UserError, SessionFailed):
         raise
     except Exception as exc:
-        if spaces is None:
+        if not on_zero_gpu():
             raise
         raise UserError(no_gpu(exc)) from exc
 
