@@ -133,15 +133,26 @@ def part_identity(pair, tokens: int, deadline: float) -> list[dict]:
     """Every lossless method at T = 0 against ar: the same tokens (float32)."""
     ids = prompt_ids(pair.vocab_size, 48, seed=7)
     reference = _run(decoder_for(pair, "ar"), ids, tokens)
+    def identity(spec: str) -> dict:
+        tokens_of = _run(decoder_for(pair, spec), ids, tokens)
+        first_difference = next((i for i, (a, b) in enumerate(zip(tokens_of, reference)) if a != b), None)
+        return {"tokens": len(tokens_of), "identical_to_ar": tokens_of == reference,
+                "first_difference": first_difference}
+    return _each(LOSSLESS[1:], deadline, identity)
+
+
+def _each(specs: list[str], deadline: float, measure) -> list[dict]:
+    """One record per method: its measurement, or the exception it raised (the others are still measured), or
+    "out of time" once the part's deadline has passed."""
     records = []
-    for spec in LOSSLESS[1:]:
+    for spec in specs:
         if time.monotonic() > deadline:
             records.append({"method": spec, "skipped": "out of time"})
             continue
-        tokens_of = _run(decoder_for(pair, spec), ids, tokens)
-        first_difference = next((i for i, (a, b) in enumerate(zip(tokens_of, reference)) if a != b), None)
-        records.append({"method": spec, "tokens": len(tokens_of), "identical_to_ar": tokens_of == reference,
-                        "first_difference": first_difference})
+        try:
+            records.append({"method": spec, **measure(spec)})
+        except Exception as exc:
+            records.append({"method": spec, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
     return records
 
 
@@ -158,11 +169,7 @@ def part_snapshot(pair, tokens: int, deadline: float) -> list[dict]:
     from dynasd.decoders import resume
 
     ids = prompt_ids(pair.vocab_size, 32, seed=11)
-    records = []
-    for spec in ("sd:gamma=6", "mcsd:k=4,2,2,1", "recipe=narrow-cpu", "ti-mcsd", "dynamic"):
-        if time.monotonic() > deadline:
-            records.append({"method": spec, "skipped": "out of time"})
-            continue
+    def resumed(spec: str) -> dict:
         whole = _run(decoder_for(pair, spec, temperature=0.7, seed=5), ids, tokens)
         decoder = decoder_for(pair, spec, temperature=0.7, seed=5)
         decoder.start(list(ids), tokens)
@@ -172,19 +179,14 @@ def part_snapshot(pair, tokens: int, deadline: float) -> list[dict]:
             decoder = resume(pair, snapshot)
             decoder.step()
             resumes += 1
-        records.append({"method": spec, "resumes": resumes,
-                        "identical_to_uninterrupted": list(decoder.run.new_token_ids) == whole})
-    return records
+        return {"resumes": resumes, "identical_to_uninterrupted": list(decoder.run.new_token_ids) == whole}
+    return _each(["sd:gamma=6", "mcsd:k=4,2,2,1", "recipe=narrow-cpu", "ti-mcsd", "dynamic"], deadline, resumed)
 
 
 def part_speed(pair, tokens: int, prompts: int, deadline: float) -> list[dict]:
     """Tokens/s of each method after a warm-up, decoding only (the prefill apart); the phases' mean times per step
     (each read after a synchronize)."""
-    records = []
-    for spec in SPEED:
-        if time.monotonic() > deadline:
-            records.append({"method": spec, "skipped": "out of time"})
-            continue
+    def speed(spec: str) -> dict:
         _run(decoder_for(pair, spec), prompt_ids(pair.vocab_size, 64, seed=99), min(8, tokens))  # warm-up
         new_tokens, seconds, steps, phases = 0, 0.0, 0, [0.0, 0.0, 0.0]
         for p in range(prompts):
@@ -200,13 +202,12 @@ def part_speed(pair, tokens: int, prompts: int, deadline: float) -> list[dict]:
             synchronize(pair.device)
             seconds += time.perf_counter() - started
             new_tokens += len(decoder.run.new_token_ids)
-        records.append({"method": spec, "dtype": str(pair.dtype).replace("torch.", ""), "new_tokens": new_tokens,
-                        "seconds": round(seconds, 4), "tokens_per_s": round(new_tokens / seconds, 1),
-                        "tokens_per_step": round(new_tokens / steps, 2),
-                        "ms_per_step": round(1000 * seconds / steps, 2),
-                        "draft_ms": round(1000 * phases[0] / steps, 2), "verify_ms": round(1000 * phases[1] / steps, 2),
-                        "accept_ms": round(1000 * phases[2] / steps, 2)})
-    return records
+        return {"dtype": str(pair.dtype).replace("torch.", ""), "new_tokens": new_tokens,
+                "seconds": round(seconds, 4), "tokens_per_s": round(new_tokens / seconds, 1),
+                "tokens_per_step": round(new_tokens / steps, 2), "ms_per_step": round(1000 * seconds / steps, 2),
+                "draft_ms": round(1000 * phases[0] / steps, 2), "verify_ms": round(1000 * phases[1] / steps, 2),
+                "accept_ms": round(1000 * phases[2] / steps, 2)}
+    return _each(SPEED, deadline, speed)
 
 
 def part_verify_cost(pair, context: int, repeats: int) -> list[dict]:
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps({"part": name, "seconds": round(took, 1), "error": error}) + "\n")
             out.flush()
             bad = [r for r in records if r.get("identical_to_ar") is False
-                   or r.get("identical_to_uninterrupted") is False]
+                   or r.get("identical_to_uninterrupted") is False or r.get("error")]
             failed = failed or bool(bad)
             tables.append(_table(name, records, error, took))
             print(f"{name}: {'FAILED ' + error if error else 'done'} ({took:.1f} s)", flush=True)

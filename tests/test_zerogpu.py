@@ -163,8 +163,8 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     assert ran_models == model_endpoints, "each of these endpoints runs a model, the others none"
     # The model calls are functions of data (ui/gpu.py), not handlers: a handler keeps its session's state in
     # the serving process, which a GPU process's changes would never reach.
-    calls = {"gpu_start", "gpu_advance", "gpu_follow_up", "gpu_compare_method", "gpu_compare_peer", "gpu_calibrate",
-             "gpu_side_by_side", "gpu_target_p", "gpu_first_token_draws"}
+    calls = {"gpu_run", "gpu_compare_method", "gpu_compare_peer", "gpu_calibrate", "gpu_side_by_side",
+             "gpu_target_p", "gpu_first_token_draws"}
     assert set(fake.wrapped) == calls, "only the model calls are wrapped"
 
 
@@ -177,7 +177,14 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
     gpu = fresh.gpu
     assert gpu.GPU_MAX_S <= 60
     wrapped = fake.wrapped
-    start, advance = wrapped["gpu_start"], wrapped["gpu_advance"]
+    run = wrapped["gpu_run"]
+
+    def start(settings, prompt, **kwargs):
+        return run(settings, "start", prompt, **kwargs)
+
+    def advance(settings, snapshot, **kwargs):
+        return run(settings, "advance", snapshot, **kwargs)
+
     longest = Settings(pair="tiny-random", max_new_tokens=gpu.MAX_NEW_TOKENS_LIMIT)
     one, chunk, whole = (advance(longest, None, steps=n) for n in (1, gpu.GPU_STEP_CHUNK, gpu.UNTIL_DONE))
     assert one <= chunk < whole <= gpu.GPU_MAX_S

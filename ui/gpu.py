@@ -142,19 +142,29 @@ def _model_call_failed(exc: BaseException) -> str:
 # -- the model calls: functions of data --------------------------------------------------------------------------
 
 @on_gpu(_run_seconds)
+def gpu_run(settings: Settings, action: str, data, steps: int = 0, expected_s: float = 0.0,
+            turns: list[str] | None = None) -> Progress:
+    """A run's model call: "start" (`data`: the prompt), "advance" (the snapshot) or "follow-up" (the snapshot; and
+    `turns`). One GPU function for the three: ZeroGPU keeps a worker per decorated function, and the live decoder a
+    call leaves (engine.LIVE) spares the next call a prefill only in the same worker."""
+    if action == "start":
+        return engine.start_run(state.PAIRS, settings, data, steps)
+    if action == "advance":
+        return engine.advance(state.PAIRS, settings, data, steps)
+    return engine.follow_up(state.PAIRS, settings, data, turns or [], steps)
+
+
 def gpu_start(settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
-    return engine.start_run(state.PAIRS, settings, prompt, steps)
+    return gpu_run(settings, "start", prompt, steps=steps, expected_s=expected_s)
 
 
-@on_gpu(_run_seconds)
 def gpu_advance(settings: Settings, snapshot, steps: int = 1, expected_s: float = 0.0) -> Progress:
-    return engine.advance(state.PAIRS, settings, snapshot, steps)
+    return gpu_run(settings, "advance", snapshot, steps=steps, expected_s=expected_s)
 
 
-@on_gpu(_run_seconds)
 def gpu_follow_up(settings: Settings, snapshot, turns: list[str], steps: int = 0,
                   expected_s: float = 0.0) -> Progress:
-    return engine.follow_up(state.PAIRS, settings, snapshot, turns, steps)
+    return gpu_run(settings, "follow-up", snapshot, steps=steps, expected_s=expected_s, turns=turns)
 
 
 @on_gpu(_run_whole_seconds)
