@@ -129,8 +129,13 @@ def load_decision_model(name: str, reference: str | Path | None = None) -> Decis
 
 
 def make_stop_policy(name: str, threshold: float = DEFAULT_THRESHOLD, decision_path: str | Path | None = None,
-                     decision_model: DecisionModel | None = None) -> StopPolicy:
-    """A stop policy; `decision_model`, when given, is used instead of loading the one `decision_path` names."""
+                     decision_model: DecisionModel | None = None,
+                     device: torch.device | str | None = None) -> StopPolicy:
+    """A stop policy; `decision_model`, when given, is used instead of loading the one `decision_path` names.
+    `device`: where the draft's probabilities will be (the pair's device); the decision model is moved there, so it
+    scores them where they are (a model loaded on the host cannot read a GPU's tensors)."""
     if decision_model is None or name not in READS_DECISION_MODEL:
         decision_model = load_decision_model(name, decision_path)
+    if decision_model is not None and device is not None:
+        decision_model.to(device)
     return StopPolicy(name=name, threshold=threshold, decision_model=decision_model)

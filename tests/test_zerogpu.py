@@ -163,27 +163,67 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     assert ran_models == model_endpoints, "each of these endpoints runs a model, the others none"
     # The model calls are functions of data (ui/gpu.py), not handlers: a handler keeps its session's state in
     # the serving process, which a GPU process's changes would never reach.
-    calls = {"gpu_start", "gpu_advance", "gpu_follow_up", "gpu_compare", "gpu_calibrate", "gpu_side_by_side",
-             "gpu_losslessness"}
+    calls = {"gpu_run", "gpu_compare_method", "gpu_compare_peer", "gpu_calibrate", "gpu_side_by_side",
+             "gpu_target_p", "gpu_first_token_draws"}
     assert set(fake.wrapped) == calls, "only the model calls are wrapped"
 
 
-def test_the_gpu_durations_follow_the_work_asked_for(zero_gpu_app):
+def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_quota(zero_gpu_app):
     """A call asks ZeroGPU for the time its work should take: a session's measured time when it has one (with a
-    margin), else by the tokens it may produce; never past GPU_MAX_S."""
+    margin), else by the tokens it may produce. No call asks for more than GPU_MAX_S, at most 60 s: ZeroGPU refuses
+    outright a request over what a visitor has left of the day (2 minutes when not logged in), so work that would
+    take longer is split into calls that each fit instead of one request that is refused or cut off."""
     fresh, fake = zero_gpu_app
     gpu = fresh.gpu
-    start, advance, compare = (fake.wrapped[name] for name in ("gpu_start", "gpu_advance", "gpu_compare"))
-    settings = Settings(pair="tiny-random", max_new_tokens=gpu.MAX_NEW_TOKENS_LIMIT)
-    one, chunk, whole = (advance(settings, None, steps=n) for n in (1, gpu.GPU_STEP_CHUNK, gpu.UNTIL_DONE))
+    assert gpu.GPU_MAX_S <= 60
+    wrapped = fake.wrapped
+    run = wrapped["gpu_run"]
+
+    def start(settings, prompt, **kwargs):
+        return run(settings, "start", prompt, **kwargs)
+
+    def advance(settings, snapshot, **kwargs):
+        return run(settings, "advance", snapshot, **kwargs)
+
+    longest = Settings(pair="tiny-random", max_new_tokens=gpu.MAX_NEW_TOKENS_LIMIT)
+    one, chunk, whole = (advance(longest, None, steps=n) for n in (1, gpu.GPU_STEP_CHUNK, gpu.UNTIL_DONE))
     assert one <= chunk < whole <= gpu.GPU_MAX_S
-    assert start(settings, "hi", steps=0) == gpu.GPU_BASE_S, "a prefill alone asks for the base"
-    measured = advance(settings, None, steps=gpu.UNTIL_DONE, expected_s=3.0)
+    assert start(longest, "hi", steps=0) == gpu.GPU_BASE_S, "a prefill alone asks for the base"
+    measured = advance(longest, None, steps=gpu.UNTIL_DONE, expected_s=3.0)
     assert measured == gpu.GPU_BASE_S + 6, "a measured expectation, with a margin of 2x"
-    assert compare(settings, "hi") == gpu.GPU_MAX_S, "every method at the longest length fills the cap"
-    assert compare(Settings(pair="tiny-random", max_new_tokens=16), "hi") > advance(
-        Settings(pair="tiny-random", max_new_tokens=16), None, steps=gpu.UNTIL_DONE)
+    # every call at its largest still asks for what its work needs, under the cap (not clamped to it)
+    ids = list(range(100))
+    largest = {"gpu_compare_method": (longest, "hi", "mcsd"), "gpu_compare_peer": (longest, "hi"),
+               "gpu_calibrate": (longest, ids), "gpu_side_by_side": (longest, ("sd", "mcsd"), ids, "hi"),
+               "gpu_target_p": (longest, "hi"),
+               "gpu_first_token_draws": (longest, "hi", "sd", 0, gpu.SAMPLES_PER_CALL)}
+    for name, args in largest.items():
+        asked = wrapped[name](*args)
+        assert 0 < asked < gpu.GPU_MAX_S, (name, asked)
+    # a Run's call computes the steps that fit: all of them without a measurement, fewer after a slow one
+    assert gpu.fit_steps(longest, gpu.UNTIL_DONE, 0.0)[0] >= gpu.MAX_NEW_TOKENS_LIMIT
+    steps, expected_s = gpu.fit_steps(longest, gpu.UNTIL_DONE, expected_s=500.0)
+    assert 1 <= steps < gpu.MAX_NEW_TOKENS_LIMIT and gpu.GPU_BASE_S + 2 * expected_s <= gpu.GPU_MAX_S
+    assert gpu.fit_steps(longest, 4, expected_s=2.0) == (4, 2.0), "work that fits is left as it is"
     assert not gpu.on_zero_gpu({}) and gpu.on_zero_gpu({"SPACES_ZERO_GPU": "true"})
+
+
+def test_the_losslessness_check_split_into_gpu_calls_draws_what_one_call_draws(zero_gpu_app, monkeypatch):
+    """Its samples are drawn in calls of at most SAMPLES_PER_CALL, with the seeds one call would use: the same
+    counts, the same p-values."""
+    from dynasd.explorer import losslessness
+    from dynasd.explorer.pairs import PairCache
+
+    fresh, fake = zero_gpu_app
+    monkeypatch.setattr(fresh.state, "PAIRS", PairCache(device="cpu"))
+    monkeypatch.setattr(fresh.gpu, "SAMPLES_PER_CALL", 7)
+    settings = Settings(pair="tiny-random", temperature=1.0, seed=3)
+    split = fresh.gpu.check_losslessness(settings, "hello", ["sd", "ti-mcsd"], 20)
+    whole = losslessness.check_first_tokens(fresh.state.PAIRS, settings, "hello", ["sd", "ti-mcsd"], 20)
+    assert split.samples == whole.samples == 20 and split.lossless == whole.lossless
+    assert {m: (c.observed, c.p_value) for m, c in split.checks.items()} == {
+        m: (c.observed, c.p_value) for m, c in whole.checks.items()}
+    assert split.labels == whole.labels
 
 
 @pytest.mark.slow(seconds=8)
@@ -243,6 +283,7 @@ def test_zerogpus_own_failures_become_one_line_with_a_way_on(zero_gpu_app, monke
     session = fresh.state.SESSIONS.get(None)
     tiny = dict(pair="tiny-random", method="sd", max_new_tokens=12)
     assert play.on_step(session.id, "hello", **tiny)[OUT_STATUS].startswith("✓ Step 0")
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")  # ZeroGPU's failures are told as such on ZeroGPU only
     for message in ("You have exceeded your GPU quota (60s requested vs. 13s left). Try again in 0:04:00",
                     "GPU task aborted"):
         def refuse(*args, message=message, **kwargs):

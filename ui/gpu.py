@@ -7,14 +7,24 @@ Progress records, RunTraces and check results out (dynasd/explorer/engine.py). T
 run in this process, keep every session's state here and call these; none of them runs a model itself.
 
 GPU time is asked for by what the call will do: a session's own measured seconds per step when it has them
-(Session._expected), else by the number of tokens. A Step on ZeroGPU computes GPU_STEP_CHUNK steps in one call
-and shows the rest without a GPU; a Run computes the whole run in one call and the page plays it back.
-ZeroGPU's own failures (quota spent, task aborted, no GPU free) become one line with a way on.
+(Session._expected), else by the number of tokens; never more than GPU_MAX_S, so work that would take longer is
+split into calls that each fit. A Step on ZeroGPU computes GPU_STEP_CHUNK steps in one call and shows the rest
+without a GPU; a Run computes as much of the run as fits in one call and the page plays it back (the next call
+goes on from its snapshot); Compare runs each method in a call of its own; the losslessness check draws its
+samples in calls of at most SAMPLES_PER_CALL.
+ZeroGPU's own failures (quota spent, task aborted, no GPU free) become one line with a way on. Our own failures
+inside a GPU call come back as data (`Failed`, or Progress.error): ZeroGPU passes only gradio's errors through
+with their message, any other exception reaches the serving process as its class name alone.
+On ZeroGPU the serving process runs under the `spaces` package's CUDA emulation, whose torch modes are entered on
+the importing thread only: a pair loaded there from a handler thread is loaded on a thread that enters them.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import threading
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from dynasd.explorer import cost as cost_model
@@ -23,7 +33,7 @@ from dynasd.explorer.engine import UNTIL_DONE, Progress
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, one_line
 from dynasd.explorer.peer import run_peer
 from dynasd.explorer.session import Compute, SessionFailed, compare_methods
-from dynasd.options import METHODS
+from dynasd.options import METHODS, OptionsError
 
 from . import state
 
@@ -36,8 +46,14 @@ except ImportError:
 # runs out is cut off. 0.1 s a token is several times a token's cost on a GPU for the embedded pair; the base
 # covers a GPU process's start and loading a pair there (one not loaded at start-up). With a measurement, the
 # request is the base plus twice the measured time.
-GPU_BASE_S, GPU_S_PER_TOKEN, GPU_MAX_S = 20, 0.1, 300
+# GPU_MAX_S: what one learner's action may ask for. ZeroGPU's daily quota is 2 minutes for a visitor who is not
+# logged in and 3.5 minutes for a free account, and a request for more than is left is refused outright, so no call
+# asks for more than half of the smaller quota; longer work is split into calls that each fit.
+GPU_BASE_S, GPU_S_PER_TOKEN, GPU_MAX_S = 8, 0.1, 60
 GPU_STEP_CHUNK = 8  # steps one Step computes per GPU call on ZeroGPU; the next Steps show them without a GPU
+# The losslessness check's draws: a prefill and one step each, 0.05 s with room to spare on a GPU; 500 of them ask
+# for 58 s, within GPU_MAX_S
+GPU_S_PER_SAMPLE, SAMPLES_PER_CALL = 0.05, 500
 
 
 def on_zero_gpu(environ=os.environ) -> bool:
@@ -60,14 +76,30 @@ def _run_seconds(settings, *_, steps=0, expected_s=0.0, **__) -> int:
     return _seconds(_tokens(settings, steps), expected_s if isinstance(expected_s, (int, float)) else 0.0)
 
 
-def _runs_seconds(runs: int) -> Callable[..., int]:
-    return lambda settings, *_, **__: _seconds(runs * _tokens(settings, UNTIL_DONE))
+def _run_whole_seconds(settings, *_, **__) -> int:
+    return _seconds(_tokens(settings, UNTIL_DONE))
 
 
-def _samples_seconds(settings, prompt, methods, samples, **__) -> int:
-    per_sample = 0.05  # a prefill and one step of each method on a GPU, with room to spare
-    count = samples if isinstance(samples, (int, float)) else losslessness.MAX_SAMPLES
-    return _seconds(0, per_sample * max(1, count) * max(1, len(methods)) / 2)
+def _one_step_seconds(settings, *_, **__) -> int:
+    return _seconds(2)  # a prefill and one step of each of two methods
+
+
+def _samples_seconds(settings, prompt, method, seed, samples, **__) -> int:
+    count = samples if isinstance(samples, (int, float)) else SAMPLES_PER_CALL
+    return _seconds(0, GPU_S_PER_SAMPLE * max(1, count))
+
+
+def fit_steps(settings, steps: int, expected_s: float) -> tuple[int, float]:
+    """At most as many of `steps` as one call's GPU time allows, and their expected seconds: the rest of a Run is
+    computed by the next call, from the snapshot this one returns. Without a measurement every step may be a token
+    at GPU_S_PER_TOKEN; with one, the measured seconds scale with the steps."""
+    fits_s = (GPU_MAX_S - GPU_BASE_S) / 2  # the request is the base plus twice the expected time
+    tokens = _tokens(settings, steps)
+    if isinstance(expected_s, (int, float)) and expected_s > fits_s and tokens > 1:
+        fitted = max(1, int(tokens * fits_s / expected_s))
+        return fitted, expected_s * fitted / tokens
+    most = int((GPU_MAX_S - GPU_BASE_S) / GPU_S_PER_TOKEN)
+    return (min(steps, most) if isinstance(steps, int) else steps), expected_s
 
 
 def on_gpu(duration: Callable[..., int]):
@@ -77,80 +109,164 @@ def on_gpu(duration: Callable[..., int]):
     return spaces.GPU(duration=duration)
 
 
+@dataclass
+class Failed:
+    """An exception raised inside a GPU call, as data (the module docstring says why); `call` raises it again in
+    the serving process: a UserError or a SessionFailed as itself, a bug as SessionFailed with its first line."""
+
+    kind: str
+    message: str
+
+    def exception(self) -> Exception:
+        return {"UserError": UserError, "ValueError": ValueError}.get(self.kind, SessionFailed)(self.message)
+
+
+def _failures_as_data(function: Callable) -> Callable:
+    @functools.wraps(function)
+    def body(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except (UserError, SessionFailed) as exc:
+            return Failed(type(exc).__name__, str(exc))
+        except ValueError as exc:
+            return Failed("ValueError", str(exc))
+        except Exception as exc:
+            return Failed("SessionFailed", _model_call_failed(exc))
+    return body
+
+
+def _model_call_failed(exc: BaseException) -> str:
+    return f"the model call failed ({one_line(exc)}); other sessions are not affected"
+
+
 # -- the model calls: functions of data --------------------------------------------------------------------------
 
 @on_gpu(_run_seconds)
+def gpu_run(settings: Settings, action: str, data, steps: int = 0, expected_s: float = 0.0,
+            turns: list[str] | None = None) -> Progress:
+    """A run's model call: "start" (`data`: the prompt), "advance" (the snapshot) or "follow-up" (the snapshot; and
+    `turns`). One GPU function for the three: ZeroGPU keeps a worker per decorated function, and the live decoder a
+    call leaves (engine.LIVE) spares the next call a prefill only in the same worker."""
+    if action == "start":
+        return engine.start_run(state.PAIRS, settings, data, steps)
+    if action == "advance":
+        return engine.advance(state.PAIRS, settings, data, steps)
+    return engine.follow_up(state.PAIRS, settings, data, turns or [], steps)
+
+
 def gpu_start(settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
-    return engine.start_run(state.PAIRS, settings, prompt, steps)
+    return gpu_run(settings, "start", prompt, steps=steps, expected_s=expected_s)
 
 
-@on_gpu(_run_seconds)
 def gpu_advance(settings: Settings, snapshot, steps: int = 1, expected_s: float = 0.0) -> Progress:
-    return engine.advance(state.PAIRS, settings, snapshot, steps)
+    return gpu_run(settings, "advance", snapshot, steps=steps, expected_s=expected_s)
 
 
-@on_gpu(_run_seconds)
 def gpu_follow_up(settings: Settings, snapshot, turns: list[str], steps: int = 0,
                   expected_s: float = 0.0) -> Progress:
-    return engine.follow_up(state.PAIRS, settings, snapshot, turns, steps)
+    return gpu_run(settings, "follow-up", snapshot, steps=steps, expected_s=expected_s, turns=turns)
 
 
-@on_gpu(_runs_seconds(len(METHODS) + 1))
-def gpu_compare(settings: Settings, prompt: str) -> Iterator[tuple]:
-    """("run", method, RunTrace) as each method finishes, ("ours done", None, None), then ("peer", PeerRun or
-    None, why not); ("error", exception name, message) ends it early."""
+@on_gpu(_run_whole_seconds)
+def gpu_compare_method(settings: Settings, prompt: str, method: str):
+    """One method's whole run for Compare (a RunTrace), or Failed."""
     try:
-        for method, run in compare_methods(state.PAIRS, settings, prompt):
-            yield "run", method, run
-        yield "ours done", None, None
-        try:
-            yield "peer", run_peer(state.PAIRS, settings, prompt), ""
-        except UserError as exc:
-            yield "peer", None, str(exc)
+        for _, run in compare_methods(state.PAIRS, settings, prompt, methods=(method,)):
+            return run
     except (UserError, SessionFailed) as exc:
-        yield "error", type(exc).__name__, str(exc)
+        return Failed(type(exc).__name__, str(exc))
     except Exception as exc:
-        yield "error", "SessionFailed", f"the model call failed ({one_line(exc)}); other sessions are not affected"
+        return Failed("SessionFailed", _model_call_failed(exc))
 
 
-@on_gpu(_runs_seconds(1))
+@on_gpu(_run_whole_seconds)
+def gpu_compare_peer(settings: Settings, prompt: str) -> tuple:
+    """transformers' assisted generation for Compare: (PeerRun or None, why not)."""
+    try:
+        return run_peer(state.PAIRS, settings, prompt), ""
+    except UserError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, _model_call_failed(exc)
+
+
+@on_gpu(_run_whole_seconds)
+@_failures_as_data
 def gpu_calibrate(settings: Settings, context_ids: list[int]) -> dict[int, float]:
     return cost_model.calibrate_context(state.PAIRS, settings, context_ids)
 
 
-@on_gpu(_runs_seconds(2))
+@on_gpu(_one_step_seconds)
+@_failures_as_data
 def gpu_side_by_side(settings: Settings, methods: tuple[str, str], ids: list[int], prompt: str) -> dict:
     return side_by_side.side_by_side(state.PAIRS, settings, methods, ids, prompt)
 
 
+@on_gpu(_run_whole_seconds)
+@_failures_as_data
+def gpu_target_p(settings: Settings, prompt: str):
+    return losslessness.target_p(state.PAIRS, settings, prompt)
+
+
 @on_gpu(_samples_seconds)
-def gpu_losslessness(settings: Settings, prompt: str, methods: list[str], samples: int):
-    return losslessness.check_first_tokens(state.PAIRS, settings, prompt, methods, samples)
+@_failures_as_data
+def gpu_first_token_draws(settings: Settings, prompt: str, method: str, seed: int, samples: int):
+    return losslessness.first_token_draws(state.PAIRS, settings, prompt, method, seed, samples)
 
 
 # -- calling them from the serving process -----------------------------------------------------------------------
 
+def load_in_serving_process(settings: Settings) -> None:
+    """On ZeroGPU, the settings' pair loaded (placed on "cuda") in the serving process: ZeroGPU's pattern, the GPU
+    process is forked from this one and finds it loaded. The loading runs on a thread of its own that enters the
+    emulation's torch modes (thread-local: entered by `import spaces` on the importing thread only; a handler's
+    thread has none, and a pair placed on "cuda" there reaches the real CUDA initialisation, which refuses)."""
+    if not on_zero_gpu():
+        return
+    try:
+        from spaces.zero.torch import enter_mode
+    except ImportError:  # a `spaces` without the emulation: no modes to enter
+        enter_mode = None
+    failure: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            if enter_mode is not None:
+                enter_mode()
+            state.PAIRS.get(settings.normalised())
+        except BaseException as exc:
+            failure.append(exc)
+
+    loader = threading.Thread(target=load, name="dynasd-load-pair", daemon=True)
+    loader.start()
+    loader.join()
+    if failure:
+        raise failure[0]
+
+
 @contextlib.contextmanager
 def _from_serving_process(settings: Settings) -> Iterator[None]:
-    """Around a model call made from the serving process. On ZeroGPU the settings' pair is loaded here first
-    (ZeroGPU's pattern: the GPU process is forked from this one and finds it loaded), and ZeroGPU's own failures
-    come back as one line that says what to do."""
+    """Around a model call made from the serving process: the pair loaded first (load_in_serving_process), and
+    ZeroGPU's own failures come back as one line that says what to do."""
     try:
-        if on_zero_gpu():
-            state.PAIRS.get(settings.normalised())
+        load_in_serving_process(settings)
         yield
     except (UserError, SessionFailed):
         raise
     except Exception as exc:
-        if spaces is None:
+        if not on_zero_gpu():
             raise
         raise UserError(no_gpu(exc)) from exc
 
 
 def call(function: Callable, settings: Settings, *args, **kwargs):
-    """`function(settings, *args, **kwargs)` from the serving process (_from_serving_process)."""
+    """`function(settings, *args, **kwargs)` from the serving process (_from_serving_process); a failure it
+    returned as data is raised here."""
     with _from_serving_process(settings):
-        return function(settings, *args, **kwargs)
+        result = function(settings, *args, **kwargs)
+    if isinstance(result, Failed):
+        raise result.exception()
+    return result
 
 
 def no_gpu(exc: BaseException) -> str:
@@ -162,7 +278,11 @@ def no_gpu(exc: BaseException) -> str:
 
 
 def _through(function: Callable) -> Callable:
-    return lambda settings, *args, **kwargs: call(function, settings, *args, **kwargs)
+    """A run's call (start, advance, follow-up) with no more steps than fit in one GPU call (fit_steps)."""
+    def through(settings, *args, steps: int = 0, expected_s: float = 0.0, **kwargs):
+        steps, expected_s = fit_steps(settings, steps, expected_s)
+        return call(function, settings, *args, steps=steps, expected_s=expected_s, **kwargs)
+    return through
 
 
 def compute() -> Compute:
@@ -172,12 +292,44 @@ def compute() -> Compute:
 
 
 def run_steps() -> int:
-    """How many steps a Run computes per model call: all of them on ZeroGPU (one GPU call, played back by the
-    page), one at a time elsewhere (the page draws each as it comes)."""
+    """How many steps a Run computes per model call: as many as fit in one call on ZeroGPU (fit_steps; the page
+    plays them back), one at a time elsewhere (the page draws each as it comes)."""
     return UNTIL_DONE if on_zero_gpu() else 1
 
 
 def compare(settings: Settings, prompt: str) -> Iterator[tuple]:
-    """gpu_compare's events, from the serving process (a generator: ZeroGPU may fail mid-stream)."""
+    """Compare's events: ("run", method, RunTrace) as each method finishes (one GPU call each), ("ours done",
+    None, None), then ("peer", PeerRun or None, why not); ("error", exception name, message) ends it early."""
+    try:
+        normalised = settings.normalised()
+        for method in METHODS:  # every method's options are checked before any model runs
+            try:
+                normalised.options.for_method(method).validate()
+            except OptionsError as exc:
+                raise UserError(f"{method}: {exc}") from exc
+        for method in METHODS:
+            run = call(gpu_compare_method, settings, prompt, method)
+            yield "run", method, run
+        yield "ours done", None, None
+        yield "peer", *call(gpu_compare_peer, settings, prompt)
+    except (UserError, SessionFailed) as exc:
+        yield "error", type(exc).__name__, str(exc)
+
+
+def check_losslessness(settings: Settings, prompt: str, methods: list[str], samples: int):
+    """losslessness.check_first_tokens as GPU calls that each fit: the target's p, then each method's draws in
+    calls of at most SAMPLES_PER_CALL (the same seeds as in one call), checked here (no model runs in the check)."""
+    samples = losslessness.checked_request(settings, samples)
+    settings = settings.normalised()
+    probs = call(gpu_target_p, settings, prompt)
+    draws: dict[str, list[int]] = {}
+    lossless: dict[str, bool] = {}
+    for method in methods:
+        draws[method] = []
+        for first in range(0, samples, SAMPLES_PER_CALL):
+            count = min(SAMPLES_PER_CALL, samples - first)
+            part, lossless[method] = call(gpu_first_token_draws, settings, prompt, method, settings.seed + first,
+                                          count)
+            draws[method] += part
     with _from_serving_process(settings):
-        yield from gpu_compare(settings, prompt)
+        return losslessness.checks_of(state.PAIRS, settings, draws, lossless, probs)

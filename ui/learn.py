@@ -148,7 +148,7 @@ def on_losslessness(session_id, prompt, lossless_method, samples, **controls):
     try:
         settings = settings_from(controls)
         methods = list(dict.fromkeys([lossless_method, "ti-mcsd"]))
-        result = gpu.call(gpu.gpu_losslessness, settings, prompt, methods, samples)
+        result = gpu.check_losslessness(settings, prompt, methods, samples)
         return (losslessness_figure(result.checks, result.labels),
                 losslessness_markdown(result.checks, result.lossless),
                 status_line(f"{result.samples} samples per method.", "ok"), session.id)

@@ -167,7 +167,7 @@ def on_run_next(session_id, tick, stop_pressed=False):
 def on_run(session_id, prompt, **controls):
     """The Run of API clients: a stream of updates, at most one per STREAM_EVERY_S, until done or Stop (checked
     between steps). The browser's Run button is paced by the page instead (on_run_begin). On ZeroGPU the run is
-    computed in one GPU call, then streamed."""
+    computed in as few GPU calls as fit (ui/gpu.py), then streamed."""
     session = state.SESSIONS.get(session_id)
     try:
         with session.lock:
@@ -250,7 +250,7 @@ def on_show_step(session_id, index):
 
 def on_compare(session_id, prompt, **controls):
     """Every method on the prompt, then transformers' assisted generation as the peer (when the pair allows it;
-    dynasd/explorer/peer.py); the table grows as each one finishes. One model call (ui/gpu.py: gpu_compare)."""
+    dynasd/explorer/peer.py); the table grows as each one finishes. One model call per method (ui/gpu.py: compare)."""
     session = state.SESSIONS.get(session_id)
     rows, runs = [], {}
     try:

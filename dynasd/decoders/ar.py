@@ -1,8 +1,6 @@
 """Autoregressive decoding with the target alone: one forward per token, the reference for everything else."""
 from __future__ import annotations
 
-import time
-
 import torch
 
 from ..cache import CachedModel
@@ -29,11 +27,11 @@ class ARDecoder(Decoder):
             self.target.prefill(pending)
 
     def _step(self) -> StepTrace:
-        started = time.perf_counter()
+        started = self._clock()
         context_len = len(self.committed)
         root_token = self.pair.token_strings(self.committed[-1:])[0]
         logits = self.target.prefill(self.committed[self.target.cached_len:])[-1]
-        verified = time.perf_counter()
+        verified = self._clock()
         probs = torch.softmax(logits, -1) if self.sampling.greedy else logits_to_probs(logits, self.sampling)
         token = argmax_rows(logits[None])[0] if self.sampling.greedy else sample_one(probs, self.generator)
         self.committed.append(token)
@@ -42,4 +40,4 @@ class ARDecoder(Decoder):
                          accepted_path=[], committed=[token], committed_tokens=self.pair.token_strings([token]),
                          committed_origins=["target"], final_parent=-1,
                          final_p=float(probs[token]), root_token=root_token, verify_seconds=verified - started,
-                         accept_seconds=time.perf_counter() - verified, target_forwards=1)
+                         accept_seconds=self._clock() - verified, target_forwards=1)

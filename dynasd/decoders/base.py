@@ -64,6 +64,15 @@ class Decoder(ABC):
     def _step(self) -> StepTrace:
         """Draft, verify once, commit: the method itself."""
 
+    def _clock(self) -> float:
+        """The time now, once the work queued on the pair's device has run. On CUDA a forward returns as soon as
+        its kernels are queued, so a clock read without a synchronisation gives the phase's time to whichever
+        later phase first waits for the GPU (a verify's time landed in the acceptance at T > 0, where nothing is
+        read back from the verify). Every step's phase times are read through this."""
+        if self.pair.device.type == "cuda":
+            torch.cuda.synchronize(self.pair.device)
+        return time.perf_counter()
+
     def _source_states(self) -> list[dict]:
         """The state as data of whatever the decoder keeps besides its caches (its candidate sources)."""
         return []
@@ -79,9 +88,9 @@ class Decoder(ABC):
         self._check_request(prompt_ids, max_new_tokens, "the prompt")
         self.generator = torch.Generator(device=self.pair.device).manual_seed(self.seed)
         self._new_run(list(prompt_ids), max_new_tokens, prompt_text, turn=1)
-        started = time.perf_counter()
+        started = self._clock()
         self._prefill()
-        self.run.seconds += time.perf_counter() - started
+        self.run.seconds += self._clock() - started
         return self.run
 
     @torch.inference_mode()
@@ -101,9 +110,9 @@ class Decoder(ABC):
         context = self.run.prompt_ids + self.run.new_token_ids  # the answer as counted, past its end cut off
         self._check_request(extra_ids, max_new_tokens, "the follow-up message", len(context))
         self._new_run(context + list(extra_ids), max_new_tokens, prompt_text, turn=self.run.config["turn"] + 1)
-        started = time.perf_counter()
+        started = self._clock()
         self._extend(len(context))
-        self.run.seconds += time.perf_counter() - started
+        self.run.seconds += self._clock() - started
         return self.run
 
     def _check_request(self, ids: list[int], max_new_tokens: int, what: str, context: int = 0) -> None:
@@ -202,10 +211,10 @@ class Decoder(ABC):
             raise RuntimeError("call start() before step()")
         if self.done:
             raise RuntimeError("the run is finished")
-        started = time.perf_counter()
+        started = self._clock()
         trace = self._step()
         self._truncate(trace)
-        self.run.seconds += time.perf_counter() - started
+        self.run.seconds += self._clock() - started
         self.run.steps.append(trace)
         return trace
 

@@ -26,7 +26,6 @@ Per step:
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -105,7 +104,8 @@ class TreeDecoder(Decoder):
         self.shape = TreeShape(branching, target_roots=options.method == "ti-mcsd") if branching else None
         self.without_replacement = not options.with_replacement
         self.dynamic_depth = options.dynamic_depth or options.stop != "none"  # a stop policy implies it
-        self.stop = make_stop_policy(options.stop, options.threshold, options.decision_model, decision_model)
+        self.stop = make_stop_policy(options.stop, options.threshold, options.decision_model, decision_model,
+                                     pair.device)
         self.lookup = options.lookup_tokens
         self.lookup_min_ngram = options.lookup_ngram
         # the recycle method's shape is its template, as pld's is its lookup chain
@@ -187,11 +187,11 @@ class TreeDecoder(Decoder):
     def _step(self) -> StepTrace:
         context_len = len(self.committed)
         root_token = self.pair.token_strings(self.committed[-1:])[0]
-        t0 = time.perf_counter()
+        t0 = self._clock()
         tree = self._propose()
-        t1 = time.perf_counter()
+        t1 = self._clock()
         verified = self._verify(tree)
-        t2 = time.perf_counter()
+        t2 = self._clock()
         walked = self._walk(tree, verified)
         self._commit(tree, verified, walked)
         return self._trace(tree, verified, walked, context_len, root_token, t1 - t0, t2 - t1, t2)
@@ -271,7 +271,7 @@ class TreeDecoder(Decoder):
             stop_policy=self.stop.name if self.dynamic_depth else "none",
             threshold=self.stop.threshold if self.dynamic_depth else None, stop_scores=tree.stop_scores,
             draft_seconds=draft_seconds, verify_seconds=verify_seconds,
-            accept_seconds=time.perf_counter() - verified_at, draft_forwards=tree.draft_forwards, target_forwards=1,
+            accept_seconds=self._clock() - verified_at, draft_forwards=tree.draft_forwards, target_forwards=1,
             tested=[t.node for w in walked.walks for t in w.tests],
             residual=self._residual_trace(tree, verified, walked), growth=self._growth_trace(tree))
 

@@ -113,22 +113,49 @@ class FirstTokenChecks:
 def check_first_tokens(pairs: PairCache, settings: Settings, prompt: str, methods: list[str],
                        samples: int) -> FirstTokenChecks:
     """The first token after `prompt`, sampled `samples` times by each of `methods` (one prefill and one step
-    each, seeds from settings.seed on), against the target's own p under the settings' sampling."""
+    each, seeds from settings.seed on), against the target's own p under the settings' sampling. The parts below
+    compose it, so that a caller with a time limit per model call (ui/gpu.py on ZeroGPU) can split the draws."""
+    samples = checked_request(settings, samples)
+    probs = target_p(pairs, settings, prompt)
+    draws, lossless = {}, {}
+    for method in methods:
+        draws[method], lossless[method] = first_token_draws(pairs, settings, prompt, method, settings.seed, samples)
+    return checks_of(pairs, settings, draws, lossless, probs)
+
+
+def checked_request(settings: Settings, samples) -> int:
+    """The number of samples, once the request is one the check can answer (else a UserError)."""
     if settings.temperature == 0:
         raise UserError("set the temperature above 0 (Sampling): at temperature 0 every method is greedy and "
                         "there is nothing random to compare")
     samples = int(samples)  # after the temperature's check, as the app has always said that first
     if not 1 <= samples <= MAX_SAMPLES:
         raise UserError(f"samples must lie in [1, {MAX_SAMPLES}]")
+    return samples
+
+
+def target_p(pairs: PairCache, settings: Settings, prompt: str) -> torch.Tensor:
+    """The target's next-token distribution after `prompt` under the settings' sampling (on the host)."""
     prepared = prepare(pairs, settings, prompt)
-    pair, ids = prepared.pair, prepared.ids
-    probs = target_next_probs(pair.target, ids, prepared.settings.options.sampling)
-    checks, lossless = {}, {}
-    for method in methods:
-        decoder = prepared.decoder(method)
-        with prepared.lock:
-            draws = sample_first_tokens(decoder_first_token(decoder, ids), samples, seed=settings.seed)
-        checks[method], lossless[method] = check_samples(draws, probs), decoder.lossless
-    token_ids = checks[methods[0]].token_ids
+    with prepared.lock:
+        return target_next_probs(prepared.pair.target, prepared.ids, prepared.settings.options.sampling)
+
+
+def first_token_draws(pairs: PairCache, settings: Settings, prompt: str, method: str, seed: int,
+                      samples: int) -> tuple[list[int], bool]:
+    """`samples` first tokens of `method` with seeds seed, seed + 1, ...; and whether the method is lossless."""
+    prepared = prepare(pairs, settings, prompt)
+    decoder = prepared.decoder(method)
+    with prepared.lock:
+        draws = sample_first_tokens(decoder_first_token(decoder, prepared.ids), samples, seed=seed)
+    return draws, decoder.lossless
+
+
+def checks_of(pairs: PairCache, settings: Settings, draws: dict[str, list[int]], lossless: dict[str, bool],
+              probs: torch.Tensor) -> FirstTokenChecks:
+    """Each method's draws checked against `probs`; the bins' labels from the pair's tokenizer (no model runs)."""
+    checks = {method: check_samples(tokens, probs) for method, tokens in draws.items()}
+    token_ids = next(iter(checks.values())).token_ids
+    pair = pairs.get(settings.normalised())
     labels = dict(zip(token_ids, pair.token_strings([t for t in token_ids if t >= 0])))
-    return FirstTokenChecks(checks, lossless, labels, samples)
+    return FirstTokenChecks(checks, lossless, labels, len(next(iter(draws.values()))))

@@ -6,17 +6,24 @@ value a generator yields) comes back pickled; nothing the call changes in Python
 process; and CUDA must never be initialised in the app's process. This double does exactly that, strictly:
 - every call runs in a forked child; arguments always travel pickled (so what a reused child would need, every
   call needs), and so do results;
-- a call reuses an idle child with probability ZEROGPU_DOUBLE_REUSE (default 0.5, seeded by
-  ZEROGPU_DOUBLE_SEED), otherwise it forks a fresh one: an app that relied on memory left in a child, or on a
-  child's memory being fresh, fails some of the time;
+- a call reuses an idle child of the same function with probability ZEROGPU_DOUBLE_REUSE (default 0.5, seeded
+  by ZEROGPU_DOUBLE_SEED), otherwise it forks a fresh one: an app that relied on memory left in a child, or on a
+  child's memory being fresh, fails some of the time. As in the package, each decorated function has children of
+  its own: what one function's call leaves in memory never reaches another function's call;
 - torch.cuda's lazy initialisation raises in the app's process;
-- `duration` must give a positive number of seconds, at most ZEROGPU_DOUBLE_MAX_S (default 300);
+- `duration` must give a positive number of seconds, at most ZEROGPU_DOUBLE_MAX_S (default 60: what a visitor
+  who is not logged in may ask for in one call, with half the day's quota left);
 - each call appends one JSON line to ZEROGPU_DOUBLE_LOG (when set): the function, the bytes of its arguments and
   of its results, whether a child was reused, the duration asked for; the tests count GPU calls with it;
 - `fail_next(message)` makes the next call fail as ZeroGPU fails (quota spent, task aborted), for the tests of
   what the page then says.
 
 Put its folder first on PYTHONPATH (with SPACES_ZERO_GPU=1) and `import spaces` finds it.
+
+What the real package can check on a CPU-only machine is checked with it (tests/spaces_emulation.py: its CUDA
+emulation with the pair on "cuda", its own fork-and-pickle workers, its handling of errors); this double stays for
+what that cannot do without a GPU: serving the whole app as a process, with every GPU call's child running the
+model for real (on the CPU, `--device cpu`), and counting the calls and the bytes that cross.
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ __all__ = ["GPU", "fail_next", "calls"]
 
 _FORK = multiprocessing.get_context("fork")
 _FUNCTIONS: dict[str, object] = {}       # every decorated function, by name: a child forked later knows them all
-_IDLE: list["_Child"] = []               # children that finished a call and may be reused
+_IDLE: dict[str, list["_Child"]] = {}    # by function: its children that finished a call and may be reused
 _GUARD = threading.Lock()
 _RANDOM = random.Random(int(os.environ.get("ZEROGPU_DOUBLE_SEED", "0")))
 _FAILURES: list[str] = []
@@ -61,7 +68,7 @@ def GPU(task=None, *, duration=None):  # noqa: N802 (the real package's name)
         @functools.wraps(function)
         def call(*args, **kwargs):
             seconds = _duration(duration, args, kwargs)
-            child, reused = _take_child()
+            child, reused = _take_child(name)
             request = pickle.dumps((name, args, kwargs))
             received, answered = 0, False
             try:
@@ -79,7 +86,7 @@ def GPU(task=None, *, duration=None):  # noqa: N802 (the real package's name)
             finally:
                 _log(name, len(request), received, reused, seconds)
                 if answered:
-                    _give_back(child)
+                    _give_back(name, child)
                 else:  # left mid-stream (the reader stopped, or no answer): the child cannot be reused
                     child.end()
 
@@ -101,7 +108,7 @@ def GPU(task=None, *, duration=None):  # noqa: N802 (the real package's name)
 
 def _duration(duration, args, kwargs) -> float:
     seconds = duration(*args, **kwargs) if callable(duration) else (60 if duration is None else duration)
-    limit = float(os.environ.get("ZEROGPU_DOUBLE_MAX_S", "300"))
+    limit = float(os.environ.get("ZEROGPU_DOUBLE_MAX_S", "60"))
     if not (isinstance(seconds, (int, float)) and 0 < seconds <= limit):
         raise ValueError(f"spaces.GPU duration must be in (0, {limit:g}] seconds, got {seconds!r}")
     return float(seconds)
@@ -144,22 +151,24 @@ class _Child:
             self.process.join(5)
 
 
-def _take_child() -> tuple[_Child, bool]:
+def _take_child(name: str) -> tuple[_Child, bool]:
     if _FAILURES:
         raise _zero_gpu_error(_FAILURES.pop(0))
     with _GUARD:
-        if _IDLE and _RANDOM.random() < float(os.environ.get("ZEROGPU_DOUBLE_REUSE", "0.5")):
-            child = _IDLE.pop()
+        idle = _IDLE.setdefault(name, [])
+        if idle and _RANDOM.random() < float(os.environ.get("ZEROGPU_DOUBLE_REUSE", "0.5")):
+            child = idle.pop()
             if child.process.is_alive():
                 return child, True
             child.end()
     return _Child(), False
 
 
-def _give_back(child: _Child) -> None:
+def _give_back(name: str, child: _Child) -> None:
     with _GUARD:
-        if child.process.is_alive() and len(_IDLE) < 2:
-            _IDLE.append(child)
+        idle = _IDLE.setdefault(name, [])
+        if child.process.is_alive() and not idle:  # one idle child per function, as the package keeps one
+            idle.append(child)
             return
     child.end()
 
