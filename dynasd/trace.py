@@ -150,6 +150,7 @@ class RunTrace:
     text: str = ""
     seconds: float = 0.0
     finished: str = ""                    # "eos", "length" or "" while running
+    device: str = ""                      # the machine, weights and kernels it ran on (dynasd/device_info.py)
 
     @property
     def target_forwards(self) -> int:
