@@ -114,8 +114,8 @@ def gpu_compare(settings: Settings, prompt: str) -> Iterator[tuple]:
 
 
 @on_gpu(_runs_seconds(1))
-def gpu_calibrate(settings: Settings, context_ids: list[int]) -> dict[int, float]:
-    return cost_model.calibrate_context(state.PAIRS, settings, context_ids)
+def gpu_calibrate(settings: Settings, context_ids: list[int], again: bool = False) -> cost_model.MeasuredCosts:
+    return cost_model.calibrate_context(state.PAIRS, settings, context_ids, again)
 
 
 @on_gpu(_runs_seconds(2))
