@@ -8,7 +8,18 @@ from dynasd.origins import BY_NAME
 from dynasd.trace import StepTrace
 
 from .labels import label_width, strided
-from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token, test_lines
+from .style import (
+    LEGEND_ROOM,
+    STATUS_COLORS,
+    STATUS_GLYPHS,
+    STATUS_NAMES,
+    STATUS_PATTERNS,
+    TOP_LEGEND,
+    base_layout,
+    fmt,
+    show_token,
+    test_lines,
+)
 
 # Each tick label costs the page ~0.7 ms per redraw (viz/labels.py): token labels for a small tree, node ids (as
 # in the mask's rows and the hover) at a stride for a large one.
@@ -27,9 +38,14 @@ def pq_figure(step: StepTrace) -> go.Figure:
         hover.append("<br>".join([f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}",
                                   f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *test_lines(node),
                                   STATUS_NAMES[node.status]]))
+    # the status also as a glyph over each bar and a fill pattern: never by colour alone
     traces = [go.Bar(x=xs, y=[node.p for node in step.nodes], name="p: target probability",
-                         marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes]),
-                     hovertext=hover, hoverinfo="text"),
+                     marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes],
+                                 line=dict(color="#333", width=0.5),
+                                 pattern=dict(shape=[STATUS_PATTERNS[node.status] for node in step.nodes],
+                                              fgcolor="#222", size=6, solidity=0.3)),
+                     text=[STATUS_GLYPHS[node.status] for node in step.nodes], textposition="outside",
+                     cliponaxis=False, textfont=dict(size=11), hovertext=hover, hoverinfo="text"),
               go.Bar(x=xs, y=[node.q if node.q is not None else 0.0 for node in step.nodes],
                      name="q: draft probability", hoverinfo="skip",  # the p bar's hover has q too
                      marker=dict(color="rgba(0,0,0,0)", line=dict(color="#444", width=1.2)))]

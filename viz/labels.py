@@ -17,12 +17,12 @@ PAD_PX = 8
 
 
 def strided(count: int, most: int) -> list[int]:
-    """At most about `most` of the indices 0..count-1: every k-th, and the last one unless it would crowd the
-    k-th before it (so the end is marked without two labels running into each other)."""
+    """At most about `most` of the indices 0..count-1: every k-th, the last k-th moved to the last index (so the
+    end is marked, and no two labels are closer than k: "40" and "43" ran into each other on a phone)."""
     every = max(1, -(-count // most))
     kept = list(range(0, count, every))
-    if kept and kept[-1] != count - 1 and (count - 1 - kept[-1]) * 2 > every:
-        kept.append(count - 1)
+    if len(kept) > 1 and kept[-1] != count - 1:
+        kept[-1] = count - 1
     return kept
 
 

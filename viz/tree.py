@@ -13,7 +13,18 @@ import plotly.graph_objects as go
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import RunTrace, StepTrace
 
-from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token, test_lines
+from .style import (
+    GLYPH_INK,
+    LEGEND_ROOM,
+    STATUS_COLORS,
+    STATUS_GLYPHS,
+    STATUS_NAMES,
+    TOP_LEGEND,
+    base_layout,
+    fmt,
+    show_token,
+    test_lines,
+)
 
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
@@ -22,6 +33,7 @@ STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchos
 NODE_SYMBOLS = {origin.name: origin.symbol for origin in ORIGINS}
 NODE_ORIGIN_NAMES = {origin.name: origin.source for origin in ORIGINS}
 LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only
+GLYPHS_IN_MARKERS_FROM = 16  # marker size (px) from which a status glyph fits inside it; smaller: before the label
 MAX_HEIGHT = 1000
 
 
@@ -207,6 +219,19 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         hovertext=[f"<b>root</b>: {root_text}<br>the last committed token;<br>level-1 candidates follow it"],
         hoverinfo="text", showlegend=False))
 
+    glyphs: tuple[list, list, list, list] = ([], [], [], [])  # x, y, glyph, ink: drawn inside the markers
+    inside = marker_size >= GLYPHS_IN_MARKERS_FROM
+
+    def label(token: str, status: str) -> str:
+        shown = show_token(token, label_chars)
+        return shown if inside else f"{STATUS_GLYPHS[status]}{shown}"
+
+    def mark(xs: list, ys: list, status: str) -> None:
+        for column, value in zip((glyphs[0], glyphs[1]), (xs, ys)):
+            column.extend(value)
+        glyphs[2].extend([STATUS_GLYPHS[status]] * len(xs))
+        glyphs[3].extend([GLYPH_INK[status]] * len(xs))
+
     by_status: dict[str, list] = {}
     for i in range(len(step.nodes)):
         by_status.setdefault(drawn_status(step, i), []).append(i)
@@ -227,12 +252,13 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
                           "target": "p (target)"}[status]
             traces.append(go.Scatter(
                 x=[x], y=[y], mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-                text=[show_token(token, label_chars)], textposition="middle right",
+                text=[label(token, status)], textposition="middle right",
                 marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
                             line=dict(color="#222", width=1)),
                 hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
                            f"{'' if step.final_p is None else f' with {drawn_from} = {fmt(step.final_p)}'}<br>{why}"],
                 hoverinfo="text"))
+            mark([x], [y], status)
             continue
         members = by_status.get(status, [])
         if not members:
@@ -240,11 +266,16 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         traces.append(go.Scatter(
             x=[pos[i][0] for i in members], y=[pos[i][1] for i in members],
             mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-            text=[show_token(step.nodes[i].token, label_chars) for i in members], textposition="middle right",
+            text=[label(step.nodes[i].token, status) for i in members], textposition="middle right",
             marker=dict(size=marker_size, color=STATUS_COLORS[status],
                         symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
                         line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
             hovertext=[_hover(i, step, grown) for i in members], hoverinfo="text", customdata=members))
+        mark([pos[i][0] for i in members], [pos[i][1] for i in members], status)
+    if inside and glyphs[0]:
+        traces.append(go.Scatter(x=glyphs[0], y=glyphs[1], text=glyphs[2], mode="text", name="status glyphs",
+                                 textposition="middle center", hoverinfo="skip", showlegend=False,
+                                 textfont=dict(size=max(marker_size - 12, 10), color=glyphs[3])))
 
     depth = max((x for x, _ in pos.values()), default=0)
     rows = max((y for _, y in pos.values()), default=0) + 1
