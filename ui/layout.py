@@ -167,19 +167,19 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             gr.Markdown(MASK_HELP, elem_classes="explain")
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
                     with gr.Tab("Decisions"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 pq_plot = figure_view("p vs q per candidate", "pq-plot")
                                 stop_plot = figure_view("Early-stop scores", "stop-plot")
                             gr.Markdown(DECISIONS_HELP, elem_classes="explain")
                     with gr.Tab("Summary"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 summary = gr.Markdown("", elem_id="summary", label="summary")
                                 timeline_plot = figure_view("Run timeline", "timeline-plot")
                             gr.Markdown(SUMMARY_HELP, elem_classes="explain")
                     with gr.Tab("Compare"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
                                                         "assisted generation on this prompt", elem_id="compare-btn")
@@ -188,7 +188,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                             gr.Markdown(COMPARE_HELP, elem_classes="explain")
                     with gr.Tab("Trace"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
                                 saved_file = gr.File(label="Trace file to download", interactive=False)
