@@ -244,9 +244,13 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                      show_progress="hidden")
         for name in RECIPE_CONTROLS:
             controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
-        controls["method"].change(on_method_change, [controls["method"]],
+        controls["method"].change(on_method_change, [controls["method"], controls["k_config"]],
                                   [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
                                   api_visibility="private")
+        # a recipe's or a typed k-config: the help counts that tree's candidates, not the default's
+        controls["k_config"].change(lambda method, k_config: on_method_change(method, k_config)[0],
+                                    [controls["method"], controls["k_config"]], [method_help],
+                                    api_visibility="private", queue=False, show_progress="hidden")
         controls["pair"].change(on_pair_change, [controls["pair"]],
                                 [controls["target"], controls["draft"], controls["draft_kind"]],
                                 api_visibility="private")

@@ -26,7 +26,7 @@ from dynasd.tree import TreeShape
 from . import gpu, state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, SHOWN_BY_METHOD, settings_from
 from .status import RUNNING, STOPPING, status_line
-from .texts import METHOD_HELP
+from .texts import method_help
 from .views import FinishedRun, control_updates, empty_views, failed, render, step_views, unexpected
 
 STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
@@ -351,9 +351,10 @@ def on_control_edited():
     return CUSTOM_RECIPE
 
 
-def on_method_change(method: str):
-    """The method's help, and each method-specific control shown only where the method reads it."""
-    return (METHOD_HELP.get(method, ""),
+def on_method_change(method: str, k_config=None):
+    """The method's help (mcsd's for the k-config the controls hold), and each method-specific control shown only
+    where the method reads it."""
+    return (method_help(method, k_config),
             *(gr.update(visible=OPTIONS[name].read_by(method)) for name in SHOWN_BY_METHOD))
 
 

@@ -45,8 +45,9 @@ STATUS_GLYPHS: dict[str, str] = {
     "target": "▸",
 }
 # The glyph's colour on a marker of that status: white on the dark fills, black on the light ones.
-GLYPH_INK: dict[str, str] = {status: "white" if status in ("accepted", "pending", "bonus")
-                             else "#777" if status in ("not_reached", "padding") else "#111" for status in STATUS_COLORS}
+GLYPH_INK: dict[str, str] = {
+    status: "white" if status in ("accepted", "pending", "bonus") else "#777" if status in ("not_reached", "padding")
+    else "#111" for status in STATUS_COLORS}
 # The p bars' fill pattern per status (Plotly's pattern shapes; "" = solid).
 STATUS_PATTERNS: dict[str, str] = {
     "accepted": "", "rejected": "x", "not_reached": ".", "skipped": "-", "unchosen": "/", "padding": "",

@@ -131,11 +131,30 @@ def _hover(i: int, step: StepTrace, grown: dict[int, tuple[float, int]] | None =
         read = "read by the draft: its children could be drawn" if i in step.growth.expanded else \
             "not read by the draft (a last wave's node): a leaf"
         lines += [f"cumulative q {fmt(value)} (the product of q along its path)", f"drawn in wave {wave}; {read}"]
+    chosen = target_choice(step, i) if n.status == "rejected" else None
+    if chosen is not None:
+        lines.append(chosen)
     tested = test_lines(n)
     if tested:
         lines += tested[:1] + ["p′, q′: p and q after the siblings tested before it were rejected",
                                "(the residual max(p − q, 0) and q without them, renormalised)"] + tested[1:]
     return "<br>".join(lines)
+
+
+def target_choice(step: StepTrace, i: int) -> str | None:
+    """What the target took at a rejected node's position instead: an accepted sibling, or the correction drawn
+    after the node's parent (at T = 0 the target's top token there)."""
+    node = step.nodes[i]
+    sibling = next((j for j, other in enumerate(step.nodes)
+                    if other.parent == node.parent and other.status == "accepted"), None)
+    if sibling is not None:
+        return f"the target kept node {sibling} here: {show_token(step.nodes[sibling].token, 24)}"
+    final = final_token(step)
+    if final is not None and final[2] == node.parent and final[1] == "correction":
+        sampled = any(other.u is not None for other in step.nodes)
+        what = "drew from the residual" if sampled else "took its top token"
+        return f"the target {what} here: {show_token(final[0], 24)}"
+    return None
 
 
 def _left_out_hover(draw, sampled: bool) -> str:
@@ -242,8 +261,9 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
             x, y = pos["final"]
             token, _, parent = final
             after = "the root" if parent == ROOT else f"node {parent}"
-            why = {"bonus": "every child was accepted (or there were none): the target adds one token for free",
-                   "correction": "a child was rejected: sampled from the residual max(p − q, 0), renormalised",
+            # short lines: a hover wider than the plot is cut at its edge (a phone)
+            why = {"bonus": "every child was accepted (or there were none):<br>the target adds one token for free",
+                   "correction": "a child was rejected: sampled from<br>the residual max(p − q, 0), renormalised",
                    "target": "autoregressive: the target's own next token"}[status]
             # final_p is the probability under the distribution the token was drawn from: for a correction that
             # is the residual, not the target's p, so it is named
@@ -256,7 +276,8 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
                 marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
                             line=dict(color="#222", width=1)),
                 hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
-                           f"{'' if step.final_p is None else f' with {drawn_from} = {fmt(step.final_p)}'}<br>{why}"],
+                           + ("" if step.final_p is None else f"<br>with {drawn_from} = {fmt(step.final_p)}")
+                           + f"<br>{why}"],
                 hoverinfo="text"))
             mark([x], [y], status)
             continue
