@@ -447,6 +447,24 @@ def test_compare_says_which_method_was_fastest_and_why_in_the_runs_own_numbers(r
     assert compare_verdict(made(ar=(50.0, 1.0), sd=(70.0, 1.8))).count("fewest") == 0
 
 
+def test_compare_names_no_winner_within_its_own_runs_noise(runs):
+    """Each method's tokens / s comes with its range over its own steps (a seeded bootstrap that brackets the
+    rate); when the fastest method's range overlaps another's, the verdict names no winner."""
+    from viz.timeline import SPREAD, TOKENS_PER_S, compare_verdict, tokens_per_s_range
+
+    run = runs["mcsd"]
+    low, high = tokens_per_s_range(run)
+    row = viz.compare_rows({"mcsd": run})[0]
+    assert low <= row[TOKENS_PER_S] + 0.05 and row[TOKENS_PER_S] - 0.05 <= high and low < high
+    assert tokens_per_s_range(run) == (low, high), "seeded: one run gives one range"
+    made = lambda **rows: [{"method": m, TOKENS_PER_S: s, SPREAD: spread, "tokens / target forward": 1.0}  # noqa: E731
+                           for m, (s, spread) in rows.items()]
+    close = compare_verdict(made(ar=(10.5, "9.8–11.2"), pld=(10.8, "10.1–11.6")))
+    assert "No clear winner" in close and "Fastest here" not in close and "ar (9.8–11.2)" in close
+    clear = compare_verdict(made(ar=(10.5, "9.8–11.2"), mcsd=(2.7, "2.5–2.9")))
+    assert "Fastest here: **ar**" in clear and "No speculative method paid" in clear
+
+
 def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_module_counts_it(runs):
     """The second row of the timeline and the Compare columns read dynasd/acceptance.py: vLLM's per-position
     rate, the conditional rate and the histogram of accepted lengths; ar, which drafts nothing, has neither."""
