@@ -107,12 +107,14 @@ def test_every_status_has_a_glyph_and_the_mask_hover_names_the_axes(browser, exp
 
     hovered = browser.execute_script("""
       const box = document.querySelector('#mask-plot .dynasd-figure');
-      const heat = box.data[0], labels = box.data.find((t) => t.name === 'row labels');
+      const heat = box.data[0];
+      const drawn = [...box.querySelectorAll('.scatterlayer .trace')].map((t) => t.querySelectorAll('.textpoint text'))
+        .find((texts) => texts.length === heat.y.length);  // the row labels, as the page drew them
       const row = heat.y.length - 2, column = heat.x.length - 3;
       window.dynasdPlotly.Fx.hover(box, {xval: column, yval: row}, 'xy');  // category axes: by index
       const text = [...box.querySelectorAll('.hoverlayer .hovertext')].map((e) => e.textContent).join(' ');
       const tick = box.layout.xaxis.ticktext[box.layout.xaxis.tickvals.indexOf(heat.x[column])];
-      return {text, rowLabel: labels.text[row], column: heat.x[column], tick};""")
+      return {text, rowLabel: drawn[row].textContent, column: heat.x[column], tick};""")
     text = hovered["text"]
     assert text.startswith(_plain(hovered["rowLabel"])), hovered
     assert _plain(hovered["column"]) in text, hovered

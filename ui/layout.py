@@ -33,6 +33,7 @@ from .play import (
     on_method_change,
     on_pair_change,
     on_recipe,
+    on_recipe_menu,
     on_reset,
     on_run,
     on_run_begin,
@@ -242,6 +243,10 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
         recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
                      show_progress="hidden")
+        # the menu names this machine and marks the recipe measured fastest here (a kept Compare), if any
+        for refresh in (demo.load, compare_status.change, controls["pair"].change):
+            refresh(on_recipe_menu, [controls["pair"]], [recipe], api_visibility="private", queue=False,
+                    show_progress="hidden")
         for name in RECIPE_CONTROLS:
             controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
         controls["method"].change(on_method_change, [controls["method"], controls["k_config"]],

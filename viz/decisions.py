@@ -12,8 +12,8 @@ from .style import (
     LEGEND_ROOM,
     STATUS_COLORS,
     STATUS_GLYPHS,
-    STATUS_NAMES,
     STATUS_PATTERNS,
+    STATUS_SHORT,
     TOP_LEGEND,
     base_layout,
     fmt,
@@ -37,7 +37,7 @@ def pq_figure(step: StepTrace) -> go.Figure:
         ratio = "–" if not node.q else f"{node.p / node.q:.3f}"
         hover.append("<br>".join([f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}",
                                   f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *test_lines(node),
-                                  STATUS_NAMES[node.status]]))
+                                  STATUS_SHORT[node.status]]))
     # the status also as a glyph over each bar and a fill pattern: never by colour alone
     traces = [go.Bar(x=xs, y=[node.p for node in step.nodes], name="p: target probability",
                      marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes],

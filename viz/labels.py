@@ -40,5 +40,8 @@ LABEL_AXIS = dict(overlaying="x", range=[0, 1], visible=False, fixedrange=True)
 def row_label_trace(ys: list[float], labels: list[str], size: int, name: str = "row labels") -> go.Scatter:
     """Labels right-aligned at the plot's left edge for the rows at `ys`, drawn into the left margin (which
     `label_width` sizes). The layout needs `xaxis2=LABEL_AXIS`."""
-    return go.Scatter(x=[0] * len(ys), y=ys, xaxis="x2", text=labels, mode="text", textposition="middle left",
+    # rows named by their labels (a category axis) print their own name: the labels need not travel twice
+    named = list(ys) == list(labels)
+    return go.Scatter(x=[0] * len(ys), y=ys, xaxis="x2", text=None if named else labels,
+                      texttemplate="%{y}" if named else None, mode="text", textposition="middle left",
                       textfont=dict(size=size), cliponaxis=False, showlegend=False, hoverinfo="skip", name=name)

@@ -54,7 +54,7 @@ STATUS_PATTERNS: dict[str, str] = {
     "pending": "+", "bonus": "", "correction": "", "target": "",
 }
 
-STATUS_NAMES: dict[str, str] = {status: f"{STATUS_GLYPHS[status]} {name}" for status, name in {
+_NAMES = {
     "accepted": "accepted",
     "rejected": "rejected",
     "not_reached": "not reached: below a node not accepted",
@@ -65,7 +65,11 @@ STATUS_NAMES: dict[str, str] = {status: f"{STATUS_GLYPHS[status]} {name}" for st
     "bonus": "bonus (target's own token)",
     "correction": "correction (after a rejection)",
     "target": "target token (AR)",
-}.items()}
+}
+STATUS_NAMES: dict[str, str] = {status: f"{STATUS_GLYPHS[status]} {name}" for status, name in _NAMES.items()}
+# In a hover, where the legend has said the rest: the name before its explanation ("⋯ not reached"); every update
+# sends one hover per node.
+STATUS_SHORT: dict[str, str] = {status: name.split(":")[0].split(" (")[0] for status, name in STATUS_NAMES.items()}
 
 # Generated text: a light tint per origin, and a saturated one for the tokens of the step on show. Candidate
 # origins bring their own (dynasd/origins.py); the target's own tokens are coloured here.

@@ -69,13 +69,15 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     s = summary_numbers(run, upto)
     shown = len(run.steps) if upto is None else min(upto + 1, len(run.steps))
     drafts = run.method != "ar"  # AR drafts nothing: its acceptance columns say so
+    steps = shown if shown == len(run.steps) else f"{shown} of {len(run.steps)}"  # as the timeline counts them
     level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
     lines = [
         f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
+        *([f"Measured on: {run.device[:200]}"] if run.device else []),
         "",
         f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {TOKENS_PER_S} | prefill |",
         "|---|---|---|---|---|---|---|",
-        f"| {shown} | {s['new_tokens']} | {s['target_forwards']} | {s['tokens_per_target_forward']:.2f} | "
+        f"| {steps} | {s['new_tokens']} | {s['target_forwards']} | {s['tokens_per_target_forward']:.2f} | "
         f"{level_rate} | {s['tokens_per_s']:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
         "",
         f"*tokens / target forward* is what vLLM and llama.cpp call the mean acceptance length: the target's own "
@@ -255,7 +257,7 @@ def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[d
     return rows
 
 
-def _range_of(row: dict) -> tuple[float, float]:
+def row_range(row: dict) -> tuple[float, float]:
     """A row's tokens / s range (SPREAD), or its one value where it has none (a peer, a hand-made row)."""
     try:
         low, high = (float(v) for v in str(row.get(SPREAD, "")).split("–"))
@@ -272,8 +274,8 @@ def compare_verdict(rows: list[dict]) -> str:
     if not rows:
         return ""
     fastest = max(rows, key=lambda r: r[TOKENS_PER_S])
-    low = _range_of(fastest)[0]
-    tied = [r for r in rows if r is not fastest and _range_of(r)[1] >= low]
+    low = row_range(fastest)[0]
+    tied = [r for r in rows if r is not fastest and row_range(r)[1] >= low]
     ar = next((r[TOKENS_PER_S] for r in rows if r["method"] == "ar"), None)
     against = f", {fastest[TOKENS_PER_S] / ar:.2f}x ar" if ar and fastest["method"] != "ar" else ""
     if tied:

@@ -19,6 +19,7 @@ from .style import (
     STATUS_COLORS,
     STATUS_GLYPHS,
     STATUS_NAMES,
+    STATUS_SHORT,
     TOP_LEGEND,
     base_layout,
     fmt,
@@ -120,12 +121,13 @@ def _grown(step: StepTrace) -> dict[int, tuple[float, int]]:
 def _hover(i: int, step: StepTrace, grown: dict[int, tuple[float, int]] | None = None) -> str:
     n = step.nodes[i]
     ratio = "–" if not n.q else f"{n.p / n.q:.3f}"
-    lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_NAMES[n.status]}",
+    lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_SHORT[n.status]}",
              f"token  {show_token(n.token, 24)}  (id {n.token_id})",
              f"origin {NODE_ORIGIN_NAMES[n.origin]}",
              f"p (target) {fmt(n.p)}",
-             f"q (draft)  {fmt(n.q)}",
-             f"p/q        {ratio}"]
+             f"q (draft)  {fmt(n.q)}"]
+    if n.status != "not_reached":  # the ratio the test reads; a node never tested has none to explain
+        lines.append(f"p/q        {ratio}")
     if grown and i in grown:
         value, wave = grown[i]
         read = "read by the draft: its children could be drawn" if i in step.growth.expanded else \
