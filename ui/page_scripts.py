@@ -16,7 +16,7 @@ CSS = """
 #dynasd-text .textfield .token { margin: 1px 1px; box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.35); }
 .explain { font-size: 0.92em; }
 /* table headers break between words only ("ste ps" read as two words); a wide table scrolls sideways */
-#summary table { display: block; overflow-x: auto; }
+#summary table { display: block; overflow-x: auto; width: 0; min-width: 100%; }
 #summary th, #summary td { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
 .clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
 #run-buttons { flex-wrap: nowrap; gap: 6px; }
@@ -44,7 +44,8 @@ CSS = """
   .figure-with-help > * { width: 100% !important; max-width: 100% !important; min-width: 0 !important;
                           flex: 0 0 auto !important; }
   /* the tree keeps room for its labels between levels: it scrolls sideways instead of cutting them */
-  #tree-plot { overflow-x: auto; max-width: calc(100vw - 8px); }
+  /* (width 0, min-width 100%: the scrolling box adds nothing to its column's width, then fills it) */
+  #tree-plot { overflow-x: auto; width: 0 !important; min-width: 100% !important; }
   #tree-plot .dynasd-figure { min-width: 560px; }
 }
 """

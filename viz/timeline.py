@@ -73,7 +73,7 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
     lines = [
         f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
-        *([f"Measured on: {run.device[:200]}"] if run.device else []),
+        *(["", f"*Measured on* {run.device[:200]}"] if run.device else []),
         "",
         f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {TOKENS_PER_S} | prefill |",
         "|---|---|---|---|---|---|---|",
