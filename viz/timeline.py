@@ -302,15 +302,23 @@ def compare_figure(rows: list[dict]) -> go.Figure:
     names = [r["method"] for r in rows]
     colors = [STATUS_COLORS["accepted"] if r["same text as ar"] in ("yes", "n/a") else STATUS_COLORS["correction"]
               for r in rows]
-    traces = [go.Bar(x=names, y=[r[key] for r in rows], marker=dict(color=colors), showlegend=False,
+    hatched = ["x" if r["same text as ar"] == "NO" else "" for r in rows]  # not by colour alone
+    ranges = [row_range(r) for r in rows]
+    spread = dict(type="data", symmetric=False, color="#555", thickness=1, width=3,
+                  array=[round(high - r[TOKENS_PER_S], 2) for r, (_, high) in zip(rows, ranges)],
+                  arrayminus=[round(r[TOKENS_PER_S] - low, 2) for r, (low, _) in zip(rows, ranges)])
+    traces = [go.Bar(x=names, y=[r[key] for r in rows], showlegend=False,
+                     marker=dict(color=colors, pattern=dict(shape=hatched, fgcolor="#222", solidity=0.3)),
+                     error_y=spread if key == TOKENS_PER_S else None,
                      text=[f"{r[key]}" for r in rows], textposition="outside", cliponaxis=False, xaxis=xa,
                      yaxis=ya)
               for key, xa, ya in ((TOKENS_PER_S, "x", "y"), ("tokens / target forward", "x2", "y2"))]
-    title = f"Same prompt, {len(rows)} methods<br>orange bar: text differs from ar"
+    title = f"Same prompt, {len(rows)} methods; whiskers: 90% range<br>hatched orange: text differs from ar"
     layout = {**base_layout(title, height=340),
               **_two_panels("tokens / s, decoding<br>(this machine)", "tokens / target forward<br>(any machine)",
                            0.5)}  # two lines each: one would run into the other panel's title on a phone
     layout["margin"] = dict(l=10, r=10, b=10, t=100)
     for axis, key in (("yaxis", TOKENS_PER_S), ("yaxis2", "tokens / target forward")):
-        layout[axis]["range"] = [0, 1.2 * max([r[key] for r in rows] + [1e-9])]  # room for the value labels
+        tops = [r[key] for r in rows] + ([high for _, high in ranges] if key == TOKENS_PER_S else [])
+        layout[axis]["range"] = [0, 1.2 * max(tops + [1e-9])]  # room for the value labels
     return go.Figure(data=traces, layout=layout)
