@@ -91,9 +91,15 @@ def test_the_phone_page_reads_beside_every_figure(browser, explorer_url, tmp_pat
 
 
 def test_every_status_has_a_glyph_and_the_mask_hover_names_the_axes(browser, explorer_url):
-    """The tree's legend names every status with its glyph and every drawn node carries one; hovering a mask
-    cell names its row as the row label reads and its column by the node's id and token, in words, not codes."""
+    """The page names its machine. The tree's legend names every
+    status with its glyph and every drawn node carries one; hovering a mask cell names its row as the row label
+    reads and its column by the node's id and token, in words, not codes."""
+    from selenium.webdriver.common.by import By
+
+    from dynasd.device_info import cpu_model
+
     _two_steps(browser, explorer_url, (1440, 900))
+    assert cpu_model() in browser.find_element(By.ID, "device-line").text, "the page names its machine"
     legend = browser.execute_script(
         "return [...document.querySelectorAll('#tree-plot .legendtext')].map((e) => e.textContent);")
     statuses = [text for text in legend if text not in ("committed path",)]

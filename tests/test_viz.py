@@ -447,6 +447,15 @@ def test_compare_says_which_method_was_fastest_and_why_in_the_runs_own_numbers(r
     assert compare_verdict(made(ar=(50.0, 1.0), sd=(70.0, 1.8))).count("fewest") == 0
 
 
+def test_the_summary_names_the_machine_weights_and_kernels_of_the_run(runs):
+    from dynasd.device_info import device_line
+
+    run = runs["mcsd"]
+    assert run.device.startswith(device_line().split(",")[0])
+    assert "; weights " in run.device and "; kernels " in run.device
+    assert f"*Measured on* {run.device}" in viz.summary_markdown(run)
+
+
 def test_compare_names_no_winner_within_its_own_runs_noise(runs):
     """Each method's tokens / s comes with its range over its own steps (a seeded bootstrap that brackets the
     rate); when the fastest method's range overlaps another's, the verdict names no winner."""

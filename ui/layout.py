@@ -54,6 +54,7 @@ from .texts import (
     SUMMARY_HELP,
     TRACE_HELP,
     TREE_HELP,
+    device_note,
 )
 
 
@@ -99,6 +100,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
     with gr.Blocks(title="DynaSD Explorer") as demo:
         session_id = gr.State(None)
         gr.Markdown(INTRO, elem_id="intro")
+        gr.Markdown(device_note(on_zero_gpu()), elem_id="device-line")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320, elem_id="controls-column"):
                 # two columns inside: on a phone (CSS) the first stays on top, the results come next and the

@@ -2,6 +2,7 @@
 prompts. The method and Compare help speak of the default tree, read from dynasd/options.py."""
 from __future__ import annotations
 
+from dynasd.device_info import machine_line
 from dynasd.options import DEFAULT_RECYCLE, OPTIONS, Shape
 from dynasd.origins import LOOKUP, ORIGINS, RECYCLED
 from dynasd.tree import TreeShape
@@ -173,3 +174,10 @@ sampling stays exact when a candidate is rejected, **Acceptance test** the draw 
 model** explains the speed-up on this device; **Side by side** runs two methods from the same prefix;
 **Losslessness** samples the next token hundreds of times and compares it with the target.
 """
+
+
+def device_note(zero_gpu: bool = False) -> str:
+    """The machine the page's speeds are measured on, under the intro (a run's own, with its weights and kernels,
+    is in its Summary)."""
+    where = ("a shared ZeroGPU GPU, named in each run's Summary" if zero_gpu else machine_line())
+    return f"<small>Speeds on this page are measured on **{where}**.</small>"
