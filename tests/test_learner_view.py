@@ -72,6 +72,9 @@ def test_the_phone_page_reads_beside_every_figure(browser, explorer_url, tmp_pat
     screen, and the page's height stays bounded."""
     import time
 
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
     _two_steps(browser, explorer_url, PHONE)
     narrowest_help = """
       const widths = [...document.querySelectorAll('.explain')].filter((e) => e.offsetParent !== null)
@@ -87,6 +90,12 @@ def test_the_phone_page_reads_beside_every_figure(browser, explorer_url, tmp_pat
         overflow = browser.execute_script("return document.documentElement.scrollWidth")
         assert overflow <= PHONE[0] + 1, f"{label}: the page is {overflow} px wide on a {PHONE[0]} px screen"
         browser.save_screenshot(str(tmp_path / f"phone-{label}.png"))
+    _tab(browser, "Compare")  # a filled table is wider than the screen: it scrolls, the page does not
+    browser.find_element(By.ID, "compare-btn").click()
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: "all methods compared" in d.find_element(By.ID, "compare-status").text.lower())
+    right = browser.execute_script("return document.getElementById('results-column').getBoundingClientRect().right")
+    assert right <= PHONE[0] + 1, f"with Compare's table the results reach {right} px on a {PHONE[0]} px screen"
     print(f"phone screenshots: {tmp_path}")
 
 

@@ -46,6 +46,8 @@ CSS = """
   /* the tree keeps room for its labels between levels: it scrolls sideways instead of cutting them */
   /* (width 0, min-width 100%: the scrolling box adds nothing to its column's width, then fills it) */
   #tree-plot { overflow-x: auto; width: 0 !important; min-width: 100% !important; }
+  /* the results never wider than the screen: Compare's table had made them 2,100 px wide */
+  #results-column { max-width: 100% !important; min-width: 0 !important; }
   #tree-plot .dynasd-figure { min-width: 560px; }
 }
 """
