@@ -10,7 +10,7 @@ import pytest
 
 from viz.style import STATUS_GLYPHS
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow(seconds=40)]
+pytestmark = pytest.mark.browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -67,6 +67,7 @@ def _tab(browser, label):
     button.click()
 
 
+@pytest.mark.slow(seconds=12)
 def test_the_phone_page_reads_beside_every_figure(browser, explorer_url, tmp_path):
     """At 412 x 915, in every tab, no help text is narrower than a readable column, nothing is wider than the
     screen, and the page's height stays bounded."""
