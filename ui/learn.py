@@ -8,11 +8,13 @@ from __future__ import annotations
 import gradio as gr
 
 import viz
+from dynasd.device_info import machine_line
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, share, side_by_side
 from dynasd.explorer.inputs import UserError, settings_of_trace
+from dynasd.explorer.measured_here import read_compare
 from dynasd.explorer.session import Session, SessionFailed
-from dynasd.options import METHODS, options_of_run
+from dynasd.options import METHODS, OPTIONS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
 from viz.cost import budget_figure, cost_figure, cost_markdown, cost_numbers, measured_scale
 from viz.guided import guided_figure, step_phases
@@ -101,6 +103,9 @@ def on_cost(session_id, index, measure_again, **controls):
         costs = cost_model.costs_from(shape, measured.timings if measured else None)
         text = cost_markdown(shape, costs, measured.said() if measured else None,
                              elsewhere=_run_elsewhere(run, measured))
+        compared = _compared_here(session.settings or settings_from(controls), run.method)
+        if compared:
+            text = text + "\n\n" + compared
         if measured is None:
             text = f"Could not measure this device ({why_not}).\n\n" + text
             if len(set(shape.verify_rows)) == 1:
@@ -117,6 +122,25 @@ def on_cost(session_id, index, measure_again, **controls):
         return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 3, session.id)
     except Exception as exc:
         return _learn_failure(exc, 3, session.id)
+
+
+def _compared_here(settings, method: str) -> str:
+    """What the last Compare on this machine measured for this method against ar, when one is kept: a whole run
+    each, wall time, the truest speed-up this page has."""
+    kept = read_compare(machine_line(), settings.pair_key)
+    rows = {row.method: row for row in kept.rows} if kept else {}
+    if method not in rows or "ar" not in rows or method == "ar" or rows["ar"].tokens_per_s <= 0:
+        return ""
+    now = settings.controls()
+    if any(str(kept.controls.get(name)) != str(now[name]) for name, option in OPTIONS.items()
+           if option.read_by(method) or name == "temperature"):
+        return ""  # that Compare ran this method with other settings
+    own, ar = rows[method], rows["ar"]
+    return (f"**Compare measured here** ({kept.measured_at} UTC, whole runs): {method} {own.tokens_per_s:.1f} "
+            f"tokens/s ({own.low:.1f}–{own.high:.1f}) against ar {ar.tokens_per_s:.1f} "
+            f"({ar.low:.1f}–{ar.high:.1f}): **{own.tokens_per_s / ar.tokens_per_s:.2f}×**"
+            + (" (the ranges overlap: within that run's noise)." if own.high >= ar.low and ar.high >= own.low
+               else "."))
 
 
 def _run_elsewhere(run, measured) -> str:
