@@ -48,9 +48,11 @@ STATUS_GLYPHS: dict[str, str] = {
 GLYPH_INK: dict[str, str] = {
     status: "white" if status in ("accepted", "pending", "bonus") else "#777" if status in ("not_reached", "padding")
     else "#111" for status in STATUS_COLORS}
-# The p bars' fill pattern per status (Plotly's pattern shapes; "" = solid).
+# The p bars' fill pattern per status (Plotly's pattern shapes; "" = solid): on the tested statuses a learner must
+# tell from accepted, few bars a step (each patterned bar costs the page an SVG pattern on every redraw; the
+# untested ones, most bars of a wide tree, are told apart by their light fills and by the tree's glyphs).
 STATUS_PATTERNS: dict[str, str] = {
-    "accepted": "", "rejected": "x", "not_reached": ".", "skipped": "-", "unchosen": "/", "padding": "",
+    "accepted": "", "rejected": "x", "not_reached": "", "skipped": "", "unchosen": "/", "padding": "",
     "pending": "+", "bonus": "", "correction": "", "target": "",
 }
 
