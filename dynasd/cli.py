@@ -124,7 +124,8 @@ def _report(args, prompt: dict, seed: int, turn: int, method: str, trace) -> Non
     if args.json:
         print(json.dumps({"prompt_id": prompt["id"], "category": prompt["category"], "seed": seed, "turn": turn,
                           "method": method, "token_ids": trace.new_token_ids, "text": trace.text,
-                          "lossless": trace.lossless, "finished": trace.finished, **summary}), flush=True)
+                          "lossless": trace.lossless, "finished": trace.finished, "device": trace.device,
+                          **summary}), flush=True)
         return
     print(trace.text)
     print(f"[{method} seed={seed}{f' turn {turn}' if len(prompt['turns']) > 1 else ''}: {summary['new_tokens']} "

@@ -163,6 +163,7 @@ class RunTrace:
     seconds: float = 0.0
     finished: str = ""                    # "eos", "length" or "" while running
     predictions: list[Prediction] = field(default_factory=list)  # the learner's guesses, in the order made
+    device: str = ""                      # the machine, weights and kernels it ran on (dynasd/device_info.py)
 
     @property
     def target_forwards(self) -> int:

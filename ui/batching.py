@@ -23,10 +23,11 @@ def on_rows_and_batches(session_id, index, **controls):
             raise UserError("nothing to measure against yet: press Step or Run (or replay an example) first")
         shape = cost_model.run_shape(run)
         settings = session.settings or settings_from(controls)
-        calibration = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
-        cost = batching.row_cost(calibration)
+        measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
+        cost = batching.row_cost(measured.timings)
         points = batching.batch_speedups(cost, shape)
-        text = batching.rows_sentence(calibration) + "\n\n" + batching.batch_sentence(points, shape)
+        text = (batching.rows_sentence(measured.timings) + f" (Forward times {measured.said()}.)\n\n"
+                + batching.batch_sentence(points, shape))
         return batching_figure(cost, points), text, session.id
     except ValueError as exc:  # UserError included
         return None, f"⚠ {exc}", session.id

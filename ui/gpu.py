@@ -192,8 +192,8 @@ def gpu_compare_peer(settings: Settings, prompt: str) -> tuple:
 
 @on_gpu(_run_whole_seconds)
 @_failures_as_data
-def gpu_calibrate(settings: Settings, context_ids: list[int]) -> dict[int, float]:
-    return cost_model.calibrate_context(state.PAIRS, settings, context_ids)
+def gpu_calibrate(settings: Settings, context_ids: list[int], again: bool = False) -> cost_model.MeasuredCosts:
+    return cost_model.calibrate_context(state.PAIRS, settings, context_ids, again)
 
 
 @on_gpu(_one_step_seconds)

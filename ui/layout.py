@@ -37,6 +37,7 @@ from .play import (
     on_method_change,
     on_pair_change,
     on_recipe,
+    on_recipe_menu,
     on_reset,
     on_run,
     on_run_begin,
@@ -57,6 +58,7 @@ from .texts import (
     SUMMARY_HELP,
     TRACE_HELP,
     TREE_HELP,
+    device_note,
 )
 
 
@@ -102,6 +104,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
     with gr.Blocks(title="DynaSD Explorer") as demo:
         session_id = gr.State(None)
         gr.Markdown(INTRO, elem_id="intro")
+        gr.Markdown(device_note(on_zero_gpu()), elem_id="device-line")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320, elem_id="controls-column"):
                 # two columns inside: on a phone (CSS) the first stays on top, the results come next and the
@@ -175,19 +178,19 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                             gr.Markdown(MASK_HELP, elem_classes="explain")
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
                     with gr.Tab("Decisions"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 pq_plot = figure_view("p vs q per candidate", "pq-plot")
                                 stop_plot = figure_view("Early-stop scores", "stop-plot")
                             gr.Markdown(DECISIONS_HELP, elem_classes="explain")
                     with gr.Tab("Summary"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 summary = gr.Markdown("", elem_id="summary", label="summary")
                                 timeline_plot = figure_view("Run timeline", "timeline-plot")
                             gr.Markdown(SUMMARY_HELP, elem_classes="explain")
                     with gr.Tab("Compare"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
                                                         "assisted generation on this prompt", elem_id="compare-btn")
@@ -196,7 +199,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
                                 compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
                             gr.Markdown(COMPARE_HELP, elem_classes="explain")
                     with gr.Tab("Trace"):
-                        with gr.Row(equal_height=False):
+                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
                             with gr.Column(scale=3):
                                 save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
                                 saved_file = gr.File(label="Trace file to download", interactive=False)
@@ -254,11 +257,19 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         wire_lecture(lecture_mode, lecture, session_id, scrubber, views)
         recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
                      show_progress="hidden")
+        # the menu names this machine and marks the recipe measured fastest here (a kept Compare), if any
+        for refresh in (demo.load, compare_status.change, controls["pair"].change):
+            refresh(on_recipe_menu, [controls["pair"]], [recipe], api_visibility="private", queue=False,
+                    show_progress="hidden")
         for name in RECIPE_CONTROLS:
             controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
-        controls["method"].change(on_method_change, [controls["method"]],
+        controls["method"].change(on_method_change, [controls["method"], controls["k_config"]],
                                   [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
                                   api_visibility="private")
+        # a recipe's or a typed k-config: the help counts that tree's candidates, not the default's
+        controls["k_config"].change(lambda method, k_config: on_method_change(method, k_config)[0],
+                                    [controls["method"], controls["k_config"]], [method_help],
+                                    api_visibility="private", queue=False, show_progress="hidden")
         controls["pair"].change(on_pair_change, [controls["pair"]],
                                 [controls["target"], controls["draft"], controls["draft_kind"]],
                                 api_visibility="private")

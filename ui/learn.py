@@ -10,14 +10,16 @@ from dataclasses import replace
 import gradio as gr
 
 import viz
+from dynasd.device_info import machine_line
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, predict, share, side_by_side
 from dynasd.explorer.both_sides import example_note
 from dynasd.explorer.inputs import UserError, settings_of_trace
+from dynasd.explorer.measured_here import read_compare
 from dynasd.explorer.session import Session, SessionFailed
-from dynasd.options import METHODS, options_of_run
+from dynasd.options import METHODS, OPTIONS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
-from viz.cost import budget_figure, cost_figure, cost_markdown
+from viz.cost import budget_figure, cost_figure, cost_markdown, cost_numbers, measured_scale
 from viz.guided import guided_figure, step_phases
 from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
@@ -94,30 +96,68 @@ def _learn_failure(exc: Exception, outputs: int, session_id) -> tuple:
     return (None,) * outputs + (status_line(str(exc), "warn"), session_id)
 
 
-def on_cost(session_id, index, calibrate, **controls):
-    """The cost model of the run on show: a calibrated verify cost when asked (runs the target), else the run's
-    own verify times."""
+def on_cost(session_id, index, measure_again, **controls):
+    """The cost model of the run on show, from this device's measured costs: kept from an earlier measurement of
+    this device and pair, or measured now (runs the target; again when asked). Only when no measurement can be
+    made here (the pair cannot load) does it fall back to the run's own verify times, and says they are modelled."""
     session = state.SESSIONS.get(session_id)
     try:
         run, index, _ = _learn_step(session, index)
         shape = cost_model.run_shape(run)
-        calibration = None
-        if calibrate:
-            calibration = gpu.call(gpu.gpu_calibrate, session.settings or settings_from(controls),
-                                   cost_model.calibration_context(run))
-        costs = cost_model.costs_from(shape, calibration)
-        where = "calibrated on this device" if calibration else "from this run's own verify times"
-        text = cost_markdown(shape, costs)
-        if not calibration and len(set(shape.verify_rows)) == 1:
-            text = ("**Every step of this run verified the same number of rows**, so its own times cannot tell the "
-                    "cost of a row from the cost of a forward: the numbers below treat rows as free (ar = one "
-                    "verify). Tick *calibrate* to measure the row cost on this device.\n\n" + text)
-        return (cost_figure(shape, costs), budget_figure(run, costs), text,
-                status_line(f"Cost model of this {run.method} run ({where}).", "ok"), session.id)
+        measured, why_not = None, ""
+        try:
+            measured = gpu.call(gpu.gpu_calibrate, session.settings or settings_from(controls),
+                                cost_model.calibration_context(run), bool(measure_again))
+        except Exception as exc:  # noqa: BLE001 - said in the text: the view still explains the run
+            why_not = str(exc).splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        costs = cost_model.costs_from(shape, measured.timings if measured else None)
+        text = cost_markdown(shape, costs, measured.said() if measured else None,
+                             elsewhere=_run_elsewhere(run, measured))
+        compared = _compared_here(session.settings or settings_from(controls), run.method)
+        if compared:
+            text = text + "\n\n" + compared
+        if measured is None:
+            text = f"Could not measure this device ({why_not}).\n\n" + text
+            if len(set(shape.verify_rows)) == 1:
+                text = ("**Every step of this run verified the same number of rows**, so its own times cannot "
+                        "tell the cost of a row from the cost of a forward: the numbers below treat rows as free "
+                        "(ar = one verify).\n\n" + text)
+        scale = measured_scale(cost_numbers(shape, costs)) if measured and not _run_elsewhere(run, measured) else 1.0
+        where = ("costs kept from an earlier measurement of this device" if measured and measured.kept
+                 else "costs measured now on this device" if measured else "costs modelled, not measured")
+        return (cost_figure(shape, costs, costs_measured=measured is not None), budget_figure(run, costs, scale),
+                text, status_line(f"Cost model of this {run.method} run ({where}).", "ok" if measured else "warn"),
+                session.id)
     except ValueError as exc:  # UserError included: a run too short, a bad setting
         return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 3, session.id)
     except Exception as exc:
         return _learn_failure(exc, 3, session.id)
+
+
+def _compared_here(settings, method: str) -> str:
+    """What the last Compare on this machine measured for this method against ar, when one is kept: a whole run
+    each, wall time, the truest speed-up this page has."""
+    kept = read_compare(machine_line(), settings.pair_key)
+    rows = {row.method: row for row in kept.rows} if kept else {}
+    if method not in rows or "ar" not in rows or method == "ar" or rows["ar"].tokens_per_s <= 0:
+        return ""
+    now = settings.controls()
+    if any(str(kept.controls.get(name)) != str(now[name]) for name, option in OPTIONS.items()
+           if option.read_by(method) or name == "temperature"):
+        return ""  # that Compare ran this method with other settings
+    own, ar = rows[method], rows["ar"]
+    return (f"**Compare measured here** ({kept.measured_at} UTC, whole runs): {method} {own.tokens_per_s:.1f} "
+            f"tokens/s ({own.low:.1f}–{own.high:.1f}) against ar {ar.tokens_per_s:.1f} "
+            f"({ar.low:.1f}–{ar.high:.1f}): **{own.tokens_per_s / ar.tokens_per_s:.2f}×**"
+            + (" (the ranges overlap: within that run's noise)." if own.high >= ar.low and ar.high >= own.low
+               else "."))
+
+
+def _run_elsewhere(run, measured) -> str:
+    """The machine a run's own times were taken on, when a trace says it was not the one measured here."""
+    if measured is None or not run.device or run.device == measured.device:
+        return ""
+    return run.device[:160]
 
 
 def on_side_by_side(session_id, index, method_a, method_b, **controls):
@@ -252,9 +292,10 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                 acceptance_plot = gr.Plot(label="min(1, p′/q′) and u per test", elem_id="learn-acceptance-plot")
             with gr.Tab("Cost model"):
                 with gr.Row():
-                    calibrate = gr.Checkbox(value=True, label="calibrate the verify cost on this device",
-                                            info="times the target over 1..64 rows (a second or two); off: the "
-                                                 "run's own verify times")
+                    calibrate = gr.Checkbox(value=False, label="measure this device again",
+                                            info="the costs are measured once per device and pair (the target "
+                                                 "over 1..64 rows, a second or two) and kept; tick to measure "
+                                                 "them again")
                     cost_btn = gr.Button("Explain the speed-up of this run", elem_id="learn-cost-btn")
                 cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text",
                                         label="cost model explanation")

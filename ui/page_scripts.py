@@ -15,9 +15,17 @@ CSS = """
 /* every token is its own span: a hairline between pieces shows where the tokenizer cut ("Ray" + "leigh") */
 #dynasd-text .textfield .token { margin: 1px 1px; box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.35); }
 .explain { font-size: 0.92em; }
+/* table headers break between words only ("ste ps" read as two words); a wide table scrolls sideways */
+#summary table { display: block; overflow-x: auto; width: 0; min-width: 100%; }
+#summary th, #summary td { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
 .clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
 #run-buttons { flex-wrap: nowrap; gap: 6px; }
 #run-buttons button { min-width: 0; padding-left: 4px; padding-right: 4px; }
+/* every control shows where the keyboard is: Gradio's theme leaves a focused slider without any ring */
+.gradio-container :is(button, input, select, textarea, [role=tab], [tabindex]):focus-visible,
+.gradio-container input[type=range]:focus {
+  outline: 3px solid #1f5fb0 !important; outline-offset: 2px !important;
+}
 /* a phone: prompt, buttons and status on top, then the results, then the settings */
 @media (max-width: 640px) {
   .gradio-container { padding: 4px !important; }
@@ -31,6 +39,16 @@ CSS = """
   #settings-column { order: 2; }
   #example-prompts, #top-controls .gallery { display: none; }
   .js-plotly-plot .modebar { display: none !important; }
+  /* the help beside a figure goes under it, full width: beside it, it was a 12 px column of single letters */
+  .figure-with-help { flex-direction: column !important; flex-wrap: nowrap !important; }
+  .figure-with-help > * { width: 100% !important; max-width: 100% !important; min-width: 0 !important;
+                          flex: 0 0 auto !important; }
+  /* the tree keeps room for its labels between levels: it scrolls sideways instead of cutting them */
+  /* (width 0, min-width 100%: the scrolling box adds nothing to its column's width, then fills it) */
+  #tree-plot { overflow-x: auto; width: 0 !important; min-width: 100% !important; }
+  /* the results never wider than the screen: Compare's table had made them 2,100 px wide */
+  #results-column { max-width: 100% !important; min-width: 0 !important; }
+  #tree-plot .dynasd-figure { min-width: 560px; }
 }
 """
 

@@ -13,20 +13,29 @@ import gradio as gr
 import pandas as pd
 
 import viz
+from dynasd.device_info import machine_line
 from dynasd.explorer import paced_run
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError, settings_of_trace
+from dynasd.explorer.measured_here import (
+    KeptCompare,
+    Measured,
+    fastest_recipe_here,
+    keep_compare,
+    now_utc,
+    read_compare,
+)
 from dynasd.explorer.peer import PEER_LABEL
 from dynasd.explorer.session import Session, SessionFailed, load_trace
 from dynasd.models import has_feature_draft, pick_device
 from dynasd.options import OPTIONS
-from dynasd.recipes import recipe_values
+from dynasd.recipes import RECIPES, recipe_values
 from dynasd.trace import save_run
 from dynasd.tree import TreeShape
 
 from . import gpu, state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, SHOWN_BY_METHOD, settings_from
 from .status import RUNNING, STOPPING, status_line
-from .texts import METHOD_HELP
+from .texts import method_help
 from .views import FinishedRun, control_updates, empty_views, failed, render, step_views, unexpected
 
 STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
@@ -274,6 +283,7 @@ def on_compare(session_id, prompt, **controls):
             else:
                 peers, done = {PEER_LABEL: peer}, f"all methods compared, and {PEER_LABEL} beside them."
             rows = viz.compare_rows(runs, peers)
+            _keep_compare(settings, runs, rows)
             said = f"{done[0].upper() + done[1:]} {viz.compare_verdict(rows)}"
             yield pd.DataFrame(rows), viz.compare_figure(rows), status_line(said, "ok"), session.id
     except Exception as exc:
@@ -282,6 +292,43 @@ def on_compare(session_id, prompt, **controls):
         gr.Warning(str(exc))
         yield (pd.DataFrame(rows) if rows else None, viz.compare_figure(rows) if rows else None,
                status_line(str(exc), "warn"), session.id)
+
+
+def _keep_compare(settings: Settings, runs: dict, rows: list[dict]) -> None:
+    """Keep this Compare as what this machine measured (dynasd/explorer/measured_here.py): the Recipe menu reads
+    it. The machine is the one the runs name (on ZeroGPU the GPU process's, which the page's process is not)."""
+    machine = next(iter(runs.values())).device.partition(";")[0] if runs else ""
+    if not machine:
+        return
+    names = [*runs, *(row["method"] for row in rows[len(runs):])]
+    measured = [Measured(name, float(row[viz.TOKENS_PER_S]), *viz.row_range(row)) for name, row in zip(names, rows)]
+    keep_compare(KeptCompare(now_utc(), machine, settings.pair_key, settings.controls(), measured))
+
+
+def on_recipe_menu(pair: str):
+    """The Recipe menu for this machine and pair: the recipe that this machine's kept Compare measured a clear
+    winner marked ★, and a line that names the machine and says what was (or was not) measured on it."""
+    kept = read_compare(machine_line(), str(pair or ""))
+    star = fastest_recipe_here(kept, RECIPES)
+    choices = [(CUSTOM_RECIPE, CUSTOM_RECIPE)] + [
+        (f"★ measured fastest here · {label}" if label == star else label, label) for label in RECIPES]
+    return gr.update(choices=choices, info=recipe_info(kept, star))
+
+
+def recipe_info(kept: KeptCompare | None, star: str | None) -> str:
+    here = f"This machine: {machine_line()}."
+    if kept is None:
+        return (f"{here} The labels say where a recipe was measured fastest (docs/benchmarks.md); nothing was "
+                "measured on this machine yet: Compare measures every method here and marks a clear winner ★.")
+    best, clear = kept.fastest()
+    when = f"Compare here at {kept.measured_at} UTC"
+    if star:
+        return f"{here} ★ = measured fastest by {when} ({best.tokens_per_s:.1f} tokens/s)."
+    if not clear:
+        return (f"{here} {when}: no clear winner ({best.method} fastest, {best.low:.1f}–{best.high:.1f} tokens/s, "
+                "within the run's noise of another method); no recipe is marked.")
+    return (f"{here} {when}: {best.method} was the clear winner ({best.tokens_per_s:.1f} tokens/s), with settings "
+            "no recipe has; no recipe is marked.")
 
 
 def on_save(session_id):
@@ -351,9 +398,10 @@ def on_control_edited():
     return CUSTOM_RECIPE
 
 
-def on_method_change(method: str):
-    """The method's help, and each method-specific control shown only where the method reads it."""
-    return (METHOD_HELP.get(method, ""),
+def on_method_change(method: str, k_config=None):
+    """The method's help (mcsd's for the k-config the controls hold), and each method-specific control shown only
+    where the method reads it."""
+    return (method_help(method, k_config),
             *(gr.update(visible=OPTIONS[name].read_by(method)) for name in SHOWN_BY_METHOD))
 
 

@@ -2,9 +2,11 @@
 prompts. The method and Compare help speak of the default tree, read from dynasd/options.py."""
 from __future__ import annotations
 
+from dynasd.device_info import machine_line
 from dynasd.options import DEFAULT_RECYCLE, OPTIONS, Shape
 from dynasd.origins import LOOKUP, ORIGINS, RECYCLED
 from dynasd.tree import TreeShape
+from viz.style import MASK_ACCEPTED, MASK_ATTENDS, MASK_UNUSED, STATUS_COLORS, STATUS_GLYPHS
 
 EXAMPLES = [
     "Explain why the sky is blue in two sentences.",
@@ -27,14 +29,34 @@ to look back at any earlier round.
 """
 
 _DEFAULT_TREE = TreeShape(OPTIONS["k_config"].default)  # the mcsd and Compare help speak of the default tree
+
+
+def mcsd_help(branching: tuple[int, ...]) -> str:
+    """mcsd's help for the tree the controls hold (a recipe's 2,1,1,1 is not the default's 44 candidates)."""
+    tree = TreeShape(tuple(branching))
+    return (f"**mcsd**: the draft guesses a *tree*: k-config `{Shape.text(tree.branching)}` means "
+            f"{tree.branching[0]} first guesses and then, level by level, "
+            f"{', '.join(map(str, tree.branching[1:])) or 'no'} continuations of each: {tree.num_nodes} "
+            f"candidates, depth {tree.depth}. More shots at being right per forward. Lossless.")
+
+
+def method_help(method: str, k_config=None) -> str:
+    """The method's help; mcsd's names the k-config given (text such as "2,1,1,1"), else the default's."""
+    if method == "mcsd" and k_config:
+        try:
+            branching = Shape().coerce(k_config, OPTIONS["k_config"].title)
+        except ValueError:
+            branching = None
+        if branching:
+            return mcsd_help(branching)
+    return METHOD_HELP.get(method, "")
+
+
 METHOD_HELP = {
     "ar": "**ar**: the target alone, one forward per token. The baseline every other method is measured against.",
     "sd": "**sd**: the draft guesses a *chain* of γ tokens; the target verifies them in one forward and keeps the "
           "agreeing prefix plus one token of its own. Lossless.",
-    "mcsd": f"**mcsd**: the draft guesses a *tree*: k-config `{Shape.text(_DEFAULT_TREE.branching)}` means "
-            f"{_DEFAULT_TREE.branching[0]} first guesses and then, level by level, "
-            f"{', '.join(map(str, _DEFAULT_TREE.branching[1:]))} continuations of each: {_DEFAULT_TREE.num_nodes} "
-            f"candidates, depth {_DEFAULT_TREE.depth}. More shots at being right per forward. Lossless.",
+    "mcsd": mcsd_help(_DEFAULT_TREE.branching),
     "ti-mcsd": "**ti-mcsd**: the first token of each of *width* chains comes from the **target's** own top "
                "choices (known from the previous step), the draft extends each chain *depth* tokens. The chain "
                "with most accepted tokens wins, which can pick the target's 2nd choice: **LOSSY** when width > 1.",
@@ -52,18 +74,22 @@ METHOD_HELP = {
                "can join recycling too.",
 }
 
-TREE_HELP = """
+def _dot(status: str, shape: str = "●") -> str:
+    return f'<span style="color:{STATUS_COLORS[status]}">{shape}</span> {STATUS_GLYPHS[status]}'
+
+
+TREE_HELP = f"""
 **What am I seeing?** Every token the draft proposed this step, as a tree growing left to right from the *root*
 (the last token already written). Each column is one draft level; siblings are alternative guesses for the same
-position. After the target's single check:
-- <span style="color:#2e9e44">●</span> **accepted**: the target agreed; the thick green line is the path kept.
-- <span style="color:#d64541">●</span> **rejected**: tested and refused.
-  <span style="color:#9b7fcf">●</span> **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
-- <span style="color:#b9b9b9">●</span> **not reached**: below a node that was not accepted, never tested.
-  <span style="color:#a9cdb1">●</span> **not tested**: a sibling was accepted first, so the walk went on from it.
+position. After the target's single check (each status has its glyph on the node, not only its colour):
+- {_dot("accepted")} **accepted**: the target agreed; the thick dark line is the path kept.
+- {_dot("rejected")} **rejected**: tested and refused; its hover names what the target took there.
+  {_dot("unchosen")} **passed, other chain won**: e.g. ti-mcsd's target roots (◆) not chosen.
+- {_dot("not_reached")} **not reached**: below a node that was not accepted, never tested.
+  {_dot("skipped")} **not tested**: a sibling was accepted first, so the walk went on from it.
 - A node's shape says which source proposed it:
-""" + "".join(f"  - {origin.glyph} {origin.help}\n" for origin in ORIGINS) + """\
-- <span style="color:#2f7fd1">★</span> **bonus** or <span style="color:#f08a24">★</span> **correction**: the
+""" + "".join(f"  - {origin.glyph} {origin.help}\n" for origin in ORIGINS) + f"""\
+- {_dot("bonus", "★")} **bonus** or {_dot("correction", "★")} **correction**: the
   target's own token, sampled after the last accepted node. The lossless methods add one every step, so a step
   never commits fewer than one token. ti-mcsd adds none: it commits the winning chain, root included.
 
@@ -74,14 +100,16 @@ for the first sibling they equal p and q. A correction token is drawn from that 
 **p_residual**, not the target's p.
 """
 
-MASK_HELP = """
+MASK_HELP = f"""
 **What am I seeing?** The attention mask of the target's single verification pass. Each **row** is a position the
-target scores, labelled *id·token* (✓ = accepted); each **column** a position it may look at (blue = allowed), in
-the same order, marked by node id. The whole committed text is one column on the left (ctx): everyone sees it.
-Inside the tree block, a candidate sees only **itself and its ancestors**, never its siblings or cousins: that is
-what lets all branches of the tree be checked at once without mixing them up. Green rows are the accepted path.
-With dynamic depth, the grey area is the mask of the largest tree and the red box is the *slice* used this step:
-the tree stopped growing early and the same mask is simply cut.
+target scores, labelled *id·token* (✓ = accepted); each **column** a position it may look at
+(<span style="color:{MASK_ATTENDS}">■</span> = allowed), in the same order, marked by node id. The whole committed
+text is one column on the left (ctx): everyone sees it. Inside the tree block, a candidate sees only **itself and
+its ancestors**, never its siblings or cousins: that is what lets all branches of the tree be checked at once
+without mixing them up. The accepted path's cells are dark (<span style="color:{MASK_ACCEPTED}">■</span>) and carry
+a ✓. Hover a cell: its row and column, named as on the axes, and whether it may attend. With dynamic depth, the
+light dotted area (<span style="color:{MASK_UNUSED}">■</span> ·) is the mask of the largest tree and the red box is
+the *slice* used this step: the tree stopped growing early and the same mask is simply cut.
 """
 
 DECISIONS_HELP = """
@@ -146,3 +174,10 @@ sampling stays exact when a candidate is rejected, **Acceptance test** the draw 
 model** explains the speed-up on this device; **Side by side** runs two methods from the same prefix;
 **Losslessness** samples the next token hundreds of times and compares it with the target.
 """
+
+
+def device_note(zero_gpu: bool = False) -> str:
+    """The machine the page's speeds are measured on, under the intro (a run's own, with its weights and kernels,
+    is in its Summary)."""
+    where = ("a shared ZeroGPU GPU, named in each run's Summary" if zero_gpu else machine_line())
+    return f"<small>Speeds on this page are measured on **{where}**.</small>"

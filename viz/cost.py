@@ -42,23 +42,50 @@ def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
                                                 costs.verify_base_s, costs.ar_s))
 
 
-def cost_markdown(shape: RunShape, costs: StepCosts) -> str:
-    """The arithmetic behind the chart, with this run's numbers in it."""
+# A model's expectation counts as contradicted when this run's own measured speed-up falls this far below it.
+CONTRADICTED_BELOW = 0.9
+
+
+def measured_scale(n: dict) -> float:
+    """Measured over expected speed-up when the measurement here is clearly lower (the model over-promises),
+    else 1: the best-tree sweep is scaled by it, so that no chart promises what this machine did not do."""
+    if n["predicted"] <= 0 or n["measured"] <= 0:
+        return 1.0
+    ratio = n["measured"] / n["predicted"]
+    return ratio if ratio < CONTRADICTED_BELOW else 1.0
+
+
+def cost_markdown(shape: RunShape, costs: StepCosts, measured: str | None = None, elsewhere: str = "") -> str:
+    """The arithmetic behind the chart, with this run's numbers in it. `measured`: when and how this device's
+    costs were measured (None: they are modelled from the run's own verify times, and the page says so);
+    `elsewhere`: the machine the run's own times were taken on, when it is not this one."""
     n = cost_numbers(shape, costs)
     ms = 1000.0
+    source = (f"**Costs {measured}.**" if measured else
+              "**Costs modelled from this run's own verify times, not measured on this device** (a line through "
+              "the run's few verify sizes; it can be far off).")
+    ar_kind = "measured" if measured else "modelled"
     lines = [
-        f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here. This run's steps "
-        f"verify **{n['rows']} rows** and run **{n['draft_forwards']} draft forwards** "
-        f"({costs.draft_per_forward_s * ms:.2f} ms each), so a step costs "
+        source + (f" This run's own times were taken on another machine ({elsewhere}): its wall time says "
+                  "nothing about this one." if elsewhere else ""),
+        f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here ({ar_kind}). This "
+        f"run's steps verify **{n['rows']} rows** and run **{n['draft_forwards']} draft forwards** "
+        f"({costs.draft_per_forward_s * ms:.2f} ms each, this run's own), so a step costs "
         f"{n['draft_forwards']} × {costs.draft_per_forward_s * ms:.2f} + "
         f"({costs.verify_base_s * ms:.2f} + {n['rows']} × {costs.verify_per_row_s * ms:.3f}) ms = "
         f"**{n['step_s'] * ms:.2f} ms**, i.e. **{n['step_s'] / costs.ar_s:.1f} ar steps**.",
         f"It commits **{shape.tokens_per_step:.2f} tokens per step** (acceptance {shape.acceptance:.2f}), so the "
-        f"expected speed-up is {shape.tokens_per_step:.2f} / {n['step_s'] / costs.ar_s:.2f} = "
-        f"**{n['predicted']:.2f}×**; measured from this run's wall time: **{n['measured']:.2f}×**.",
-        f"With free verify rows (verify = one ar step, close to a GPU for small trees) the same steps would give "
-        f"**{n['free_rows']:.2f}×**: the difference is what the {n['rows']} verify rows cost on this device.",
+        f"model expects {shape.tokens_per_step:.2f} / {n['step_s'] / costs.ar_s:.2f} = "
+        f"**{n['predicted']:.2f}×**; this run's wall time against the {ar_kind} ar step gives "
+        f"**{n['measured']:.2f}×**" + ("" if measured else " (not a measurement: the ar step is modelled)") + ".",
     ]
+    if measured and measured_scale(n) < 1.0:
+        lines.append(f"**The measurement here contradicts the model**: {n['measured']:.2f}× measured against "
+                     f"{n['predicted']:.2f}× expected (the walk, the commit and the page's bookkeeping cost time "
+                     "too). Trust the measurement; the best-tree chart below is scaled down by the same ratio.")
+    lines.append(f"With free verify rows (verify = one ar step, close to a GPU for small trees) the same steps would "
+                 f"give **{n['free_rows']:.2f}×** (a model, not a measurement): the difference is what the "
+                 f"{n['rows']} verify rows cost on this device.")
     if n["break_even_acceptance"] is None:
         lines.append(f"**No acceptance rate pays** at depth {shape.depth}: even accepting everything commits "
                      f"{shape.depth + 1} tokens, fewer than the {n['step_s'] / costs.ar_s:.1f} ar steps a step costs. "
@@ -74,7 +101,7 @@ def cost_markdown(shape: RunShape, costs: StepCosts) -> str:
     return "\n\n".join(lines)
 
 
-def cost_figure(shape: RunShape, costs: StepCosts) -> go.Figure:
+def cost_figure(shape: RunShape, costs: StepCosts, costs_measured: bool = True) -> go.Figure:
     """Speed-up over ar against acceptance, for a chain of the run's depth at this device's step cost and with
     free verify rows; markers: this run's predicted and measured speed-up at its observed acceptance."""
     n = cost_numbers(shape, costs)
@@ -95,7 +122,8 @@ def cost_figure(shape: RunShape, costs: StepCosts) -> go.Figure:
                    marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"],
                                line=dict(color="#000", width=1)),
                    hovertemplate="expected %{y:.2f}× at acceptance %{x:.2f}<extra></extra>"),
-        go.Scatter(x=[shape.acceptance], y=[round(n["measured"], 4)], mode="markers", name="this run: measured",
+        go.Scatter(x=[shape.acceptance], y=[round(n["measured"], 4)], mode="markers",
+                   name="this run: measured" if costs_measured else "this run: wall time / modelled ar step",
                    marker=dict(size=12, symbol="x", color="#222"),
                    hovertemplate="measured %{y:.2f}×<extra></extra>"),
     ]
@@ -117,10 +145,11 @@ BUDGET_NODES = 64  # the node budgets the best-tree view sweeps
 BUDGET_MIN_TESTS = 5  # one run is short: a rank counts from 5 tests (`dynasd best-tree` asks for 20 over a set)
 
 
-def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
+def budget_figure(run: RunTrace, costs: StepCosts, scale: float = 1.0) -> go.Figure:
     """Expected speed-up of the best static tree for each node budget, from this run's own acceptance vector (the
     draft's acceptance by sibling rank, dynasd/tree_search.py) and this device's costs, with the run's own tree
-    marked when it is a static one: how far today's shape is from the best this draft allows here."""
+    marked when it is a static one: how far today's shape is from the best this draft allows here. `scale` (at
+    most 1, measured_scale): a measurement here fell short of the model, and every expectation is cut by it."""
     p = acceptance_vector(warm_steps(run), min_tests=BUDGET_MIN_TESTS)
     overhead = run_shape(run).overhead_s
     if not p:
@@ -131,7 +160,7 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
         return figure
     sweep = best_by_budget(p, costs, BUDGET_NODES, 8, overhead)
     traces = [go.Scatter(
-        x=list(range(1, len(sweep) + 1)), y=[round(c.speedup, 4) for c in sweep], mode="lines+markers",
+        x=list(range(1, len(sweep) + 1)), y=[round(c.speedup * scale, 4) for c in sweep], mode="lines+markers",
         name="best static tree of at most n nodes", line=dict(color=STATUS_COLORS["accepted"], width=2),
         marker=dict(size=4), customdata=[[c.text, c.nodes, round(c.tokens_per_step, 2)] for c in sweep],
         hovertemplate="budget %{x}: k=%{customdata[0]} (%{customdata[1]} nodes, %{customdata[2]} tokens a step), "
@@ -140,12 +169,15 @@ def budget_figure(run: RunTrace, costs: StepCosts) -> go.Figure:
     if tree is not None:
         own = evaluate(tree.branching, p, costs, overhead)
         traces.append(go.Scatter(
-            x=[own.nodes], y=[round(own.speedup, 4)], mode="markers", name=f"this run's tree k={own.text}",
+            x=[own.nodes], y=[round(own.speedup * scale, 4)], mode="markers", name=f"this run's tree k={own.text}",
             marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"], line=dict(color="#000", width=1)),
             hovertemplate=f"k={own.text}: {own.nodes} nodes, expected %{{y:.2f}}×<extra></extra>"))
     best = max(sweep, key=lambda c: c.speedup)
-    layout = base_layout(f"Best static tree here: k={best.text} ({best.nodes} nodes), expected {best.speedup:.2f}×"
-                         f"<br>acceptance by rank p = {rates_text(p)}", height=340)
+    expected = best.speedup * scale
+    scaled = f" (scaled by {scale:.2f}: measured here / expected)" if scale < 1.0 else ""
+    headline = (f"Best static tree here: k={best.text} ({best.nodes} nodes), expected {expected:.2f}×" if expected >= 1
+                else f"No static tree is expected to beat ar here (best k={best.text}: {expected:.2f}×)")
+    layout = base_layout(f"{headline}{scaled}<br>acceptance by rank p = {rates_text(p)}", height=340)
     layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line=dict(color="#666", dash="dot"))],
                   xaxis=dict(title=dict(text="node budget (verify rows less the root)", standoff=6),

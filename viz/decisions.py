@@ -8,7 +8,18 @@ from dynasd.origins import BY_NAME
 from dynasd.trace import StepTrace
 
 from .labels import label_width, strided
-from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token, test_lines
+from .style import (
+    LEGEND_ROOM,
+    STATUS_COLORS,
+    STATUS_GLYPHS,
+    STATUS_PATTERNS,
+    STATUS_SHORT,
+    TOP_LEGEND,
+    base_layout,
+    fmt,
+    show_token,
+    test_lines,
+)
 
 # Each tick label costs the page ~0.7 ms per redraw (viz/labels.py): token labels for a small tree, node ids (as
 # in the mask's rows and the hover) at a stride for a large one.
@@ -26,10 +37,18 @@ def pq_figure(step: StepTrace) -> go.Figure:
         ratio = "–" if not node.q else f"{node.p / node.q:.3f}"
         hover.append("<br>".join([f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}",
                                   f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *test_lines(node),
-                                  STATUS_NAMES[node.status]]))
+                                  STATUS_SHORT[node.status]]))
+    # the status also as a glyph over each bar (where they fit: the page measures each bar's text on a redraw)
+    # and a fill pattern: never by colour alone
+    glyphs = [STATUS_GLYPHS[node.status] for node in step.nodes] if n <= TOKEN_LABELS_UP_TO_NODES else None
     traces = [go.Bar(x=xs, y=[node.p for node in step.nodes], name="p: target probability",
-                         marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes]),
-                     hovertext=hover, hoverinfo="text"),
+                     marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes],
+                                 line=dict(color="#333", width=0.5),
+                                 pattern=dict(shape=[STATUS_PATTERNS[node.status] for node in step.nodes],
+                                              fgcolor="#222", size=6, solidity=0.3)),
+                     text=glyphs,
+                     textposition="outside", cliponaxis=False, textfont=dict(size=11), hovertext=hover,
+                     hoverinfo="text"),
               go.Bar(x=xs, y=[node.q if node.q is not None else 0.0 for node in step.nodes],
                      name="q: draft probability", hoverinfo="skip",  # the p bar's hover has q too
                      marker=dict(color="rgba(0,0,0,0)", line=dict(color="#444", width=1.2)))]
@@ -41,7 +60,9 @@ def pq_figure(step: StepTrace) -> go.Figure:
     for level in sorted({node.level for node in step.nodes}):
         first = next(i for i, node in enumerate(step.nodes) if node.level == level)
         annotations.append(dict(x=first - 0.4, y=0.99, yref="paper", xanchor="left", yanchor="top",
-                                text=f"level {level}", showarrow=False, font=dict(size=11, color="#666")))
+                                # "L2" where a level's bars are too narrow for "level 2" (they ran into each other)
+                                text=f"level {level}" if n <= TOKEN_LABELS_UP_TO_NODES else f"L{level}",
+                                showarrow=False, font=dict(size=11, color="#666")))
     if not n:
         annotations.append(dict(text="no candidates this step (autoregressive decoding)", showarrow=False,
                                 x=0.5, y=0.5, xref="paper", yref="paper"))

@@ -71,9 +71,10 @@ def step_phases(step: StepTrace) -> list[Phase]:
         phases.append(Phase("test", f"Test {count} of {len(tested)}: node {i}",
                             f"Node {i} ({show_token(node.token, 16)}, level {node.level}) is "
                             f"{'accepted' if kept else 'rejected'}: {rule}.", level=depth, tests=count))
-    tokens = "".join(step.committed_tokens)
+    # one quoted piece per token: joined, "␣in" + "␣two" read as one word
+    tokens = " · ".join(f"‘{show_token(token, 16)}’" for token in step.committed_tokens[:12])
     phases.append(Phase("commit", "Commit", f"{len(step.committed)} token(s) committed: "
-                        f"{show_token(tokens, 60)}. The accepted path stays in the cache; the rest is dropped.",
+                        f"{tokens}. The accepted path stays in the cache; the rest is dropped.",
                         level=depth, tests=len(tested)))
     return phases
 

@@ -17,12 +17,12 @@ PAD_PX = 8
 
 
 def strided(count: int, most: int) -> list[int]:
-    """At most about `most` of the indices 0..count-1: every k-th, and the last one unless it would crowd the
-    k-th before it (so the end is marked without two labels running into each other)."""
+    """At most about `most` of the indices 0..count-1: every k-th, the last k-th moved to the last index (so the
+    end is marked, and no two labels are closer than k: "40" and "43" ran into each other on a phone)."""
     every = max(1, -(-count // most))
     kept = list(range(0, count, every))
-    if kept and kept[-1] != count - 1 and (count - 1 - kept[-1]) * 2 > every:
-        kept.append(count - 1)
+    if len(kept) > 1 and kept[-1] != count - 1:
+        kept[-1] = count - 1
     return kept
 
 
@@ -40,5 +40,8 @@ LABEL_AXIS = dict(overlaying="x", range=[0, 1], visible=False, fixedrange=True)
 def row_label_trace(ys: list[float], labels: list[str], size: int, name: str = "row labels") -> go.Scatter:
     """Labels right-aligned at the plot's left edge for the rows at `ys`, drawn into the left margin (which
     `label_width` sizes). The layout needs `xaxis2=LABEL_AXIS`."""
-    return go.Scatter(x=[0] * len(ys), y=ys, xaxis="x2", text=labels, mode="text", textposition="middle left",
+    # rows named by their labels (a category axis) print their own name: the labels need not travel twice
+    named = list(ys) == list(labels)
+    return go.Scatter(x=[0] * len(ys), y=ys, xaxis="x2", text=None if named else labels,
+                      texttemplate="%{y}" if named else None, mode="text", textposition="middle left",
                       textfont=dict(size=size), cliponaxis=False, showlegend=False, hoverinfo="skip", name=name)

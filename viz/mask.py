@@ -5,9 +5,11 @@ cached yet, then every tree node); columns are what they may look at. All commit
 row, so it is collapsed into one labelled column. Tree nodes see themselves and their ancestors only, which is
 what lets many candidate continuations share one forward without seeing each other.
 
-Axes are integer positions: two nodes with the same token keep two rows. Rows are labelled with their tokens by a
-text trace (viz/labels.py: Plotly's tick labels cost ~0.7 ms each per redraw); columns repeat the rows' order, so
-they carry only a few node ids.
+Axes are categories named by their labels (`id·token`, unique by the id): two nodes with the same token keep two
+rows, and a cell's hover names its row and column exactly as the axes do, with the cell's meaning in words. Rows
+are labelled by a text trace (viz/labels.py: Plotly's tick labels cost ~0.7 ms each per redraw); columns repeat
+the rows' order, so they carry every other node id. Meaning never rests on colour alone: the accepted path's cells
+carry a ✓ and the max mask's undrafted cells a dot.
 With dynamic depth the figure shows the mask of the largest tree, the step's live slice outlined inside it.
 """
 from __future__ import annotations
@@ -35,16 +37,19 @@ from .style import (
 )
 
 BLOCKED, ATTENDS, ACCEPTED_ROW, UNUSED = 0, 1, 2, 3  # cell values; UNUSED = in the max mask, not drafted
-CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "accepted row",
-              UNUSED: "max mask, not drafted"}
+CELL_NAMES = {BLOCKED: "blocked", ATTENDS: "attends", ACCEPTED_ROW: "✓ accepted path attends",
+              UNUSED: "· max mask, not drafted"}
+# What a cell's hover says after "may attend:": one short word a cell (a blocked cell's "no" is 5 bytes of JSON;
+# the default 45 x 46 mask's words ~11 kB), since the hover cannot map a cell's code to words by itself.
+CELL_WORDS = {BLOCKED: "no", ATTENDS: "yes", ACCEPTED_ROW: "yes (accepted path)", UNUSED: "not drafted (max mask)"}
+WORDS_UP_TO_CELLS = 64 * 64  # beyond, the hover gives the cell's code and the legend its meaning
 MAX_MASK_NODES = 512
 MAX_ROW_LABELS = 64  # row labels at most (every k-th row beyond)
-MAX_COLUMN_TICKS = 12
+MAX_COLUMN_TICKS = 24  # every other node id of the default 44-node tree: ~13 px apart on a phone
+MAX_PATTERN_MARKS = 400  # the ✓ and · marks drawn over cells at most (a text point each)
 MASK_LABEL_CHARS = 8  # row labels: longer tokens are cut (the tree's hover has them in full)
-# One hover template for every cell, not one string per cell: per-cell text was ~70 bytes a cell, 140 kB for
-# the default 45-row mask, and the mask went out with every update of a Run.
-CELL_HOVER = ("row %{y} → column %{x}: %{z}<br>(0 blocked · 1 attends · 2 accepted row · 3 max mask, not drafted)"
-              "<extra></extra>")
+CELL_HOVER = "<b>%{y}</b> → %{x}<br>may attend: %{text}<extra></extra>"
+CODE_HOVER = "<b>%{y}</b> → %{x}<br>cell %{z} (0 blocked · 1 attends · 2 accepted path · 3 not drafted)<extra></extra>"
 
 
 def max_mask_rows(run: RunTrace, expected_nodes: int | None = None) -> list[str] | None:
@@ -95,7 +100,9 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
                  + [ACCEPTED_ROW if (i in accepted and tree_cell(i, j) == ATTENDS) else tree_cell(i, j)
                     for j in range(size)])
 
-    root_names = [f"root {show_token(root_label, MASK_LABEL_CHARS)}" if root_label is not None else "root"] * root_rows
+    # unique names (they are the axis categories): the last root row is the root, earlier ones count back from it
+    last = f"root {show_token(root_label, MASK_LABEL_CHARS)}" if root_label is not None else "root"
+    root_names = [last if r == root_rows - 1 else f"root−{root_rows - 1 - r}" for r in range(root_rows)]
     node_names = []
     for i in range(size):
         if i < live:
@@ -107,17 +114,32 @@ def mask_view(step: StepTrace, max_rows: list[str] | None = None, show_max: bool
                     root_rows=root_rows, tree_offset=offset, live=live, size=size, shows_max=show_max)
 
 
-# Beyond this many columns a column is too narrow on a phone for two upright labels side by side: the root's
-# column goes unlabelled next to "ctx" (the title names the column order).
-LABELLED_ROOT_UP_TO_COLUMNS = 24
+def column_names(view: MaskView) -> list[str]:
+    """The columns' categories, as the hover names them: the context band, then the rows' own labels (a column is
+    the position its row scores)."""
+    return ["ctx", *view.row_labels]
 
 
-def _column_ticks(view: MaskView) -> tuple[list[int], list[str]]:
+def _column_ticks(view: MaskView, names: list[str]) -> tuple[list[str], list[str]]:
     """The context column, the root column(s), then every k-th tree node by id (the rows spell the tokens out)."""
     ids = strided(view.size, MAX_COLUMN_TICKS)
-    root = "root" if view.tree_offset + view.size <= LABELLED_ROOT_UP_TO_COLUMNS else ""
-    return ([0, *range(1, view.tree_offset), *(view.tree_offset + i for i in ids)],
-            ["ctx", *[root] * view.root_rows, *(str(i) for i in ids)])
+    roots = names[1:view.tree_offset]
+    return (["ctx", *roots, *(names[view.tree_offset + i] for i in ids)],
+            ["ctx", *(["root"] if view.root_rows else []), *[""] * max(view.root_rows - 1, 0), *(str(i) for i in ids)])
+
+
+def _pattern_traces(view: MaskView, names: list[str], tick_size: int) -> list[go.Scatter]:
+    """Marks that say without colour what a cell is: ✓ on the accepted path's cells, a dot on the max mask's
+    undrafted ones (up to MAX_PATTERN_MARKS of each)."""
+    traces = []
+    for value, glyph, color in ((ACCEPTED_ROW, "✓", "white"), (UNUSED, "·", "#555")):
+        cells = [(r, c) for r, row in enumerate(view.z) for c, v in enumerate(row) if v == value]
+        if not cells or len(cells) > MAX_PATTERN_MARKS:
+            continue
+        traces.append(go.Scatter(x=[names[c] for _, c in cells], y=[view.row_labels[r] for r, _ in cells],
+                                 mode="text", text=[glyph] * len(cells), hoverinfo="skip", showlegend=False,
+                                 textfont=dict(size=max(tick_size, 9), color=color), name=f"{CELL_NAMES[value]} marks"))
+    return traces
 
 
 def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bool | None = None,
@@ -125,17 +147,21 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
     """`root_label`: the last committed token (see viz.tree.root_token); root rows are labelled with it."""
     view = mask_view(step, max_rows, show_max, root_label)
     rows, cols = len(view.z), len(view.z[0]) if view.z else 0
+    names = column_names(view)
     colorscale = [[0.0, MASK_BLOCKED], [1 / 6, MASK_BLOCKED], [1 / 6, MASK_ATTENDS], [0.5, MASK_ATTENDS],
                   [0.5, MASK_ACCEPTED], [5 / 6, MASK_ACCEPTED], [5 / 6, MASK_UNUSED], [1.0, MASK_UNUSED]]
     small = rows * cols <= 50 * 50
+    words = rows * cols <= WORDS_UP_TO_CELLS
     # uint8 cells: plotly.py sends numpy arrays as base64 typed arrays, ~1.4 bytes a cell instead of ~3
-    heat = dict(z=np.asarray(view.z, dtype=np.uint8).reshape(rows, cols), zmin=0, zmax=3, colorscale=colorscale,
-                showscale=False, xgap=1 if small else 0, ygap=1 if small else 0, name="mask",
-                hovertemplate=CELL_HOVER)
+    heat = dict(z=np.asarray(view.z, dtype=np.uint8).reshape(rows, cols), x=names, y=view.row_labels, zmin=0,
+                zmax=3, colorscale=colorscale, showscale=False, xgap=1 if small else 0, ygap=1 if small else 0,
+                name="mask", hovertemplate=CELL_HOVER if words else CODE_HOVER)
+    if words:
+        heat["text"] = [[CELL_WORDS[v] for v in row] for row in view.z]
     tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
     yticks = strided(len(view.row_labels), MAX_ROW_LABELS)
     ytext = [view.row_labels[i] for i in yticks]
-    traces = [go.Heatmap(**heat), row_label_trace(yticks, ytext, tick_size)]
+    traces = [go.Heatmap(**heat), row_label_trace(ytext, ytext, tick_size), *_pattern_traces(view, names, tick_size)]
     swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
     for value, color in swatch.items():  # legend entries for the discrete colours
         if value == UNUSED and not view.shows_max:
@@ -143,7 +169,8 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
         traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=CELL_NAMES[value],
                                  marker=dict(symbol="square", size=12, color=color, line=dict(color="#999", width=1))))
 
-    # a dotted line separates the context band (and root rows) from the tree block
+    # a dotted line separates the context band (and root rows) from the tree block (shapes on category axes are
+    # placed by the categories' index)
     shapes = [dict(type="line", x0=view.tree_offset - 0.5, x1=view.tree_offset - 0.5, y0=-0.5, y1=rows - 0.5,
                    line=dict(color="#777", width=1, dash="dot"), name="tree-block-start")]
     annotations = []
@@ -157,7 +184,7 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
                                 text=f"live slice: {step.live_depth} of {step.max_depth} levels, "
                                      f"{view.live} of {view.size} nodes"))
 
-    xticks, xtext = _column_ticks(view)
+    xticks, xtext = _column_ticks(view, names)
     cached = step.context_len - view.root_rows
     # the column order in a short line of the title, which spans the figure (a long axis title would be cut)
     title = (f"{mask_title(step, view)}<br><span style='font-size:11px'>columns: context ({cached} tokens), "
@@ -169,12 +196,14 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
     layout.update(
         shapes=shapes, annotations=annotations, legend=TOP_LEGEND,
         margin=dict(l=label_width(ytext, tick_size) + 6, r=10, b=bottom, t=100),
-        xaxis=dict(tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90, showgrid=False, zeroline=False,
-                   range=[-0.5, cols - 0.5], tickfont=dict(size=tick_size),
+        xaxis=dict(type="category", tickmode="array", tickvals=xticks, ticktext=xtext, tickangle=-90,
+                   showgrid=False, zeroline=False, range=[-0.5, cols - 0.5], tickfont=dict(size=tick_size),
                    # short: a long axis title is cut at the figure's edges when the plot is narrow (a phone)
                    title=dict(text="attends to", font=dict(size=11), standoff=4)),
         xaxis2=LABEL_AXIS,
-        yaxis=dict(showticklabels=False, ticks="", autorange="reversed", showgrid=False, zeroline=False))
+        yaxis=dict(type="category", showticklabels=False, ticks="", autorange="reversed", showgrid=False,
+                   zeroline=False),
+        hoverlabel=dict(font=dict(family="monospace", size=12), align="left"))
     return go.Figure(data=traces, layout=layout)
 
 

@@ -3,6 +3,11 @@
 Hues follow the token's fate: green = kept, red = rejected, grey = never looked at, blue = bonus, orange =
 correction, purple = came from the target itself (target-initialized roots), teal = recycled from the target's
 earlier predictions. Text backgrounds use light tints of the same hues so dark text stays readable on them.
+
+Meaning never rests on colour alone: every status has a glyph (STATUS_GLYPHS: on the tree's markers, in the
+legends and hovers, over the p bars) and the p bars a pattern. The colours that must be told apart by colour too
+(accepted, rejected, not tested, not reached; the mask's four cells) differ in lightness as well as hue, so they
+stay apart in greyscale and for deuteranopes and protanopes (tests/test_colour_vision.py simulates both).
 """
 from __future__ import annotations
 
@@ -12,20 +17,46 @@ from dynasd.origins import ORIGINS
 from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 
 # Tree nodes (strong colours; markers on white).
+# Lightness, dark to light: accepted (L* 33), rejected (60), not tested (77), not reached (90).
 STATUS_COLORS: dict[str, str] = {
-    "accepted": "#2e9e44",
-    "rejected": "#d64541",
-    "not_reached": "#b9b9b9",
-    "skipped": "#a9cdb1",
-    "unchosen": "#9b7fcf",
-    "padding": "#e4e4e4",
+    "accepted": "#175a27",
+    "rejected": "#f0643c",
+    "not_reached": "#e3e3e3",
+    "skipped": "#9cc9a5",
+    "unchosen": "#9d7fd6",
+    "padding": "#f2f2f2",
     "pending": "#6b6b6b",
-    "bonus": "#2f7fd1",
-    "correction": "#f08a24",
+    "bonus": "#3d84dc",
+    "correction": "#f7b950",
     "target": "#1aa3b5",
 }
 
-STATUS_NAMES: dict[str, str] = {
+# One glyph per status, in the fonts every browser has (no emoji).
+STATUS_GLYPHS: dict[str, str] = {
+    "accepted": "✓",
+    "rejected": "✗",
+    "not_reached": "⋯",
+    "skipped": "–",
+    "unchosen": "↷",
+    "padding": "∅",
+    "pending": "?",
+    "bonus": "+",
+    "correction": "↺",
+    "target": "▸",
+}
+# The glyph's colour on a marker of that status: white on the dark fills, black on the light ones.
+GLYPH_INK: dict[str, str] = {
+    status: "white" if status in ("accepted", "pending", "bonus") else "#777" if status in ("not_reached", "padding")
+    else "#111" for status in STATUS_COLORS}
+# The p bars' fill pattern per status (Plotly's pattern shapes; "" = solid): on the tested statuses a learner must
+# tell from accepted, few bars a step (each patterned bar costs the page an SVG pattern on every redraw; the
+# untested ones, most bars of a wide tree, are told apart by their light fills and by the tree's glyphs).
+STATUS_PATTERNS: dict[str, str] = {
+    "accepted": "", "rejected": "x", "not_reached": "", "skipped": "", "unchosen": "/", "padding": "",
+    "pending": "+", "bonus": "", "correction": "", "target": "",
+}
+
+_NAMES = {
     "accepted": "accepted",
     "rejected": "rejected",
     "not_reached": "not reached: below a node not accepted",
@@ -37,6 +68,10 @@ STATUS_NAMES: dict[str, str] = {
     "correction": "correction (after a rejection)",
     "target": "target token (AR)",
 }
+STATUS_NAMES: dict[str, str] = {status: f"{STATUS_GLYPHS[status]} {name}" for status, name in _NAMES.items()}
+# In a hover, where the legend has said the rest: the name before its explanation ("⋯ not reached"); every update
+# sends one hover per node.
+STATUS_SHORT: dict[str, str] = {status: name.split(":")[0].split(" (")[0] for status, name in STATUS_NAMES.items()}
 
 # Generated text: a light tint per origin, and a saturated one for the tokens of the step on show. Candidate
 # origins bring their own (dynasd/origins.py); the target's own tokens are coloured here.
@@ -57,9 +92,9 @@ THIS_STEP = " · this step"
 
 # Mask cells.
 MASK_BLOCKED = "#ffffff"
-MASK_ATTENDS = "#4a78c2"
-MASK_ACCEPTED = "#2e9e44"
-MASK_UNUSED = "#d9d9d9"
+MASK_ATTENDS = "#5b8bd6"
+MASK_ACCEPTED = STATUS_COLORS["accepted"]
+MASK_UNUSED = "#cfcfcf"
 SLICE_OUTLINE = "#d64541"
 
 FONT = "Inter, system-ui, sans-serif"

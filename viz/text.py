@@ -64,9 +64,11 @@ def step_story(run: RunTrace, index: int) -> str:
     else:
         others = [source for source in sources if source is not DRAFT]  # joined to the draft's tree (sd, mcsd)
         drawn = sum(node.origin == DRAFT.name for node in step.nodes)
+        # their measured time, not "cheap": on a CPU one draft forward can cost most of a target's
         parts.append(f"The draft proposed {drawn} candidate tokens on {step.live_depth} level"
-                     f"{'s' if step.live_depth != 1 else ''} ({step.draft_forwards} cheap draft forward"
-                     f"{'s' if step.draft_forwards != 1 else ''}).")
+                     f"{'s' if step.live_depth != 1 else ''} ({step.draft_forwards} draft forward"
+                     f"{'s' if step.draft_forwards != 1 else ''}, {step.draft_seconds * 1000:.0f} ms here; the "
+                     f"verify took {step.verify_seconds * 1000:.0f} ms).")
         if others:
             parts.append(f"{drafted - drawn} more came from {' and '.join(s.proposed_by for s in others)}.")
     if step.live_depth < step.max_depth and step.stop_scores:  # a shorter lookup or recycled tree is no stop

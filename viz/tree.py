@@ -13,7 +13,19 @@ import plotly.graph_objects as go
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import RunTrace, StepTrace
 
-from .style import LEGEND_ROOM, STATUS_COLORS, STATUS_NAMES, TOP_LEGEND, base_layout, fmt, show_token, test_lines
+from .style import (
+    GLYPH_INK,
+    LEGEND_ROOM,
+    STATUS_COLORS,
+    STATUS_GLYPHS,
+    STATUS_NAMES,
+    STATUS_SHORT,
+    TOP_LEGEND,
+    base_layout,
+    fmt,
+    show_token,
+    test_lines,
+)
 
 ROOT = -1
 STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchosen", "skipped", "not_reached",
@@ -22,6 +34,7 @@ STATUS_ORDER = ("accepted", "bonus", "correction", "target", "rejected", "unchos
 NODE_SYMBOLS = {origin.name: origin.symbol for origin in ORIGINS}
 NODE_ORIGIN_NAMES = {origin.name: origin.source for origin in ORIGINS}
 LABELS_UP_TO_ROWS = 80  # beyond this many leaf rows, token text stays in the hover only
+GLYPHS_IN_MARKERS_FROM = 16  # marker size (px) from which a status glyph fits inside it; smaller: before the label
 MAX_HEIGHT = 1000
 
 
@@ -108,22 +121,42 @@ def _grown(step: StepTrace) -> dict[int, tuple[float, int]]:
 def _hover(i: int, step: StepTrace, grown: dict[int, tuple[float, int]] | None = None) -> str:
     n = step.nodes[i]
     ratio = "–" if not n.q else f"{n.p / n.q:.3f}"
-    lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_NAMES[n.status]}",
+    lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_SHORT[n.status]}",
              f"token  {show_token(n.token, 24)}  (id {n.token_id})",
              f"origin {NODE_ORIGIN_NAMES[n.origin]}",
              f"p (target) {fmt(n.p)}",
-             f"q (draft)  {fmt(n.q)}",
-             f"p/q        {ratio}"]
+             f"q (draft)  {fmt(n.q)}"]
+    if n.status != "not_reached":  # the ratio the test reads; a node never tested has none to explain
+        lines.append(f"p/q        {ratio}")
     if grown and i in grown:
         value, wave = grown[i]
         read = "read by the draft: its children could be drawn" if i in step.growth.expanded else \
             "not read by the draft (a last wave's node): a leaf"
         lines += [f"cumulative q {fmt(value)} (the product of q along its path)", f"drawn in wave {wave}; {read}"]
+    chosen = target_choice(step, i) if n.status == "rejected" else None
+    if chosen is not None:
+        lines.append(chosen)
     tested = test_lines(n)
     if tested:
         lines += tested[:1] + ["p′, q′: p and q after the siblings tested before it were rejected",
                                "(the residual max(p − q, 0) and q without them, renormalised)"] + tested[1:]
     return "<br>".join(lines)
+
+
+def target_choice(step: StepTrace, i: int) -> str | None:
+    """What the target took at a rejected node's position instead: an accepted sibling, or the correction drawn
+    after the node's parent (at T = 0 the target's top token there)."""
+    node = step.nodes[i]
+    sibling = next((j for j, other in enumerate(step.nodes)
+                    if other.parent == node.parent and other.status == "accepted"), None)
+    if sibling is not None:
+        return f"the target kept node {sibling} here: {show_token(step.nodes[sibling].token, 24)}"
+    final = final_token(step)
+    if final is not None and final[2] == node.parent and final[1] == "correction":
+        sampled = any(other.u is not None for other in step.nodes)
+        what = "drew from the residual" if sampled else "took its top token"
+        return f"the target {what} here: {show_token(final[0], 24)}"
+    return None
 
 
 def _left_out_hover(draw, sampled: bool) -> str:
@@ -207,6 +240,19 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         hovertext=[f"<b>root</b>: {root_text}<br>the last committed token;<br>level-1 candidates follow it"],
         hoverinfo="text", showlegend=False))
 
+    glyphs: tuple[list, list, list, list] = ([], [], [], [])  # x, y, glyph, ink: drawn inside the markers
+    inside = marker_size >= GLYPHS_IN_MARKERS_FROM
+
+    def label(token: str, status: str) -> str:
+        shown = show_token(token, label_chars)
+        return shown if inside else f"{STATUS_GLYPHS[status]}{shown}"
+
+    def mark(xs: list, ys: list, status: str) -> None:
+        for column, value in zip((glyphs[0], glyphs[1]), (xs, ys)):
+            column.extend(value)
+        glyphs[2].extend([STATUS_GLYPHS[status]] * len(xs))
+        glyphs[3].extend([GLYPH_INK[status]] * len(xs))
+
     by_status: dict[str, list] = {}
     for i in range(len(step.nodes)):
         by_status.setdefault(drawn_status(step, i), []).append(i)
@@ -217,8 +263,9 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
             x, y = pos["final"]
             token, _, parent = final
             after = "the root" if parent == ROOT else f"node {parent}"
-            why = {"bonus": "every child was accepted (or there were none): the target adds one token for free",
-                   "correction": "a child was rejected: sampled from the residual max(p − q, 0), renormalised",
+            # short lines: a hover wider than the plot is cut at its edge (a phone)
+            why = {"bonus": "every child was accepted (or there were none):<br>the target adds one token for free",
+                   "correction": "a child was rejected: sampled from<br>the residual max(p − q, 0), renormalised",
                    "target": "autoregressive: the target's own next token"}[status]
             # final_p is the probability under the distribution the token was drawn from: for a correction that
             # is the residual, not the target's p, so it is named
@@ -227,12 +274,14 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
                           "target": "p (target)"}[status]
             traces.append(go.Scatter(
                 x=[x], y=[y], mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-                text=[show_token(token, label_chars)], textposition="middle right",
+                text=[label(token, status)], textposition="middle right",
                 marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
                             line=dict(color="#222", width=1)),
                 hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
-                           f"{'' if step.final_p is None else f' with {drawn_from} = {fmt(step.final_p)}'}<br>{why}"],
+                           + ("" if step.final_p is None else f"<br>with {drawn_from} = {fmt(step.final_p)}")
+                           + f"<br>{why}"],
                 hoverinfo="text"))
+            mark([x], [y], status)
             continue
         members = by_status.get(status, [])
         if not members:
@@ -240,11 +289,16 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         traces.append(go.Scatter(
             x=[pos[i][0] for i in members], y=[pos[i][1] for i in members],
             mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-            text=[show_token(step.nodes[i].token, label_chars) for i in members], textposition="middle right",
+            text=[label(step.nodes[i].token, status) for i in members], textposition="middle right",
             marker=dict(size=marker_size, color=STATUS_COLORS[status],
                         symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
                         line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
             hovertext=[_hover(i, step, grown) for i in members], hoverinfo="text", customdata=members))
+        mark([pos[i][0] for i in members], [pos[i][1] for i in members], status)
+    if inside and glyphs[0]:
+        traces.append(go.Scatter(x=glyphs[0], y=glyphs[1], text=glyphs[2], mode="text", name="status glyphs",
+                                 textposition="middle center", hoverinfo="skip", showlegend=False,
+                                 textfont=dict(size=max(marker_size - 12, 10), color=glyphs[3])))
 
     depth = max((x for x, _ in pos.values()), default=0)
     rows = max((y for _, y in pos.values()), default=0) + 1

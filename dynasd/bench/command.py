@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..decision import DecisionModel
+from ..device_info import device_line
 from ..options import DecoderOptions, add_model_arguments, add_option_arguments, load_pair_from, options_from_args
 from ..prompts import follow_up_ids, select_prompts
 from ..stopping import load_decision_model
@@ -143,6 +144,7 @@ def _meta(args, pair, prompts, specs, temperatures) -> dict:
         "command": "python -m dynasd " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
         "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "pair": pair.name, "draft": pair.draft_label, "device": str(pair.device), "dtype": str(pair.dtype),
+        "device_line": device_line(pair),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
                    f"{torch.get_num_threads()} torch threads" + (f", {torch.cuda.get_device_name(pair.device)}"
                                                                  if pair.device.type == "cuda" else ""),
@@ -334,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
         written.append("report.html")
     print(f"{meta['pair']}: {meta['draft']}; {meta['device']} {meta['dtype']}; {len(prompts)} prompts, "
           f"{'up to ' + str(args.turns) + ' turns each, ' if args.turns > 1 else ''}"
-          f"max {args.max_new_tokens} new tokens per turn; {meta['date_utc']} UTC\n")
+          f"max {args.max_new_tokens} new tokens per turn; {meta['date_utc']} UTC\n{meta['device_line']}\n")
     print(markdown_tables(summary))
     print(f"wrote {', '.join(str(out / name) for name in written)}", file=sys.stderr)
     return 0

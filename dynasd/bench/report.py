@@ -147,6 +147,7 @@ td:first-child, td:nth-child(3) {{ text-align: left; }}
 tr.all {{ font-weight: bold; background: #f4f4f4; }}
 </style></head><body>
 <h1>DynaSD benchmark</h1>
+<p><b>Measured on</b>: {html.escape(str(meta.get('device_line') or meta.get('machine', 'an unnamed machine')))}</p>
 <p>Speedup is each method's tokens/s over ar's tokens/s on the same prompts in the same run; every method is
 timed by the same wall-clock window around one whole generate call (prefill included) after the same warm-up.
 Numbers from a shared CPU are noisy: compare ratios within one run, not across runs.</p>

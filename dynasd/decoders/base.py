@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from ..device_info import device_line
 from ..models import ModelPair
 from ..options import DecoderOptions
 from ..trace import RunTrace, StepTrace
@@ -134,7 +135,7 @@ class Decoder(ABC):
         # which turn of a conversation this is; nothing else, so there is one vocabulary.
         self.run = RunTrace(method=self.method, config={"options": self.options.to_record(), "turn": turn},
                             pair=self.pair.name, draft_label=self.draft_label, lossless=self.lossless,
-                            prompt=prompt_text, prompt_ids=list(prompt_ids))
+                            prompt=prompt_text, prompt_ids=list(prompt_ids), device=device_line(self.pair))
 
     @property
     def done(self) -> bool:

@@ -9,15 +9,22 @@ On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are 
 trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
 slower than ar even when it commits more tokens per step. The functions below are plain arithmetic (tests pin
 them on hand-made numbers); `calibrate` is the only one that runs a model (`calibrate_context` gives it a
-pair and the end of a run's text, `calibration_context`).
+pair and the end of a run's text, `calibration_context`). A device's measured costs are kept in the cache folder,
+once per device and pair, with when and how they were measured: the explorer's cost view reads them by default,
+since a model fitted to a run's own few verify sizes can be far off (one ar step read as 638 ms where it took 93).
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
+from ..device_info import device_key, device_line
+from ..embedded import cache_dir
 from ..trace import RunTrace, StepTrace
 from .inputs import Settings
 from .pairs import PairCache
@@ -193,9 +200,67 @@ def calibration_context(run: RunTrace) -> list[int]:
     return (list(run.prompt_ids) + list(run.new_token_ids))[-CALIBRATION_CONTEXT:]
 
 
-def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[int]) -> dict[int, float]:
-    """`calibrate` on the target of the settings' pair, behind `context_ids` (calibration_context), while no
-    other session uses the pair."""
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """A calibration kept for one device and pair: the seconds of one target forward per row count, when and how
+    they were measured, and on which machine (dynasd/device_info.py)."""
+
+    timings: dict[int, float]
+    measured_at: str            # UTC, "2026-12-05 03:10"
+    how: str
+    device: str
+    kept: bool = False          # read back from the cache instead of measured by this call
+
+    def said(self) -> str:
+        """When, how and where, in one sentence for the page."""
+        return (f"measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} UTC: "
+                f"{self.how}; {self.device}")
+
+
+def costs_file(pair) -> Path:
+    """Where one device's and pair's measured costs are kept: the cache folder ($DYNASD_CACHE), under costs/."""
+    return cache_dir() / "costs" / f"{device_key(pair)}.json"
+
+
+def read_kept_costs(path: Path) -> MeasuredCosts | None:
+    """A kept measurement, or None when there is none or it cannot be read (it is then measured again)."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+        timings = {int(rows): float(seconds) for rows, seconds in obj["timings"].items()}
+        if not timings or any(not 0 < s < 3600 for s in timings.values()):
+            return None
+        return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def keep_costs(path: Path, costs: MeasuredCosts) -> None:
+    """Write atomically (a rename), so that two processes measuring at once never leave half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.part")
+    partial.write_text(json.dumps({"timings": {str(r): s for r, s in costs.timings.items()},
+                                   "measured_at": costs.measured_at, "how": costs.how, "device": costs.device}))
+    partial.replace(path)
+
+
+def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[int],
+                      again: bool = False) -> MeasuredCosts:
+    """This device's costs for the settings' pair: the kept measurement (once per device and pair), or, when there
+    is none or `again`, `calibrate` on its target behind `context_ids` (calibration_context), while no other
+    session uses the pair, kept for the next time."""
     pair = pairs.get(settings)
+    path = costs_file(pair)
+    kept = None if again else read_kept_costs(path)
+    if kept is not None:
+        return kept
     with pairs.lock_for(pair):
-        return calibrate(pair.target, list(context_ids)[-CALIBRATION_CONTEXT:])
+        timings = calibrate(pair.target, list(context_ids)[-CALIBRATION_CONTEXT:])
+    measured = MeasuredCosts(
+        timings, time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        f"the median of 3 target forwards over {', '.join(map(str, CALIBRATION_ROWS))} rows behind "
+        f"{min(len(context_ids), CALIBRATION_CONTEXT)} tokens of context", device_line(pair))
+    try:
+        keep_costs(path, measured)
+    except OSError:  # a read-only cache: measured, not kept
+        pass
+    return measured

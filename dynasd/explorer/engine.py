@@ -274,4 +274,4 @@ def _header(run: RunTrace) -> RunTrace:
     return RunTrace(method=run.method, config=dict(run.config), pair=run.pair, draft_label=run.draft_label,
                     lossless=run.lossless, prompt=run.prompt, prompt_ids=list(run.prompt_ids),
                     new_token_ids=list(run.new_token_ids), text=run.text, seconds=run.seconds,
-                    finished=run.finished)
+                    finished=run.finished, device=run.device)

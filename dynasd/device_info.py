@@ -1,0 +1,90 @@
+"""The machine a run happens on, in one line: CPU model and the vector features the kernels care about, torch
+threads, or the GPU; and for a loaded pair its weights mode and the kernels in use.
+
+Why one owner: speed advice ("fastest with float32 weights on an AVX-512 CPU") can only be read next to the
+machine it is about, and the page, every saved trace, `dynasd generate --json` and the bench's meta and report
+all name it; written once here, they cannot disagree.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+
+import torch
+
+from .kernels.block_weights import BlockLinear
+from .kernels.compile import cpu_flags
+from .kernels.fast_linear import PretransposedLinear
+
+# The CPU features that decide which kernels run and how fast (dynasd/kernels/), in the order they are named.
+NAMED_FEATURES = (("avx512f", "AVX-512"), ("amx_tile", "AMX"), ("avx2", "AVX2"), ("fma", "FMA"), ("asimd", "NEON"))
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (or the platform's processor string)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return " ".join(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@functools.cache
+def cpu_features() -> list[str]:
+    """The named vector features this CPU has (AVX-512, AMX, AVX2, FMA, NEON); AVX-512 and AVX2 also when absent
+    on x86, since 'no AVX-512' is what changes the speed advice."""
+    flags = set(cpu_flags().partition(":")[2].split())
+    named = [name for flag, name in NAMED_FEATURES if flag in flags]
+    if platform.machine() == "x86_64" and "AVX-512" not in named:
+        named.insert(0, "no AVX-512")
+    return named
+
+
+def kernels_in_use(model: torch.nn.Module | None) -> str:
+    """Which products a loaded model runs on, read from its layers as dynasd/kernels swapped them: the GGUF
+    blocks' kernel, the compiled few-row kernel, or torch's own products. The one place that names them."""
+    if model is None:
+        return "none"
+    kinds = {type(module) for module in model.modules()}
+    parts = []
+    if BlockLinear in kinds:
+        parts.append("GGUF-block kernel")
+    if any(isinstance(m, PretransposedLinear) and m.kernel is not None for m in model.modules()):
+        parts.append("compiled few-row kernel")
+    return " + ".join(parts) if parts else "torch products"
+
+
+def weights_mode(pair) -> str:
+    """How the target's weights are held: the GGUF file's 4- and 8-bit blocks, or the pair's dtype."""
+    if any(isinstance(module, BlockLinear) for module in pair.target.modules()):
+        return "GGUF blocks"
+    return str(pair.dtype).removeprefix("torch.")
+
+
+def machine_line(device: torch.device | str | None = None) -> str:
+    """The machine without a pair: 'Intel Xeon … (AVX-512, AMX, AVX2), 2 threads' or the GPU's name."""
+    device = torch.device(device or "cpu")
+    if device.type == "cuda" and torch.cuda.is_available():
+        return f"GPU {torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    features = ", ".join(cpu_features())
+    return (f"{cpu_model()}{f' ({features})' if features else ''}, {torch.get_num_threads()} of "
+            f"{os.cpu_count()} threads")
+
+
+def device_line(pair=None) -> str:
+    """The whole line: the machine, and for a loaded pair (dynasd.models.ModelPair) its weights and kernels."""
+    if pair is None:
+        return machine_line()
+    return f"{machine_line(pair.device)}; weights {weights_mode(pair)}; kernels {kernels_in_use(pair.target)}"
+
+
+def device_key(pair=None) -> str:
+    """A short stable name of this machine (its CPU flags included) and pair, for what is kept per device."""
+    text = f"{device_line(pair)}|{cpu_flags()}|{getattr(pair, 'name', '')}"
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
