@@ -70,7 +70,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
     gr.set_static_paths([PLOTLY_JS])  # the page's figures are drawn by it (figure_view)
     start_heap_trimmer()  # abandoned sessions' freed memory goes back to the OS (flat RSS in the soak)
-    demo.queue(default_concurrency_limit=16)
+    demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     _poll_the_idle_queue_less(demo)
     demo.launch(
         server_name=host, server_port=port, css=CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",
@@ -82,6 +82,12 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
         state_session_capacity=2 * state.SESSIONS.max_sessions,
         show_error=True)  # every handler error is already one readable line; gradio's own input checks too
     return demo
+
+
+# How many events the queue hands to handlers at once; the others wait in the queue, and their pages show their
+# place in it (the status line's progress: ui/layout.py). Chosen from the classroom measurement
+# (scripts/classroom.py, docs/benchmarks.md).
+QUEUE_CONCURRENCY = 16
 
 
 # How often an idle queue looks for new events. Gradio's own 1 ms poll keeps an idle app at ~8% of a CPU core
