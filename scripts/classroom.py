@@ -4,6 +4,7 @@ settings run alone, and the server's memory per session and after the learners h
 
     .venv/bin/python scripts/classroom.py                                  # 30 learners, embedded pair
     .venv/bin/python scripts/classroom.py --concurrency 2                  # the queue's concurrency for this run
+    .venv/bin/python scripts/classroom.py --compare-concurrency 0          # Compares in the common lane
     .venv/bin/python scripts/classroom.py --zerogpu --pair tiny-random     # under the ZeroGPU double
 
 The server is app.py in its own process (scripts/soak_server.py: app.py plus memory probes), the queue as the app
@@ -93,17 +94,18 @@ class Learner:
             raise RuntimeError(f"no trace saved: {status}")
         return json.loads(Path(path).read_text())["new_token_ids"]
 
-    def lesson(self) -> None:
-        """What one learner does, start to end."""
+    def lesson(self, compare: bool = True) -> None:
+        """What one learner does, start to end (`compare`: with Compare, the longest request)."""
         try:
             self.step()
             self.step()
             self.run_to_the_end()
             self.token_ids = self.saved_token_ids()
             self.ask("scrub", 1, api_name="/show_step")
-            compared = self.ask("Compare", prompt=self.prompt, **self.controls, api_name="/compare")
-            if not str(compared[2]).startswith("✓"):
-                self.problems.append(f"Compare: {str(compared[2])[:160]!r}")
+            if compare:
+                compared = self.ask("Compare", prompt=self.prompt, **self.controls, api_name="/compare")
+                if not str(compared[2]).startswith("✓"):
+                    self.problems.append(f"Compare: {str(compared[2])[:160]!r}")
             status = self.ask("follow-up", FOLLOW_UP, api_name="/follow_up")[STATUS]
             if not status.startswith("✓ Turn 2"):
                 self.problems.append(f"follow-up: {status[:160]!r}")
@@ -129,6 +131,8 @@ def start_server(args, probe_dir: Path, log_path: Path):
     env = {**os.environ, "SOAK_PROBE_DIR": str(probe_dir), "PYTHONUNBUFFERED": "1"}
     if args.concurrency:
         env["SOAK_QUEUE_CONCURRENCY"] = str(args.concurrency)
+    if args.compare_concurrency is not None:
+        env["SOAK_COMPARE_CONCURRENCY"] = str(args.compare_concurrency)
     if args.zerogpu:
         env.update(SPACES_ZERO_GPU="1", ZEROGPU_DOUBLE_LOG=str(probe_dir / "gpu_calls.jsonl"),
                    PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "zerogpu_double"), str(REPO)]))
@@ -152,6 +156,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=16, help="each run's token budget")
     parser.add_argument("--configs", type=int, default=len(CONFIGS), help=f"settings shared out (1-{len(CONFIGS)})")
     parser.add_argument("--concurrency", type=int, default=0, help="the queue's concurrency (default: the app's)")
+    parser.add_argument("--compare-concurrency", type=int, default=None,
+                        help="Compares at a time in their own lane (default: the app's; 0: no lane of their own)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a request may wait for its answer")
     parser.add_argument("--zerogpu", action="store_true", help="serve under the ZeroGPU double, count GPU calls")
     parser.add_argument("--settle", type=float, default=35.0,
@@ -231,7 +237,9 @@ def report(args, configs, solo_ids, solo_steps, learners, finished, class_start,
     mode = "under the ZeroGPU double" if args.zerogpu else "on the CPU"
     print()
     print(f"DynaSD Explorer classroom: {len(learners)} learners at once, {args.pair} pair {mode}, queue concurrency "
-          f"{args.concurrency or 'as the app sets it'}, {args.max_new_tokens} new tokens a run, "
+          f"{args.concurrency or 'as the app sets it'}, Compare lane "
+          f"{'as the app sets it' if args.compare_concurrency is None else args.compare_concurrency or 'none'}, "
+          f"{args.max_new_tokens} new tokens a run, "
           f"{len(configs)} settings ({', '.join(o['method'] for _, o in configs)})")
     print(latency_line("Step, a learner alone", solo_steps))
     print(latency_line("Step (the two Steps)", steps))

@@ -4,6 +4,7 @@
 
 Environment switches (all optional):
     SOAK_QUEUE_CONCURRENCY=N the queue's concurrency (app.QUEUE_CONCURRENCY) instead of the app's own
+    SOAK_COMPARE_CONCURRENCY=N  Compares at a time in their own lane (ui.layout.COMPARE_CONCURRENCY); 0: no lane
     SOAK_TRACEMALLOC=N      tracemalloc.start(N) at the first probe (N frames per allocation); started any
                             earlier, it slows start-up enough that gradio's launch check of localhost fails
     SOAK_PROBE_DIR=DIR      on SIGUSR1: gc.collect(), then write DIR/probe-<n>.json (VmRSS, per-session stores,
@@ -42,6 +43,10 @@ def _capture_serve(demo, *args, **kwargs):
 app.serve = _capture_serve
 if os.environ.get("SOAK_QUEUE_CONCURRENCY"):
     app.QUEUE_CONCURRENCY = int(os.environ["SOAK_QUEUE_CONCURRENCY"])
+if os.environ.get("SOAK_COMPARE_CONCURRENCY"):
+    import ui.layout
+
+    ui.layout.COMPARE_CONCURRENCY = int(os.environ["SOAK_COMPARE_CONCURRENCY"]) or None
 
 
 def _stores() -> dict:
