@@ -85,9 +85,12 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
 
 
 # How many events the queue hands to handlers at once; the others wait in the queue, and their pages show their
-# place in it (the status line's progress: ui/layout.py). Chosen from the classroom measurement
-# (scripts/classroom.py, docs/benchmarks.md).
-QUEUE_CONCURRENCY = 16
+# place in it (the status line's progress: ui/layout.py queue_place). Why 4 (scripts/classroom.py: 30 learners on
+# the embedded pair, 2 cores, docs/benchmarks.md): the model steps one at a time anyway (the pair's lock), so more
+# handlers only wait on that lock, where the queue would have shown them their place; 4 still lets a step's
+# figures be built beside the next step's model work. Against 16: a Run's step p50 6.7 s (6.0), max 9.0 s (20.9),
+# the last learner done after 257 s (278), 8 MB a session held (18); against 2: p50 8.5 s, last learner 318 s.
+QUEUE_CONCURRENCY = 4
 
 
 # How often an idle queue looks for new events. Gradio's own 1 ms poll keeps an idle app at ~8% of a CPU core

@@ -103,6 +103,19 @@ def queue_place(status: gr.Component) -> dict:
     return dict(show_progress="minimal", show_progress_on=[status])
 
 
+# Compares run in a lane of their own, this many at a time (None: in the queue's common lane, app.QUEUE_CONCURRENCY).
+# Why: a Compare runs every method to the end (seconds of CPU for the embedded pair, against ~0.15 s for a Step);
+# in the common lane thirty learners' Compares shared the CPU and all finished late (p50 134 s), and held the
+# lane's handlers; one at a time, the median learner's came after 79 s, the last as before (docs/benchmarks.md).
+COMPARE_CONCURRENCY: int | None = 1
+
+
+def compare_lane() -> dict:
+    if COMPARE_CONCURRENCY is None:
+        return {}
+    return dict(concurrency_id="compare", concurrency_limit=COMPARE_CONCURRENCY)
+
+
 # queue_place's runtime display goes on its own line under the status text (Gradio floats it at the component's
 # corner, below a one-line status and out of sight), and the status text stays legible meanwhile (Gradio dims a
 # pending Markdown to 20%). The line is kept when empty, so the page below does not jump at every step of a Run.
@@ -256,7 +269,8 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         compare_btn.click(None, None, [compare_status], js=saying("Comparing the methods on this prompt…"),
                           queue=False, api_visibility="private")
         compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
-                          inputs_kwargs=controls, api_name="compare", **queue_place(compare_status))
+                          inputs_kwargs=controls, api_name="compare", **queue_place(compare_status),
+                          **compare_lane())
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace",
                        show_progress="hidden")
         load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace",
