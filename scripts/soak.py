@@ -6,8 +6,13 @@ created and abandoned while memory is watched. Prints the figures and exits non-
     .venv/bin/python scripts/soak.py --memory-only --sessions=500    # the server's memory alone, see below
 
 The app runs in this process (tiny-random pair, `app.serve(block=False)`) so that faults can be injected into one
-session's model calls; clients talk to it over HTTP with gradio_client, one client session per browser tab.
-RSS is this process's (server and clients together).
+session's model calls (through the engine's hook, dynasd.explorer.engine.FAULTS); clients talk to it over HTTP with
+gradio_client, one client session per browser tab. RSS is this process's (server and clients together).
+What counts as passing: every tab's tokens (its saved trace's token ids, not the text panel's rendering, which
+shows spaces as ␣ and line ends as ↵) are those of the same settings run alone; every bad input is answered in
+one line that names the field and what is allowed there (the range, from its owner in dynasd/); a fault reaches
+its own session only, which says so in one line and starts over after Reset. tests/test_soak.py runs a short
+soak (short_soak) in the suite, so a change that breaks the soak breaks a test.
 
 --memory-only measures the server alone: the app runs in its own process (scripts/soak_server.py, which is app.py
 plus memory probes), the clients in this one, and the figures are the server's VmRSS after a gc.collect(), read at
@@ -60,37 +65,72 @@ CONFIGS = [dict(method="mcsd", k_config="3,2,1"), dict(method="sd", gamma=3), di
            dict(method="mcsd", k_config="3,1,2"), dict(method="ti-mcsd", width=3, depth=2),
            dict(method="mcsd", k_config="1,1,1,1,1", stop="cumulative", threshold=0.3)]
 
-# kind -> (inputs of /step, a phrase the answer must contain)
-BAD_INPUTS = {
-    "empty prompt": (dict(prompt="", **TINY), "prompt is empty"),
-    "whitespace prompt": (dict(prompt=" \n\t", **TINY), "prompt is empty"),
-    "prompt over the character cap": (dict(prompt="x" * 25_000, **TINY), "the limit is"),
-    "prompt over the context limit": (dict(prompt="word " * 300, pair="tiny-random", max_new_tokens=500),
-                                      "exceeds the model's context"),
-    "max new tokens over the cap": (dict(prompt="hi", pair="tiny-random", max_new_tokens=10**6), "maximum"),
-    "max new tokens zero": (dict(prompt="hi", pair="tiny-random", max_new_tokens=0), "minimum"),
-    "tree shape zero": (dict(prompt="hi", pair="tiny-random", k_config="0"), "at least 1"),
-    "tree shape negative": (dict(prompt="hi", pair="tiny-random", k_config="-1,2"), "at least 1"),
-    "tree shape non-numeric": (dict(prompt="hi", pair="tiny-random", k_config="a,b"), "comma-separated"),
-    "tree shape over the node cap": (dict(prompt="hi", pair="tiny-random", k_config="16,16"), "limit is 256"),
-    "tree shape astronomically big": (dict(prompt="hi", pair="tiny-random", k_config="99999,99999"), "limit is"),
-    "tree shape text huge": (dict(prompt="hi", pair="tiny-random", k_config="1," * 10_000), "characters long"),
-    "temperature out of range": (dict(prompt="hi", pair="tiny-random", temperature=-1.0), "minimum"),
-    "top-p out of range": (dict(prompt="hi", pair="tiny-random", top_p=2.0), "maximum"),
-    "top-k out of range": (dict(prompt="hi", pair="tiny-random", top_k=-1), "minimum"),
-    "seed out of range": (dict(prompt="hi", pair="tiny-random", seed=1e30), "seed must lie"),
-    "seed not a number": (dict(prompt="hi", pair="tiny-random", seed="abc"), "number"),
-    "slider sent null": (dict(prompt="hi", pair="tiny-random", gamma=None), "slider"),
-    "unknown model pair": (dict(prompt="hi", pair="gpt-17"), "not in the list of choices"),
-    "unknown method": (dict(prompt="hi", pair="tiny-random", method="beam"), "not in the list of choices"),
-    "custom pair without models": (dict(prompt="hi", pair="custom"), "needs both"),
-    "unreachable hub id": (dict(prompt="hi", pair="custom", target="no-org/no-model", draft="no-org/no-model"),
-                           "hub is unreachable"),
-    "missing local path": (dict(prompt="hi", pair="custom", target="/nonexistent/a", draft="/nonexistent/b"),
-                           "no model at local path"),
-    "threshold out of range": (dict(prompt="hi", pair="tiny-random", threshold=7.0), "maximum"),
-    "tree shape not text": (dict(prompt="hi", pair="tiny-random", k_config=["4", "2"]), "comma-separated"),
-}
+
+def range_said(title: str, kind) -> str:
+    """How a refusal states a number's allowed range, from the range's owner (dynasd/ranges.py): the soak follows
+    a range that changes instead of holding a copy of it."""
+    from dynasd.ranges import Float
+
+    if isinstance(kind, Float):
+        return f"{title} must lie in {kind.bounds()}"
+    if kind.high is None:
+        return f"{title} must be at least {kind.low}"
+    return f"{title} must lie in [{kind.low}, {kind.high}]"
+
+
+def option_range(name: str) -> str:
+    from dynasd.options import OPTIONS
+
+    return range_said(OPTIONS[name].title, OPTIONS[name].kind)
+
+
+def bad_inputs() -> dict:
+    """kind -> (inputs of /step, what the one line must say: the field it names and what is allowed there)."""
+    from dynasd.explorer.inputs import MAX_PROMPT_CHARS, NEW_TOKENS
+    from dynasd.options import MAX_SHAPE_CHARS, MAX_TREE_NODES
+    from dynasd.sampling import TEMPERATURE, TOP_K, TOP_P
+
+    hi = dict(prompt="hi", pair="tiny-random")
+    new_tokens = range_said("max new tokens", NEW_TOKENS)
+    return {
+        "empty prompt": (dict(prompt="", **TINY), ["the prompt is empty"]),
+        "whitespace prompt": (dict(prompt=" \n\t", **TINY), ["the prompt is empty"]),
+        "prompt over the character cap": (dict(prompt="x" * 25_000, **TINY),
+                                          ["prompt", f"the limit is {MAX_PROMPT_CHARS}"]),
+        "prompt over the context limit": (dict(prompt="word " * 300, pair="tiny-random", max_new_tokens=500),
+                                          ["prompt", "max new tokens", "exceeds the model's context of"]),
+        "max new tokens over the cap": (dict(**hi, max_new_tokens=10**6), [new_tokens]),
+        "max new tokens zero": (dict(**hi, max_new_tokens=0), [new_tokens]),
+        "tree shape zero": (dict(**hi, k_config="0"), ["branching factor", "at least 1"]),
+        "tree shape negative": (dict(**hi, k_config="-1,2"), ["branching factor", "at least 1"]),
+        "tree shape non-numeric": (dict(**hi, k_config="a,b"), ["tree shape", "comma-separated integers"]),
+        "tree shape over the node cap": (dict(**hi, k_config="16,16"), ["tree", f"the limit is {MAX_TREE_NODES}"]),
+        "tree shape astronomically big": (dict(**hi, k_config="99999,99999"),
+                                          ["tree", f"the limit is {MAX_TREE_NODES}"]),
+        "tree shape text huge": (dict(**hi, k_config="1," * 10_000), ["tree shape", f"the limit is {MAX_SHAPE_CHARS}"]),
+        "tree shape not text": (dict(**hi, k_config=["4", "2"]), ["tree shape", "comma-separated integers"]),
+        "temperature out of range": (dict(**hi, temperature=-1.0), [range_said("temperature", TEMPERATURE)]),
+        "top-p out of range": (dict(**hi, top_p=2.0), [range_said("top-p", TOP_P)]),
+        "top-k out of range": (dict(**hi, top_k=-1), [range_said("top-k", TOP_K)]),
+        "threshold out of range": (dict(**hi, threshold=7.0), [option_range("threshold")]),
+        "gamma out of range": (dict(**hi, method="sd", gamma=10**6), [option_range("gamma")]),
+        "seed out of range": (dict(**hi, seed=1e30), [option_range("seed")]),
+        "seed not a number": (dict(**hi, seed="abc"), ["seed must be a whole number"]),
+        "slider sent null": (dict(**hi, gamma=None), ["gamma must be a whole number"]),
+        "custom pair without models": (dict(prompt="hi", pair="custom"), ["custom pair", "target", "draft"]),
+        "unreachable hub id": (dict(prompt="hi", pair="custom", target="no-org/no-model", draft="no-org/no-model"),
+                               ["no-org/no-model", "hub is unreachable"]),
+        "missing local path": (dict(prompt="hi", pair="custom", target="/nonexistent/a", draft="/nonexistent/b"),
+                               ["no model at local path", "/nonexistent/a"]),
+        # refused by Gradio itself before any handler runs (the page offers no way to send them): its message
+        # names the value and lists the allowed choices
+        "unknown model pair": (dict(prompt="hi", pair="gpt-17"), ["gpt-17", "not in the list of choices", "embedded"]),
+        "unknown method": (dict(prompt="hi", pair="tiny-random", method="beam"),
+                           ["beam", "not in the list of choices", "mcsd"]),
+    }
+
+
+REFUSED_BY_GRADIO = {"unknown model pair", "unknown method"}
 HOSTILE_TRACES = {
     "trace: not JSON": b"not json at all",
     "trace: pickle bytes": b"\x80\x04\x95\x1c\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x94\x8c\x06system\x94\x93.",
@@ -98,6 +138,20 @@ HOSTILE_TRACES = {
     "trace: wrong format": json.dumps({"format": "evil/1"}).encode(),
     "trace: JSON array": b"[1, 2, 3]",
 }
+
+
+def unclear(kind: str, status: str, must_say: list[str]) -> str:
+    """Why `status` is not a clear answer to bad input `kind` ("" when it is): one line, a warning (or, for a
+    choice outside its list, Gradio's own refusal), naming the field and what is allowed there."""
+    if kind in REFUSED_BY_GRADIO:
+        if not status.startswith("error: "):
+            return "not refused"
+    elif not status.startswith("⚠"):
+        return "not a warning"
+    if "\n" in status.strip() or "Traceback" in status or "verbose error" in status:
+        return "more than one line"
+    missing = [phrase for phrase in must_say if phrase not in status]
+    return f"does not say {missing}" if missing else ""
 
 
 def free_port() -> int:
@@ -112,6 +166,7 @@ class Figures:
         self.requests = 0
         self.in_flight = self.peak_in_flight = 0
         self.peak_sessions = 0
+        self.texts_compared = 0
         self.bad_inputs: collections.Counter = collections.Counter()
         self.faults = collections.Counter()
         self.failures: list[str] = []
@@ -152,39 +207,46 @@ class Tab:
         except Exception as exc:
             return f"error: {exc}"
 
+    def token_ids(self) -> list[int]:
+        """The token ids of the run on show, as its saved trace holds them: what the text panel shows, without
+        its rendering (spaces as ␣, line ends as ↵)."""
+        path, status = self.call(api_name="/save_trace")
+        if not path:
+            raise RuntimeError(f"no trace saved: {status}")
+        return json.loads(Path(path).read_text())["new_token_ids"]
 
-def text_of(outputs) -> str:
-    value = outputs[TEXT]
-    if isinstance(value, dict) and value.get("__type__") == "update":
-        value = value.get("value")
-    return "".join(span["token"] for span in value or [])
 
-
-def solo_text(pair, prompt: str, options: dict, max_new: int) -> str:
+def solo_ids(pair, prompt: str, options: dict, max_new: int) -> list[int]:
+    """The token ids these settings give run alone: in this process, no server, no other session."""
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.session import build_decoder
 
     settings = Settings(pair="tiny-random", max_new_tokens=max_new, **options).normalised()
-    run = build_decoder(pair, settings).generate(pair.encode_prompt(prompt), max_new)
-    return "".join(pair.token_strings(run.new_token_ids))
+    return build_decoder(pair, settings).generate(pair.encode_prompt(prompt), max_new).new_token_ids
 
 
 def concurrency_phase(url, state, figures, pair, tabs: int, max_new: int) -> None:
-    """`tabs` tabs step and run at once; each must write exactly what it writes alone."""
+    """`tabs` tabs step and run at once; each must write exactly the tokens it writes alone."""
     start = threading.Barrier(tabs)
 
     def tab_main(i):
         prompt, options = f"tab {i} says", CONFIGS[i % len(CONFIGS)]
-        expected = solo_text(pair, prompt, options, max_new)
+        expected = solo_ids(pair, prompt, options, max_new)
         try:
             tab = Tab(url, figures, state.SESSIONS)
             kwargs = dict(prompt=prompt, pair="tiny-random", max_new_tokens=max_new, **options)
             start.wait()
             for _ in range(i % 4):
                 tab.call(**kwargs, api_name="/step")
-            out = tab.call(**kwargs, api_name="/run")
-            if text_of(out) != expected:
-                figures.fail(f"tab {i} ({options}) wrote {text_of(out)!r}, alone it writes {expected!r}")
+            status = tab.call(**kwargs, api_name="/run")[STATUS]
+            if not status.startswith("✓ Done"):
+                figures.fail(f"tab {i} ({options}): the run did not finish: {status[:200]!r}")
+            written = tab.token_ids()
+            with figures.lock:
+                figures.texts_compared += 1
+            if written != expected:
+                figures.fail(f"tab {i} ({options}) wrote {pair.tokenizer.decode(written)!r}, alone it writes "
+                             f"{pair.tokenizer.decode(expected)!r} (token ids {written} against {expected})")
         except Exception as exc:
             figures.fail(f"tab {i}: {type(exc).__name__}: {exc}")
 
@@ -195,81 +257,97 @@ def concurrency_phase(url, state, figures, pair, tabs: int, max_new: int) -> Non
         t.join()
 
 
-def bad_input_phase(url, state, figures) -> None:
-    tab, healthy = Tab(url, figures, state.SESSIONS), Tab(url, figures, state.SESSIONS)
-    one_token = dict(prompt="healthy", pair="tiny-random", method="ar", max_new_tokens=512)
-    healthy.status(**one_token)
-    steps = 1
-    for kind, (kwargs, phrase) in BAD_INPUTS.items():
+ONE_TOKEN_PER_STEP = dict(pair="tiny-random", method="ar", max_new_tokens=512)  # the n-th step says "Step n"
+
+
+class Bystander:
+    """A tab that takes one step after another on its own run; every step must be the next one."""
+
+    def __init__(self, url, figures, registry, prompt: str) -> None:
+        self.tab, self.prompt, self.figures, self.steps = Tab(url, figures, registry), prompt, figures, 0
+        self.step("start")
+
+    def step(self, after: str) -> None:
+        status = self.tab.status(prompt=self.prompt, **ONE_TOKEN_PER_STEP)
+        if not status.startswith(f"✓ Step {self.steps} took"):
+            self.figures.fail(f"{after} disturbed another session: its step {self.steps} said {status[:200]!r}")
+        self.steps += 1
+
+
+def bad_input_phase(url, state, figures, every: int = 1) -> None:
+    """Every `every`-th kind of bad input, then hostile trace files, in one tab; another tab steps between them."""
+    tab, healthy = Tab(url, figures, state.SESSIONS), Bystander(url, figures, state.SESSIONS, "healthy")
+    for kind, (kwargs, must_say) in list(bad_inputs().items())[::every]:
         status = tab.status(**kwargs)
         figures.bad_inputs[kind] += 1
-        if phrase not in status or "Traceback" in status or "verbose error" in status or status.startswith("✓"):
-            figures.fail(f"bad input '{kind}': unclear answer {status[:200]!r}")
-        if f"Step {steps}" not in healthy.status(**one_token):
-            figures.fail(f"bad input '{kind}' disturbed another session")
-        steps += 1
+        why = unclear(kind, status, must_say)
+        if why:
+            figures.fail(f"bad input '{kind}': unclear answer ({why}): {status[:200]!r}")
+        healthy.step(f"bad input '{kind}'")
     from gradio_client import handle_file
 
     folder = Path(tempfile.mkdtemp(prefix="soak-traces-"))
-    for kind, payload in HOSTILE_TRACES.items():
+    for kind, payload in list(HOSTILE_TRACES.items())[::every]:
         path = folder / f"{len(figures.bad_inputs)}.json"
         path.write_bytes(payload)
         status = tab.status(handle_file(str(path)), api_name="/load_trace")
         figures.bad_inputs[kind] += 1
-        if "cannot load that trace" not in status:
+        if not status.startswith("⚠") or "cannot load that trace" not in status:
             figures.fail(f"hostile {kind}: unclear answer {status[:200]!r}")
-    if "Step 0" not in tab.status(prompt="a good prompt after all that", **TINY):
+    if not tab.status(prompt="a good prompt after all that", **TINY).startswith("✓ Step 0"):
         figures.fail("the tab that sent bad input cannot step afterwards")
 
 
-def fault_phase(url, state, figures, faults: int) -> None:
-    """Model calls that raise (an OOM, a CUDA error) in one session; a bystander keeps stepping throughout."""
+def injected_errors() -> list[tuple[str, BaseException]]:
+    """(when, error): the model failures the fault phase injects, one of each kind, in turn."""
     import torch
 
+    return [("step", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB (injected)")),
+            ("step", RuntimeError("CUDA error: device-side assert triggered (injected)")),
+            ("prefill", MemoryError("out of memory while prefilling (injected)"))]
+
+
+def fault_phase(url, state, figures, faults: int) -> None:
+    """Model calls that fail (an OOM, a CUDA error, a failed prefill) in one session, injected through the engine's
+    hook (engine.FAULTS); a bystander steps after each fault is armed and again after it went off, so a fault that
+    reaches the wrong session is seen there."""
     import viz
     from dynasd.explorer import engine
 
-    bystander = Tab(url, figures, state.SESSIONS)
-    one_token = dict(prompt="bystander", pair="tiny-random", method="ar", max_new_tokens=512)
-    steps = 0
-    bystander.status(**one_token)
-    errors = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB (injected)"),
-              RuntimeError("CUDA error: device-side assert triggered (injected)"), MemoryError("injected")]
+    bystander = Bystander(url, figures, state.SESSIONS, "bystander")
+    errors = injected_errors()
     for i in range(faults):
-        victim, prompt = Tab(url, figures, state.SESSIONS), f"victim {i}"
-        victim.status(prompt=prompt, **TINY)
-        session = next(s for s in list(state.SESSIONS._sessions.values()) if s.prompt == prompt)
-        error = errors[i % len(errors)]
-
-        def broken_forward(*args, _error=error, **kwargs):
-            raise _error
-
-        where = ("target", "draft")[i % 2]
-        decoder = engine.LIVE.take(session.snapshot.fingerprint)  # the live decoder at this session's state
-        getattr(decoder, where).forward = broken_forward
-        engine.LIVE.keep(session.snapshot.fingerprint, decoder)
-        figures.faults[f"{type(error).__name__} in the {where} forward"] += 1
+        during, error = errors[i % len(errors)]
+        victim, prompt, name = Tab(url, figures, state.SESSIONS), f"victim {i}", type(error).__name__
+        kind = f"{name} at a {during}"
+        if during == "step" and not victim.status(prompt=prompt, **TINY).startswith("✓ Step 0"):
+            figures.fail(f"fault {i}: the victim could not start")
+        engine.FAULTS.arm(prompt, error, during)
+        figures.faults[kind] += 1
+        bystander.step(f"fault {i} ({kind}, armed for another session)")
         status = victim.status(prompt=prompt, **TINY)
-        if not status.startswith("✗") or type(error).__name__ not in status:
-            figures.fail(f"fault {i}: the victim was not told clearly: {status[:200]!r}")
-        steps += 1
-        if f"Step {steps}" not in bystander.status(**one_token):
-            figures.fail(f"fault {i} disturbed another session")
+        told = status.startswith("✗") and name in status and "Reset" in status
+        if not told or (during == "prefill" and "prefill" not in status):
+            figures.fail(f"fault {i} ({kind}): the victim was not told clearly: {status[:200]!r}")
+        if name not in victim.status(prompt=prompt, **TINY):
+            figures.fail(f"fault {i} ({kind}): the victim's session did not stay failed")
+        bystander.step(f"fault {i} ({kind})")
         victim.status(api_name="/reset")
-        if "Step 0" not in victim.status(prompt=prompt, **TINY):
-            figures.fail(f"fault {i}: the victim could not start over after Reset")
+        if not victim.status(prompt=prompt, **TINY).startswith("✓ Step 0"):
+            figures.fail(f"fault {i} ({kind}): the victim could not start over after Reset")
+    engine.FAULTS.clear()
     # a bug outside the model (a figure builder) is one line too, and the next request is fine
     real = viz.tree_figure
     viz.tree_figure = lambda *a, **k: (_ for _ in ()).throw(KeyError("injected figure bug"))
     try:
-        status = bystander.status(**one_token)
+        status = bystander.tab.status(prompt=bystander.prompt, **ONE_TOKEN_PER_STEP)
+        bystander.steps += 1
         figures.faults["KeyError in a figure builder"] += 1
-        if "something went wrong on the server" not in status:
+        if not status.startswith("✗") or "something went wrong on the server (KeyError" not in status:
             figures.fail(f"figure bug: unclear answer {status[:200]!r}")
     finally:
         viz.tree_figure = real
-    if not bystander.status(**one_token).startswith("✓"):
-        figures.fail("the bystander broke after the figure bug")
+    bystander.step("the figure bug")
 
 
 def soak_phase(url, state, figures, sessions: int, workers: int, steps: int) -> tuple[float, float, float]:
@@ -431,13 +509,44 @@ def memory_only(args) -> int:
     return 1 if figures.failures else 0
 
 
+def serve_in_process():
+    """The app on tiny-random in this process (so that faults can be injected into its engine) on a free port:
+    returns the launched Blocks, its URL and ui.state (its SESSIONS are the live ones)."""
+    from dynasd.explorer.pairs import PairCache
+
+    app = import_app()
+    from ui import state  # import_app put the checkout on sys.path
+
+    state.PAIRS = PairCache(allow_custom=True, device="cpu")
+    port = free_port()
+    demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
+    return demo, f"http://127.0.0.1:{port}/", state
+
+
+def short_soak(url, state, pair, tabs: int = 4, max_new: int = 12, every_bad_input: int = 3,
+               abandoned: int = 6) -> Figures:
+    """The soak in miniature, for the test suite (tests/test_soak.py): `tabs` tabs at once, every
+    `every_bad_input`-th bad input, one injected fault of each kind, `abandoned` tabs opened and left. It checks
+    what the long soak checks, memory aside (that needs hundreds of tabs)."""
+    figures = Figures()
+    concurrency_phase(url, state, figures, pair, tabs, max_new)
+    bad_input_phase(url, state, figures, every_bad_input)
+    fault_phase(url, state, figures, len(injected_errors()))
+    abandon_tabs(url, figures, abandoned, 2, 1, iter(range(10**9)))
+    if len(state.SESSIONS) > state.SESSIONS.max_sessions:
+        figures.fail(f"the registry holds {len(state.SESSIONS)} sessions, over its cap")
+    return figures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=500, help="tabs created and abandoned in the soak")
     parser.add_argument("--concurrent", type=int, default=16, help="tabs stepping and running at once")
     parser.add_argument("--workers", type=int, default=4, help="tabs opened at once during the soak")
     parser.add_argument("--steps", type=int, default=3, help="steps per abandoned tab")
-    parser.add_argument("--faults", type=int, default=6, help="sessions whose model calls are made to fail")
+    parser.add_argument("--faults", type=int, default=6,
+                        help="sessions whose model calls are made to fail (in turn: an OOM at a step, a CUDA error at "
+                             "a step, a MemoryError at a prefill)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--memory-only", action="store_true",
                         help="only the abandon soak, against a server in its own process; its RSS alone")
@@ -450,16 +559,9 @@ def main(argv=None) -> int:
     if args.memory_only:
         return memory_only(args)
 
-    from dynasd.explorer.pairs import PairCache
     from dynasd.models import tiny_random_pair
 
-    app = import_app()
-    from ui import state  # import_app put the checkout on sys.path
-
-    state.PAIRS = PairCache(allow_custom=True, device="cpu")
-    port = free_port()
-    demo = app.serve(app.build_app("tiny-random"), "127.0.0.1", port, block=False)
-    url = f"http://127.0.0.1:{port}/"
+    demo, url, state = serve_in_process()
     figures = Figures()
     pair = tiny_random_pair()
     started = time.monotonic()
@@ -485,7 +587,8 @@ def main(argv=None) -> int:
     print(f"  sessions held concurrently     {args.concurrent} tabs stepping/running at once "
           f"(peak {figures.peak_in_flight} requests in flight); registry peak {figures.peak_sessions} "
           f"of max {state.SESSIONS.max_sessions}, {len(state.SESSIONS)} at the end")
-    print(f"  requests served                {figures.requests}")
+    print(f"  requests served                {figures.requests}; texts compared with their solo run (token ids) "
+          f"{figures.texts_compared}")
     print(f"  bad inputs tried               {sum(figures.bad_inputs.values())} of {len(figures.bad_inputs)} kinds: "
           + ", ".join(figures.bad_inputs))
     print(f"  faults injected                {sum(figures.faults.values())}: "

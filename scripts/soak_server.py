@@ -3,12 +3,14 @@
     .venv/bin/python scripts/soak_server.py --pair tiny-random --host 127.0.0.1 --port 7861   # same flags as app.py
 
 Environment switches (all optional):
+    SOAK_QUEUE_CONCURRENCY=N the queue's concurrency (app.QUEUE_CONCURRENCY) instead of the app's own
+    SOAK_COMPARE_CONCURRENCY=N  Compares at a time in their own lane (ui.layout.COMPARE_CONCURRENCY); 0: no lane
     SOAK_TRACEMALLOC=N      tracemalloc.start(N) at the first probe (N frames per allocation); started any
                             earlier, it slows start-up enough that gradio's launch check of localhost fails
     SOAK_PROBE_DIR=DIR      on SIGUSR1: gc.collect(), then write DIR/probe-<n>.json (VmRSS, per-session stores,
                             live objects by type) and, with tracemalloc on, DIR/snap-<n>.pickle; probe-<n>.json
                             is written last (renamed into place), so its appearance means the probe is complete
-scripts/soak.py --memory-only launches this and drives it over HTTP.
+scripts/soak.py --memory-only and scripts/classroom.py launch this and drive it over HTTP.
 """
 from __future__ import annotations
 
@@ -39,6 +41,12 @@ def _capture_serve(demo, *args, **kwargs):
 
 
 app.serve = _capture_serve
+if os.environ.get("SOAK_QUEUE_CONCURRENCY"):
+    app.QUEUE_CONCURRENCY = int(os.environ["SOAK_QUEUE_CONCURRENCY"])
+if os.environ.get("SOAK_COMPARE_CONCURRENCY"):
+    import ui.layout
+
+    ui.layout.COMPARE_CONCURRENCY = int(os.environ["SOAK_COMPARE_CONCURRENCY"]) or None
 
 
 def _stores() -> dict:

@@ -353,25 +353,38 @@ def test_a_saved_run_gives_back_the_settings_it_was_made_with(pairs, tmp_path, c
 
 # -- failures inside one session's model calls ------------------------------------------------------------------------
 
-def test_a_failing_prefill_marks_only_its_own_session(pairs, monkeypatch):
-    from dynasd.decoders.speculative import TreeDecoder
+def test_a_failing_prefill_marks_only_its_own_session(pairs):
+    from dynasd.explorer import engine
 
     registry = SessionRegistry()
     healthy, broken = registry.get(None), registry.get(None)
     healthy.start(pairs, Settings(**TINY), "hello")
-    real = TreeDecoder._prefill
-
-    def prefill(self):
-        if self.run.prompt == "poison":
-            raise MemoryError("out of memory while prefilling (injected)")
-        return real(self)
-
-    monkeypatch.setattr(TreeDecoder, "_prefill", prefill)
+    engine.FAULTS.arm("poison", MemoryError("out of memory while prefilling (injected)"), during="prefill")
     with pytest.raises(SessionFailed, match="prefill.*MemoryError.*Reset"):
         broken.start(pairs, Settings(**TINY), "poison")
     assert broken.error and broken.snapshot is None and healthy.error is None
     assert healthy.step(pairs).index == 0
     assert not pairs.lock_for(pairs.get(healthy.settings)).locked()
+
+
+def test_an_injected_fault_goes_off_once_in_the_run_of_its_prompt_only(pairs):
+    """The engine's fault hook (what the soak and these tests break sessions with): a step's fault waits for a
+    step of its own run, whatever other runs step meanwhile, goes off there once, and is gone."""
+    from dynasd.explorer import engine
+
+    registry = SessionRegistry()
+    victim, bystander = registry.get(None), registry.get(None)
+    victim.start(pairs, Settings(**TINY), "victim")
+    bystander.start(pairs, Settings(**TINY), "bystander")
+    engine.FAULTS.arm("victim", RuntimeError("CUDA error: device-side assert triggered (injected)"))
+    assert bystander.step(pairs).index == 0 and bystander.step(pairs).index == 1
+    with pytest.raises(SessionFailed, match="RuntimeError: CUDA error"):
+        victim.step(pairs)
+    victim.reset()
+    victim.start(pairs, Settings(**TINY), "victim")
+    assert victim.step(pairs).index == 0, "the fault went off once"
+    with pytest.raises(ValueError, match="during"):
+        engine.FAULTS.arm("victim", MemoryError(), during="render")
 
 
 def test_a_finished_run_releases_its_caches(pairs):
@@ -471,26 +484,14 @@ def test_hostile_trace_uploads_are_refused_and_the_session_still_works(connect, 
     assert "Step 0" in status_or_error(client, prompt="hello", **TINY)
 
 
-def find_session(server, prompt):
-    matches = [s for s in list(server.state.SESSIONS._sessions.values()) if s.prompt == prompt]
-    assert len(matches) == 1
-    return matches[0]
+def test_a_failing_model_call_fails_one_session_and_the_server_stays_up(connect):
+    from dynasd.explorer import engine
 
-
-def test_a_failing_model_call_fails_one_session_and_the_server_stays_up(server, connect):
     victim, bystander = connect(), connect()
     assert "Step 0" in status_or_error(victim, prompt="victim prompt", **TINY)
     assert "Step 0" in status_or_error(bystander, prompt="bystander prompt", **TINY)
-    session = find_session(server, "victim prompt")
-
-    def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
-
-    from dynasd.explorer import engine
-
-    decoder = engine.LIVE.take(session.snapshot.fingerprint)  # the live decoder of this session's state
-    decoder.target.forward = out_of_memory  # this session's target cache only
-    engine.LIVE.keep(session.snapshot.fingerprint, decoder)
+    engine.FAULTS.arm("victim prompt", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB "
+                                                              "(injected)"))
     status = status_or_error(victim, prompt="victim prompt", **TINY)
     assert status.startswith("✗") and "OutOfMemoryError: CUDA out of memory" in status and "Reset" in status
     assert "Step 1" in status_or_error(bystander, prompt="bystander prompt", **TINY)

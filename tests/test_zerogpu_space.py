@@ -173,3 +173,44 @@ def test_the_page_steps_runs_and_stops_on_zerogpu(zerogpu_app, browser):  # noqa
     assert len(gpu_calls(log)) == calls + 1, "the next Step came from the recorded run, without a GPU call"
     tree = browser.find_elements(By.CSS_SELECTOR, "#tree-plot .js-plotly-plot .scatterlayer .point")
     assert len(tree) > 10
+
+
+@pytest.mark.slow(seconds=20)
+def test_a_classroom_at_once_advances_every_session_on_its_own_state_with_the_gpu_calls_of_one_alone(zerogpu_app):
+    """scripts/classroom.py's learners (Step, Step, Run, scrub, a follow-up and its Step; Compare left out), first
+    one of each settings alone, then three at once: every session's steps advance one by one, every text (token ids)
+    is its settings' alone, and the three make exactly the GPU calls of their settings alone, none lost or shared."""
+    import importlib.util
+    import sys
+
+    for name in ("soak", "classroom"):  # classroom.py imports soak.py as its neighbour
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules[name])
+    Learner = sys.modules["classroom"].Learner
+    url, log = zerogpu_app
+    configs = [("a classroom prompt", dict(method="mcsd", k_config="2,1,1,1")), ("another one", dict(method="ar"))]
+
+    def learner(i):
+        prompt, options = configs[i % 2]
+        return Learner(url, 120, dict(pair="tiny-random", max_new_tokens=8, **options), prompt)
+
+    alone, calls_alone = [], []
+    for i in range(2):
+        before = len(gpu_calls(log))
+        one = learner(i)
+        one.lesson(compare=False)
+        assert one.problems == [] and one.token_ids
+        alone.append(one.token_ids)
+        calls_alone.append(len(gpu_calls(log)) - before)
+    before = len(gpu_calls(log))
+    classroom = [learner(i) for i in range(3)]
+    threads = [threading.Thread(target=one.lesson, kwargs=dict(compare=False)) for one in classroom]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert [one.problems for one in classroom] == [[]] * 3, "every step was the next one of its own run"
+    assert [one.token_ids for one in classroom] == [alone[i % 2] for i in range(3)]
+    assert len(gpu_calls(log)) - before == sum(calls_alone[i % 2] for i in range(3)), calls_alone

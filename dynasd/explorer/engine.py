@@ -96,6 +96,46 @@ class LiveDecoders:
 LIVE = LiveDecoders()
 
 
+class InjectedFaults:
+    """Model failures made on purpose, through the engine's own door: `arm(prompt, error)` makes the next model
+    call on the run of `prompt` raise `error`, once, where the model works: at its prefill (`during="prefill"`, a
+    new run or a follow-up turn) or at the start of its next step (`during="step"`). The engine handles it as any
+    failing model: the call's request fails with one line, its decoder is dropped, its session is marked failed.
+
+    Why a hook: the soak (scripts/soak.py) and the robustness tests used to break one session's decoder by
+    replacing a model attribute on it, and a rename of that attribute broke the soak silently (it runs outside the
+    suite). A step's fault follows the decoder being stepped (its run's prompt), not the request, so a decoder
+    handed to the wrong session takes its fault with it, as a broken cache would; tests/test_soak.py holds the
+    hook to this. Nothing is armed outside tests and the soak: the check is one attribute read per step."""
+
+    DURING = ("prefill", "step")
+
+    def __init__(self) -> None:
+        self._armed: dict[tuple[str, str], BaseException] = {}
+        self._guard = threading.Lock()
+
+    def arm(self, prompt: str, error: BaseException, during: str = "step") -> None:
+        if during not in self.DURING:
+            raise ValueError(f"during must be one of {self.DURING}, got {during!r}")
+        with self._guard:
+            self._armed[(during, prompt)] = error
+
+    def clear(self) -> None:
+        with self._guard:
+            self._armed.clear()
+
+    def raise_if_armed(self, during: str, prompt: str) -> None:
+        if not self._armed:
+            return
+        with self._guard:
+            error = self._armed.pop((during, prompt), None)
+        if error is not None:
+            raise error
+
+
+FAULTS = InjectedFaults()
+
+
 def load_decision_model_for(options: DecoderOptions) -> DecisionModel | None:
     """The decision model the options' stop policy reads, built under the model lock; a missing one is a
     UserError."""
@@ -205,6 +245,7 @@ def _start(pairs: PairCache, settings: Settings, prompt: str, steps: int, progre
     decoder = prepared.decoder()
     with prepared.lock:
         prefilling = time.perf_counter()
+        FAULTS.raise_if_armed("prefill", prompt)
         run = decoder.start(prepared.ids, prepared.settings.max_new_tokens, prompt)
         progress.prefill_seconds = time.perf_counter() - prefilling
     progress.run = _header(run)
@@ -247,6 +288,7 @@ def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, 
             extra = follow_up_ids(pair.tokenizer, messages, decoder.run.new_token_ids, pair.eos_token_ids)
         except Exception as exc:
             raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
+        FAULTS.raise_if_armed("prefill", message)
         run = decoder.continue_with(extra, prepared.settings.max_new_tokens, message)
         progress.prefill_seconds = time.perf_counter() - prefilling
     progress.run = _header(run)
@@ -262,6 +304,7 @@ def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progr
         if decoder.done:
             break
         with pairs.lock_for(pair):
+            FAULTS.raise_if_armed("step", run.prompt)
             step = decoder.step()  # a failure leaves the decoder half way: no snapshot, the session fails
         progress.steps.append(RecordedStep(step, run.text, run.finished))
     progress.snapshot = decoder.snapshot()

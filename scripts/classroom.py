@@ -1,0 +1,270 @@
+"""A classroom on one machine: N learners at once on one explorer, each doing what a learner does, measured from
+outside: Step latency, how long the last learner waits, timeouts, whether any learner's text differs from the same
+settings run alone, and the server's memory per session and after the learners have left.
+
+    .venv/bin/python scripts/classroom.py                                  # 30 learners, embedded pair
+    .venv/bin/python scripts/classroom.py --concurrency 2                  # the queue's concurrency for this run
+    .venv/bin/python scripts/classroom.py --compare-concurrency 0          # Compares in the common lane
+    .venv/bin/python scripts/classroom.py --zerogpu --pair tiny-random     # under the ZeroGPU double
+
+The server is app.py in its own process (scripts/soak_server.py: app.py plus memory probes), the queue as the app
+configures it (--concurrency overrides app.QUEUE_CONCURRENCY for the run); every learner is a gradio_client session
+(one browser tab) in a thread of this process, talking HTTP through the queue. A learner: Step, Step, Run (as the
+page runs it: one queued event per step until the end; the page's paced Run is not in the API, /step does the
+same work), scrub back to step 1, Compare once, a follow-up message and one Step of its answer. Every request
+waits at most --timeout seconds. The learners share --configs settings (prompt, method), so the text of each is
+checked against that configuration run alone first, on the same server, by one learner at a time (which also
+gives the Step latency of a learner alone).
+
+--zerogpu serves the app under the ZeroGPU double (tests/zerogpu_double: every GPU call in a forked child,
+arguments and results pickled) and counts the GPU calls (per learner: the calls over the learners).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from soak import REPO, free_port, probe_server, wait_until_up  # this folder; sets the environment first
+
+STATUS = 7
+CONFIGS = [  # (prompt, settings): learner i takes CONFIGS[i % len(CONFIGS)]
+    ("Explain what a binary search tree is.", dict(method="mcsd", k_config="2,1,1,1")),
+    ("Write a haiku about the sea.", dict(method="sd", gamma=4)),
+    ("What is the capital of France? Answer in one sentence.", dict(method="ar")),
+    ("List three uses of a hash map.", dict(method="pld")),
+]
+FOLLOW_UP = "Say it again in fewer words."
+
+
+class Learner:
+    """One browser tab: its requests, each timed from the click to the answer."""
+
+    def __init__(self, url: str, timeout_s: float, controls: dict, prompt: str) -> None:
+        from gradio_client import Client
+
+        self.client = Client(url, verbose=False)
+        self.timeout_s, self.controls, self.prompt = timeout_s, controls, prompt
+        self.timings: list[tuple[str, float]] = []  # (action, seconds)
+        self.problems: list[str] = []
+        self.steps_seen: list[int] = []
+        self.token_ids: list[int] | None = None
+
+    def ask(self, action: str, *args, api_name: str, **kwargs):
+        started = time.monotonic()
+        job = self.client.submit(*args, api_name=api_name, **kwargs)
+        try:
+            result = job.result(timeout=self.timeout_s)
+        except TimeoutError:
+            self.timings.append((action + " (timed out)", time.monotonic() - started))
+            self.problems.append(f"{action}: no answer within {self.timeout_s:.0f} s")
+            raise
+        self.timings.append((action, time.monotonic() - started))
+        return result
+
+    def step(self, action: str = "Step") -> str:
+        status = self.ask(action, prompt=self.prompt, **self.controls, api_name="/step")[STATUS]
+        if not status.startswith("✓ Step"):
+            self.problems.append(f"{action}: {status[:160]!r}")
+            return status
+        index = int(status.split()[2])
+        if self.steps_seen and index != self.steps_seen[-1] + 1 and index != 0:
+            self.problems.append(f"{action}: step {index} after step {self.steps_seen[-1]}")
+        self.steps_seen.append(index)
+        return status
+
+    def run_to_the_end(self) -> None:
+        """Run as the page runs it: one queued event per step until the run is finished."""
+        for _ in range(self.controls["max_new_tokens"] + 1):
+            if "The run is finished" in self.step("Run's step") or self.problems:
+                return
+        self.problems.append("Run: the run did not finish")
+
+    def saved_token_ids(self) -> list[int]:
+        path, status = self.ask("save trace", api_name="/save_trace")
+        if not path:
+            raise RuntimeError(f"no trace saved: {status}")
+        return json.loads(Path(path).read_text())["new_token_ids"]
+
+    def lesson(self, compare: bool = True) -> None:
+        """What one learner does, start to end (`compare`: with Compare, the longest request)."""
+        try:
+            self.step()
+            self.step()
+            self.run_to_the_end()
+            self.token_ids = self.saved_token_ids()
+            self.ask("scrub", 1, api_name="/show_step")
+            if compare:
+                compared = self.ask("Compare", prompt=self.prompt, **self.controls, api_name="/compare")
+                if not str(compared[2]).startswith("✓"):
+                    self.problems.append(f"Compare: {str(compared[2])[:160]!r}")
+            status = self.ask("follow-up", FOLLOW_UP, api_name="/follow_up")[STATUS]
+            if not status.startswith("✓ Turn 2"):
+                self.problems.append(f"follow-up: {status[:160]!r}")
+            self.steps_seen = []
+            self.step("Step of the follow-up")
+        except Exception as exc:  # counted; the classroom goes on
+            self.problems.append(f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+def latency_line(name: str, values: list[float]) -> str:
+    if not values:
+        return f"  {name:<34} none"
+    return (f"  {name:<34} p50 {percentile(values, 0.5):6.2f} s, p95 {percentile(values, 0.95):6.2f} s, "
+            f"max {max(values):6.2f} s ({len(values)} requests)")
+
+
+def start_server(args, probe_dir: Path, log_path: Path):
+    env = {**os.environ, "SOAK_PROBE_DIR": str(probe_dir), "PYTHONUNBUFFERED": "1"}
+    if args.concurrency:
+        env["SOAK_QUEUE_CONCURRENCY"] = str(args.concurrency)
+    if args.compare_concurrency is not None:
+        env["SOAK_COMPARE_CONCURRENCY"] = str(args.compare_concurrency)
+    if args.zerogpu:
+        env.update(SPACES_ZERO_GPU="1", ZEROGPU_DOUBLE_LOG=str(probe_dir / "gpu_calls.jsonl"),
+                   PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "zerogpu_double"), str(REPO)]))
+    port = free_port()
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, str(REPO / "scripts" / "soak_server.py"), "--pair", args.pair,
+                                   "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                                  cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    return server, f"http://127.0.0.1:{port}/"
+
+
+def gpu_calls(probe_dir: Path) -> list[dict]:
+    path = probe_dir / "gpu_calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--learners", type=int, default=30)
+    parser.add_argument("--pair", default="embedded")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="each run's token budget")
+    parser.add_argument("--configs", type=int, default=len(CONFIGS), help=f"settings shared out (1-{len(CONFIGS)})")
+    parser.add_argument("--concurrency", type=int, default=0, help="the queue's concurrency (default: the app's)")
+    parser.add_argument("--compare-concurrency", type=int, default=None,
+                        help="Compares at a time in their own lane (default: the app's; 0: no lane of their own)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a request may wait for its answer")
+    parser.add_argument("--zerogpu", action="store_true", help="serve under the ZeroGPU double, count GPU calls")
+    parser.add_argument("--settle", type=float, default=35.0,
+                        help="seconds after the learners leave before the last memory probe (the app returns "
+                             "freed heap to the OS every 30 s)")
+    args = parser.parse_args(argv)
+    configs = CONFIGS[:max(1, min(args.configs, len(CONFIGS)))]
+    probe_dir = Path(tempfile.mkdtemp(prefix="dynasd-classroom-"))
+    server, url = start_server(args, probe_dir, probe_dir / "server.log")
+    started = time.monotonic()
+    try:
+        wait_until_up(url, server)
+        solo_ids, solo_steps = [], []
+        for prompt, options in configs:  # alone, one after another: the reference texts and Step latency
+            alone = Learner(url, args.timeout, dict(pair=args.pair, max_new_tokens=args.max_new_tokens, **options),
+                            prompt)
+            alone.step()
+            alone.step()
+            alone.run_to_the_end()
+            if alone.problems:
+                sys.exit(f"the configuration {options} fails alone: {alone.problems}")
+            solo_ids.append(alone.saved_token_ids())
+            solo_steps += [s for a, s in alone.timings if a in ("Step", "Run's step")]
+            alone.client.close()
+        calls_before = len(gpu_calls(probe_dir))
+        before = probe_server(server, probe_dir, 0)
+        learners = [Learner(url, args.timeout, dict(pair=args.pair, max_new_tokens=args.max_new_tokens,
+                                                    **configs[i % len(configs)][1]), configs[i % len(configs)][0])
+                    for i in range(args.learners)]
+        finished: list[float] = [0.0] * args.learners
+        gate = threading.Barrier(args.learners)
+        class_start = [0.0]
+
+        def attend(i: int) -> None:
+            gate.wait()
+            if i == 0:
+                class_start[0] = time.monotonic()
+            learners[i].lesson()
+            finished[i] = time.monotonic()
+
+        threads = [threading.Thread(target=attend, args=(i,)) for i in range(args.learners)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        held = probe_server(server, probe_dir, 1)
+        calls = gpu_calls(probe_dir)[calls_before:]
+        for learner in learners:
+            learner.client.close()  # the tabs are closed: their sessions are abandoned, never ended
+        time.sleep(args.settle)
+        after = probe_server(server, probe_dir, 2)
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return report(args, configs, solo_ids, solo_steps, learners, finished, class_start[0], (before, held, after),
+                  calls, time.monotonic() - started)
+
+
+def report(args, configs, solo_ids, solo_steps, learners, finished, class_start, probes, calls, wall_s) -> int:
+    before, held, after = probes
+    steps = [s for learner in learners for a, s in learner.timings if a == "Step"]
+    run_steps = [s for learner in learners for a, s in learner.timings if a == "Run's step"]
+    by_action = collections.defaultdict(list)
+    for learner in learners:
+        for action, seconds in learner.timings:
+            by_action[action].append(seconds)
+    timeouts = sum(a.endswith("(timed out)") for learner in learners for a, _ in learner.timings)
+    differ = [i for i, learner in enumerate(learners)
+              if learner.token_ids is not None and learner.token_ids != solo_ids[i % len(configs)]]
+    unchecked = sum(learner.token_ids is None for learner in learners)
+    problems = [(i, p) for i, learner in enumerate(learners) for p in learner.problems]
+    ends = sorted(t - class_start for t in finished if t)
+    per_session = (held["rss_mb"] - before["rss_mb"]) / max(1, len(learners))
+    mode = "under the ZeroGPU double" if args.zerogpu else "on the CPU"
+    print()
+    print(f"DynaSD Explorer classroom: {len(learners)} learners at once, {args.pair} pair {mode}, queue concurrency "
+          f"{args.concurrency or 'as the app sets it'}, Compare lane "
+          f"{'as the app sets it' if args.compare_concurrency is None else args.compare_concurrency or 'none'}, "
+          f"{args.max_new_tokens} new tokens a run, "
+          f"{len(configs)} settings ({', '.join(o['method'] for _, o in configs)})")
+    print(latency_line("Step, a learner alone", solo_steps))
+    print(latency_line("Step (the two Steps)", steps))
+    print(latency_line("Step of a Run (one event a step)", run_steps))
+    for action in ("scrub", "Compare", "follow-up", "Step of the follow-up"):
+        print(latency_line(action, by_action.get(action, [])))
+    if ends:
+        print(f"  learners done after                first {ends[0]:.0f} s, median {statistics.median(ends):.0f} s, "
+              f"last {ends[-1]:.0f} s")
+    print(f"  requests timed out (> {args.timeout:.0f} s)       {timeouts}")
+    print(f"  texts that differ from alone       {len(differ)} of {len(learners) - unchecked} (token ids)"
+          + (f"; {unchecked} not checked" if unchecked else ""))
+    print(f"  server RSS (MB, after gc)          before {before['rss_mb']:.0f}; {len(learners)} sessions held "
+          f"{held['rss_mb']:.0f} ({per_session:+.1f} a session); tabs closed, {args.settle:.0f} s later "
+          f"{after['rss_mb']:.0f}; sessions in the registry {after['stores'].get('registry')}")
+    if args.zerogpu:
+        kinds = collections.Counter(call["function"] for call in calls)
+        print(f"  GPU calls                          {len(calls)}, {len(calls) / max(1, len(learners)):.1f} a "
+              f"learner: " + ", ".join(f"{n} {name}" for name, n in kinds.most_common()))
+    print(f"  wall time                          {wall_s:.0f} s")
+    print(f"  problems                           {len(problems)}")
+    for i, problem in problems[:20]:
+        print(f"   - learner {i}: {problem}")
+    return 1 if problems or differ or timeouts else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
