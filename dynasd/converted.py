@@ -21,6 +21,10 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from .embedded import cache_dir
 from .kernels.compile import process_runs
@@ -38,16 +42,64 @@ def converted_folder(gguf: Path) -> Path:
     return cache_dir() / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
 
 
+@functools.lru_cache(maxsize=8)  # hashing the file costs ~0.1 s; a process asks once per load
+def _folder_of(gguf: Path, size: int, mtime_ns: int) -> Path:
+    return converted_folder(gguf)
+
+
+def converted_weights(gguf: Path) -> Path:
+    """The converted checkpoint's float32 weights (safetensors) of the GGUF file `gguf` (converted already)."""
+    stat = gguf.stat()
+    return _folder_of(gguf, stat.st_size, stat.st_mtime_ns) / COMPLETE
+
+
 def load_converted(gguf: Path, dtype):
     """(model, tokenizer) of the GGUF file `gguf`, converted on the first load and read from the cache after."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = converted_folder(gguf)
+    stat = gguf.stat()
+    folder = _folder_of(gguf, stat.st_size, stat.st_mtime_ns)
     if not (folder / COMPLETE).is_file():
         _convert(gguf, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
     return model, tokenizer
+
+
+SLICE_ROWS = 2048  # rows read at a time by saved_rows: a few MB of float32
+
+
+def saved_key(weights: Path, keys: list[str]) -> str | None:
+    """The first of `keys` that the safetensors file `weights` holds (a tied embedding is saved once, under either
+    name), or None."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as file:
+        held = set(file.keys())
+    return next((key for key in keys if key in held), None)
+
+
+def saved_rows(weights: Path, keys: list[str], ids) -> "torch.Tensor | None":
+    """Rows `ids` (sorted) of the first tensor of `keys` that the safetensors file `weights` holds, or None where
+    it holds none of them. Read slice by slice, each through a mapping closed at once: a model loaded from the
+    same file maps it too, and rows read through the model's mapping would stay in the process's memory as long as
+    the model lives (for the embedded target's embedding ~80-113 MB)."""
+    import torch
+    from safetensors import safe_open
+
+    key = saved_key(weights, keys)
+    if key is None:
+        return None
+    with safe_open(str(weights), framework="pt") as file:
+        rows = file.get_slice(key).get_shape()[0]
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    parts = []
+    for start in range(0, rows, SLICE_ROWS):
+        inside = ids[(ids >= start) & (ids < start + SLICE_ROWS)]
+        if inside.numel():
+            with safe_open(str(weights), framework="pt") as file:
+                parts.append(file.get_slice(key)[start:start + SLICE_ROWS][inside - start])
+    return torch.cat(parts)
 
 
 def _convert(gguf: Path, folder: Path) -> None:
