@@ -150,6 +150,29 @@ def write_gguf(model, path, corrupt: str | None = None) -> None:
     writer.close()
 
 
+def test_the_tensor_table_is_the_one_the_gguf_package_reads(tmp_path):
+    """read_blocks skips the metadata instead of parsing it (the gguf package's reader peaked at 164 MB on the
+    embedded file, its ~100,000 tokenizer strings); names, shapes and offsets are the package's, on a small file and
+    on the embedded one (string arrays and all) where it is installed."""
+    from gguf import GGUFReader
+
+    from dynasd.embedded import installed_gguf
+    from dynasd.kernels.block_weights import gguf_tensor_table
+
+    path = tmp_path / "small.gguf"
+    write_gguf(small_llama(), path)
+    for file in [path, installed_gguf()]:
+        if file is None:
+            continue
+        reference = {tensor.name: (tensor.tensor_type.name, [int(n) for n in tensor.shape], int(tensor.data_offset))
+                     for tensor in GGUFReader(str(file)).tensors}
+        table = {name: (kind, shape, offset) for name, kind, shape, offset in gguf_tensor_table(file)}
+        assert table.keys() == reference.keys()
+        for name, (kind, shape, offset) in table.items():
+            assert (shape, offset) == reference[name][1:], name
+            assert kind == reference[name][0] or reference[name][0] not in (Q4_1, Q8_0), name
+
+
 def test_a_gguf_models_layers_become_blocks_with_the_same_logits(kernel, tmp_path):
     model = small_llama()
     write_gguf(model, tmp_path / "small.gguf")

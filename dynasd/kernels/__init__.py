@@ -26,12 +26,13 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
-from .block_weights import BlockEmbedding, BlockLinear, block_kernel, use_gguf_blocks
+from .block_weights import BlockLinear, block_kernel, use_gguf_blocks
 from .compile import VARIANT_LABELS, kernel_variant
 from .fast_linear import pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
-from .lean_forward import lean_forward, supports
+from .lean_forward import fused_projections, lean_forward, supports
+from .memory import return_freed_memory
 
 _PLAN_ATTRIBUTE = "dynasd_kernel_plan"
 
@@ -85,6 +86,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
     # Decided after the attention switch: the lean forward knows "sdpa", "eager" and the packed attention.
     forward = lean_forward if plan.lean_forward and supports(model) else stock_forward
     attach_runtime(model, Runtime(forward=forward, new_cache=in_place_cache if plan.in_place_cache else stock_cache))
+    if forward is lean_forward:
+        fused_projections(model)
     setattr(model, _PLAN_ATTRIBUTE, plan)
     return model
 
@@ -100,13 +103,18 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     if target_plan.gguf_blocks:  # which drafts can read the target's block embedding (asked before it is swapped)
         target_embedding = pair.target.get_input_embeddings().weight
         sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
+    # The drafts first, their shared embedding let go meanwhile: each draft's float32 weights become float16 panels
+    # and are freed before the target's blocks are made, so the two never add up (a load's peak ~60 MB lower).
+    for draft in sharing:
+        draft.set_input_embeddings(None)
+    for model in drafts:
+        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False))
+        return_freed_memory()
     accelerate_model(pair.target, target_plan)
     embedding = pair.target.get_input_embeddings()
-    for model in drafts:
-        if any(model is draft for draft in sharing) and isinstance(embedding, BlockEmbedding):
-            # The same values, read from the target's blocks: a draft's float32 copy would cost 113 MB.
-            model.set_input_embeddings(embedding)
-        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False))
+    for draft in sharing:  # the same values, now read from the target's blocks (a float32 copy: 113 MB)
+        draft.set_input_embeddings(embedding)
+    return_freed_memory()
     return pair
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from .compile import kernel_once, kernel_variant
+from .memory import return_freed_memory
 
 PANEL = 32  # output columns per panel (block_linear.cpp)
 BLOCK = 32  # inputs per quantization block
@@ -49,16 +50,69 @@ def block_kernel(variant: str | None = None):
 # the file's blocks
 
 def read_blocks(path: Path) -> dict[str, tuple[str, "BlockSource"]]:
-    """GGUF tensor name -> (type, where its raw blocks lie in the file) for every Q4_1 and Q8_0 tensor of the file."""
-    from gguf import GGUFReader
+    """GGUF tensor name -> (type, where its raw blocks lie in the file) for every Q4_1 and Q8_0 tensor of the file.
 
+    Read from the file's header by `gguf_tensor_table`: the gguf package's reader also parses every metadata value
+    into numpy objects (the tokenizer's ~100,000 strings: 164 MB at its peak for the embedded target)."""
     blocks = {}
-    for tensor in GGUFReader(str(path)).tensors:
-        kind = tensor.tensor_type.name
+    for name, kind, shape, offset in gguf_tensor_table(Path(path)):
         if kind in RAW_BYTES:
-            rows = int(tensor.n_bytes) // (int(tensor.shape[0]) // BLOCK * RAW_BYTES[kind])
-            blocks[tensor.name] = (kind, BlockSource(Path(path), int(tensor.data_offset), int(tensor.n_bytes), rows))
+            columns, rows = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+            n_bytes = rows * (columns // BLOCK) * RAW_BYTES[kind]
+            blocks[name] = (kind, BlockSource(Path(path), offset, n_bytes, rows))
     return blocks
+
+
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGML_TYPES = {3: Q4_1, 8: Q8_0}  # ggml's type ids of the two formats read here; other tensors are named by id
+
+
+def gguf_tensor_table(path: Path) -> list[tuple[str, str, list[int], int]]:
+    """(name, type, shape as GGUF gives it (columns first), absolute offset of its data) of every tensor of a GGUF
+    file (version 2 or 3, little-endian), read from its header; metadata values are skipped, not parsed."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
+            raise ValueError(f"{path} is not a GGUF file of version 2 or 3")
+        tensors, fields = struct.unpack_from("<QQ", data, 8)
+        at, alignment = 24, 32
+
+        def string(at: int) -> tuple[str, int]:
+            length = struct.unpack_from("<Q", data, at)[0]
+            return data[at + 8:at + 8 + length].decode("utf-8", errors="replace"), at + 8 + length
+
+        def skip(kind: int, at: int, count: int = 1) -> int:
+            if kind in _GGUF_SCALARS:
+                return at + count * struct.calcsize("<" + _GGUF_SCALARS[kind])
+            for _ in range(count):
+                if kind == _GGUF_STRING:
+                    at += 8 + struct.unpack_from("<Q", data, at)[0]
+                elif kind == _GGUF_ARRAY:
+                    item, items = struct.unpack_from("<IQ", data, at)
+                    at = skip(item, at + 12, items)
+                else:
+                    raise ValueError(f"{path}: unknown GGUF value type {kind}")
+            return at
+
+        for _ in range(fields):
+            key, at = string(at)
+            kind = struct.unpack_from("<I", data, at)[0]
+            if key == "general.alignment" and kind == 4:
+                alignment = struct.unpack_from("<I", data, at + 4)[0]
+            at = skip(kind, at + 4)
+        table = []
+        for _ in range(tensors):
+            name, at = string(at)
+            dims = struct.unpack_from("<I", data, at)[0]
+            shape = list(struct.unpack_from(f"<{dims}Q", data, at + 4))
+            kind, offset = struct.unpack_from("<IQ", data, at + 4 + 8 * dims)
+            at += 4 + 8 * dims + 12
+            table.append((name, _GGML_TYPES.get(kind, f"type {kind}"), shape, offset))
+        start = (at + alignment - 1) // alignment * alignment
+    return [(name, kind, shape, start + offset) for name, kind, shape, offset in table]
 
 
 class BlockSource:
@@ -276,6 +330,7 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str
                 continue
             model.lm_head = layer
             model.model.embed_tokens = BlockEmbedding(layer)
+            return_freed_memory()  # the largest layer's intermediate copies (~60 MB)
         else:
             parent, _, name = path.rpartition(".")
             setattr(modules[parent], name, layer)

@@ -105,7 +105,8 @@ class PretransposedLinear(torch.nn.Module):
         self.register_buffer("panels", None, persistent=False)
         if kernel is not None and linear.weight.dtype == torch.float32 and self.out_features % PANEL == 0:
             self.kernel = kernel
-            self.panels = to_panels(linear.weight).to(torch.float16 if half_panels else torch.float32)
+            # Rounded before the layout is made: no float32 copy of a draft's weight in between.
+            self.panels = to_panels(linear.weight.detach().to(torch.float16) if half_panels else linear.weight)
         if self.kernel is not None and half_panels:
             # The kernel takes every row count (a draft's prefill too): the float32 weight and its transpose would
             # be two more copies of what the panels hold (the embedded draft: ~150 MB of its ~190).
