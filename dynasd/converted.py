@@ -21,10 +21,16 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from .embedded import cache_dir
 from .kernels.compile import process_runs
 
+# How the folder is written; a change of it is a new key, so an older conversion is never read as this one.
+FORMAT = "2: a tied output layer saved as the embedding"
 COMPLETE = "model.safetensors"  # written last of the folder's files, and the folder is renamed into place whole
 _READ_ONCE = threading.Lock()  # one conversion at a time swaps gguf's functions (two would restore each other's)
 
@@ -35,14 +41,27 @@ def converted_folder(gguf: Path) -> Path:
         for block in iter(lambda: file.read(1 << 22), b""):
             key.update(block)
     key.update(importlib.metadata.version("transformers").encode())
+    key.update(FORMAT.encode())
     return cache_dir() / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
+
+
+@functools.lru_cache(maxsize=8)  # hashing the file costs ~0.1 s; a process asks once per load
+def _folder_of(gguf: Path, size: int, mtime_ns: int) -> Path:
+    return converted_folder(gguf)
+
+
+def converted_weights(gguf: Path) -> Path:
+    """The converted checkpoint's float32 weights (safetensors) of the GGUF file `gguf` (converted already)."""
+    stat = gguf.stat()
+    return _folder_of(gguf, stat.st_size, stat.st_mtime_ns) / COMPLETE
 
 
 def load_converted(gguf: Path, dtype):
     """(model, tokenizer) of the GGUF file `gguf`, converted on the first load and read from the cache after."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = converted_folder(gguf)
+    stat = gguf.stat()
+    folder = _folder_of(gguf, stat.st_size, stat.st_mtime_ns)
     if not (folder / COMPLETE).is_file():
         _convert(gguf, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
@@ -50,10 +69,46 @@ def load_converted(gguf: Path, dtype):
     return model, tokenizer
 
 
+SLICE_ROWS = 2048  # rows read at a time by saved_rows: a few MB of float32
+
+
+def saved_key(weights: Path, keys: list[str]) -> str | None:
+    """The first of `keys` that the safetensors file `weights` holds (a tied embedding is saved once, under either
+    name), or None."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as file:
+        held = set(file.keys())
+    return next((key for key in keys if key in held), None)
+
+
+def saved_rows(weights: Path, keys: list[str], ids) -> "torch.Tensor | None":
+    """Rows `ids` (sorted) of the first tensor of `keys` that the safetensors file `weights` holds, or None where
+    it holds none of them. Read slice by slice, each through a mapping closed at once: a model loaded from the
+    same file maps it too, and rows read through the model's mapping would stay in the process's memory as long as
+    the model lives (for the embedded target's embedding ~80-113 MB)."""
+    import torch
+    from safetensors import safe_open
+
+    key = saved_key(weights, keys)
+    if key is None:
+        return None
+    with safe_open(str(weights), framework="pt") as file:
+        rows = file.get_slice(key).get_shape()[0]
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    parts = []
+    for start in range(0, rows, SLICE_ROWS):
+        inside = ids[(ids >= start) & (ids < start + SLICE_ROWS)]
+        if inside.numel():
+            with safe_open(str(weights), framework="pt") as file:
+                parts.append(file.get_slice(key)[start:start + SLICE_ROWS][inside - start])
+    return torch.cat(parts)
+
+
 def _convert(gguf: Path, folder: Path) -> None:
     import torch
     import transformers.utils.logging as hf_logging
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hf_logging.disable_progress_bar()
@@ -65,11 +120,17 @@ def _convert(gguf: Path, folder: Path) -> None:
         AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(private))
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     # transformers refuses save_pretrained on a model read from GGUF (it counts as quantized); the config and the
-    # float32 weights are all there is to save (tied weights once: save_model drops the shared copy).
+    # float32 weights are all there is to save. A tied output layer is saved once, as the embedding: saved as
+    # `lm_head.weight` (what safetensors' save_model keeps), every load built a random embedding of 113 MB before
+    # tying it (a load's peak 539 -> 428 MB).
     model.config.quantization_config = None
     model.config.save_pretrained(str(private))
     model.generation_config.save_pretrained(str(private))
-    save_model(model, str(private / COMPLETE))
+    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
+    output, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if output is not None and embedding is not None and output.weight is embedding.weight:
+        del state[next(name for name, module in model.named_modules() if module is output) + ".weight"]
+    save_file(state, str(private / COMPLETE), metadata={"format": "pt"})
     try:
         os.rename(private, folder)
     except OSError:  # another process published the same conversion first: keep that one

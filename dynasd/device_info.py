@@ -14,9 +14,8 @@ import platform
 
 import torch
 
-from .kernels.block_weights import BlockLinear
+from .kernels import kernels_in_use
 from .kernels.compile import cpu_flags
-from .kernels.fast_linear import PretransposedLinear
 
 # The CPU features that decide which kernels run and how fast (dynasd/kernels/), in the order they are named.
 NAMED_FEATURES = (("avx512f", "AVX-512"), ("amx_tile", "AMX"), ("avx2", "AVX2"), ("fma", "FMA"), ("asimd", "NEON"))
@@ -46,27 +45,6 @@ def cpu_features() -> list[str]:
     return named
 
 
-def kernels_in_use(model: torch.nn.Module | None) -> str:
-    """Which products a loaded model runs on, read from its layers as dynasd/kernels swapped them: the GGUF
-    blocks' kernel, the compiled few-row kernel, or torch's own products. The one place that names them."""
-    if model is None:
-        return "none"
-    kinds = {type(module) for module in model.modules()}
-    parts = []
-    if BlockLinear in kinds:
-        parts.append("GGUF-block kernel")
-    if any(isinstance(m, PretransposedLinear) and m.kernel is not None for m in model.modules()):
-        parts.append("compiled few-row kernel")
-    return " + ".join(parts) if parts else "torch products"
-
-
-def weights_mode(pair) -> str:
-    """How the target's weights are held: the GGUF file's 4- and 8-bit blocks, or the pair's dtype."""
-    if any(isinstance(module, BlockLinear) for module in pair.target.modules()):
-        return "GGUF blocks"
-    return str(pair.dtype).removeprefix("torch.")
-
-
 def machine_line(device: torch.device | str | None = None) -> str:
     """The machine without a pair: 'Intel Xeon … (AVX-512, AMX, AVX2), 2 threads' or the GPU's name."""
     device = torch.device(device or "cpu")
@@ -78,10 +56,12 @@ def machine_line(device: torch.device | str | None = None) -> str:
 
 
 def device_line(pair=None) -> str:
-    """The whole line: the machine, and for a loaded pair (dynasd.models.ModelPair) its weights and kernels."""
+    """The whole line: the machine, and for a loaded pair (dynasd.models.ModelPair) the weights and kernels each of
+    its models runs on (dynasd.kernels.kernels_in_use names them, e.g. "GGUF blocks, AVX2 kernels")."""
     if pair is None:
         return machine_line()
-    return f"{machine_line(pair.device)}; weights {weights_mode(pair)}; kernels {kernels_in_use(pair.target)}"
+    models = [("target", pair.target)] + ([("draft", pair.draft)] if getattr(pair, "draft", None) is not None else [])
+    return "; ".join([machine_line(pair.device)] + [f"{role}: {kernels_in_use(model)}" for role, model in models])
 
 
 def device_key(pair=None) -> str:

@@ -7,6 +7,7 @@ Every failure a user can cause becomes a `ModelLoadError` with one readable line
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from .converted import load_converted
+from .converted import converted_weights, load_converted, saved_rows
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
 from .kernels import accelerate
 
@@ -229,6 +230,7 @@ def embedded_gguf_path() -> Path:
 def _load_gguf(path: Path, dtype: torch.dtype):
     model, tokenizer = load_converted(path, dtype)  # converted once, then read from the cache (converted.py)
     model.dynasd_gguf_file = path  # where its quantized blocks are (dynasd/kernels/block_weights.py reads them)
+    model.dynasd_float32_file = converted_weights(path)  # the float32 weights the blocks are checked against
     return model.eval(), tokenizer
 
 
@@ -252,16 +254,21 @@ class SubsetHead(torch.nn.Module):
     the draft never proposes) and nothing downstream needs to know.
     """
 
-    def __init__(self, full_weight: torch.Tensor, token_ids: list[int]) -> None:
+    def __init__(self, full_weight: torch.Tensor, token_ids: list[int], rows_of=None) -> None:
+        """`rows_of(ids)`, where given, reads the kept rows of `full_weight` from elsewhere (its checkpoint file)
+        and returns them, or None to read them from `full_weight`."""
         super().__init__()
         ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long)
         if ids.numel() == 0 or int(ids[0]) < 0 or int(ids[-1]) >= full_weight.shape[0]:
             raise ModelLoadError("the draft's head_tokens.json holds no valid token ids")
         self.vocab_size = full_weight.shape[0]
         self.register_buffer("token_ids", ids, persistent=False)
+        rows = rows_of(ids) if rows_of is not None else None
+        if rows is None:
+            rows = full_weight.detach()[ids].clone()
         # A plain nn.Linear over the kept rows, so the CPU linear layouts (dynasd/kernels/) speed it up like any other.
-        self.rows = torch.nn.Linear(full_weight.shape[1], ids.numel(), bias=False)
-        self.rows.weight = torch.nn.Parameter(full_weight.detach()[ids].clone(), requires_grad=False)
+        self.rows = torch.nn.Linear(full_weight.shape[1], ids.numel(), bias=False, device="meta")
+        self.rows.weight = torch.nn.Parameter(rows.to(full_weight.dtype), requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         subset = self.rows(hidden)
@@ -290,31 +297,51 @@ def read_head_tokens(folder: Path) -> list[int] | None:
 
 
 def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Module:
-    """A distilled draft stored without embeddings (they are the target's, shared, to keep the asset small).
+    """A distilled draft stored without embeddings: they are the target's, shared (the same module, frozen), to
+    keep the asset small and the process too (a float32 copy of the embedded target's would cost 113 MB).
 
-    With a `head_tokens.json` beside it, its output layer is cut down to those tokens (SubsetHead)."""
+    With a `head_tokens.json` beside it, its output layer is cut down to those tokens (SubsetHead). The draft is
+    built on the meta device and takes the file's tensors as they are, so no random initialisation is computed
+    and thrown away."""
     from safetensors.torch import load_file
 
     from .feature_draft import add_feature_input, is_feature_draft
 
     config = target.config.__class__.from_json_file(str(folder / "config.json"))
-    draft = target.__class__(config)
-    if is_feature_draft(draft):
-        add_feature_input(draft)
+    with torch.device("meta"):
+        draft = target.__class__(config)
+        if is_feature_draft(draft):
+            add_feature_input(draft)
     state = load_file(str(folder / "model.safetensors"))
     missing = [k for k in draft.state_dict() if k not in state
                and not k.startswith(("model.embed_tokens", "lm_head")) and "rotary" not in k]
     if missing:
         raise ModelLoadError(f"the distilled draft in {folder} lacks weights: {', '.join(missing[:3])}")
-    draft.load_state_dict(state, strict=False)
-    with torch.no_grad():
-        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
-        if not config.tie_word_embeddings:
-            draft.lm_head.weight.copy_(target.lm_head.weight)
+    draft.load_state_dict({k: v for k, v in state.items() if not k.startswith(("model.embed_tokens", "lm_head"))},
+                          strict=False, assign=True)
+    dtype = next(target.parameters()).dtype
+    draft.model.rotary_emb = type(draft.model.rotary_emb)(config=draft.config)  # its buffers, computed for real
+    draft.model.embed_tokens = target.model.embed_tokens
     head_tokens = read_head_tokens(folder)
     if head_tokens is not None:
-        draft.lm_head = SubsetHead(draft.lm_head.weight, head_tokens)
-    return draft.to(next(target.parameters()).dtype).eval()
+        saved = getattr(target, "dynasd_float32_file", None)  # read from there, the target's mapping stays untouched
+        keys = ["model.embed_tokens.weight", "lm_head.weight"] if config.tie_word_embeddings else ["lm_head.weight"]
+        rows_of = None if saved is None else functools.partial(saved_rows, saved, keys)
+        draft.lm_head = SubsetHead(_head_weight(target, config), head_tokens, rows_of)
+    elif config.tie_word_embeddings:
+        draft.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="meta")
+        draft.lm_head.weight = target.model.embed_tokens.weight
+    else:
+        draft.lm_head = target.lm_head
+    on_meta = [name for name, tensor in [*draft.named_parameters(), *draft.named_buffers()] if tensor.is_meta]
+    if on_meta:
+        raise ModelLoadError(f"the distilled draft in {folder} lacks weights: {', '.join(on_meta[:3])}")
+    return draft.to(dtype).eval()
+
+
+def _head_weight(target: torch.nn.Module, config) -> torch.Tensor:
+    """The output layer a draft shares with its target: the embedding when the draft's config ties them."""
+    return (target.model.embed_tokens if config.tie_word_embeddings else target.lm_head).weight
 
 
 def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelPair:

@@ -20,17 +20,18 @@ from dynasd.kernels.block_weights import (
     llama_rope_rows,
     use_gguf_blocks,
 )
-from dynasd.kernels.compile import has_avx512
+from dynasd.kernels.compile import kernel_variant, runnable_variants
 from dynasd.models import ModelLoadError, load_pair
 
 QTYPE = {Q4_1: GGMLQuantizationType.Q4_1, Q8_0: GGMLQuantizationType.Q8_0}
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    op = block_kernel()
+@pytest.fixture(scope="module", params=runnable_variants() or [None])
+def kernel(request):
+    """The block kernel in every variant this CPU executes (AVX-512 and AVX2 on an AVX-512 machine)."""
+    op = block_kernel(request.param) if request.param else None
     if op is None:
-        pytest.skip("the block kernel cannot be built here (no compiler)")
+        pytest.skip("no block kernel here (no variant for this CPU, or no compiler)")
     return op
 
 
@@ -48,7 +49,7 @@ def test_blocks_expand_to_what_the_gguf_package_reads(kind):
 
 
 @pytest.mark.parametrize("kind", [Q4_1, Q8_0])
-@pytest.mark.parametrize("rows", [1, 2, 5, 12, 13, 31])
+@pytest.mark.parametrize("rows", [1, 2, 4, 5, 6, 12, 13, 31])
 def test_block_products_equal_the_float32_weights_products(kernel, kind, rows):
     gen = torch.Generator().manual_seed(rows)
     raw = quantized(kind, torch.randn(96, 128, generator=gen))
@@ -66,7 +67,23 @@ def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kernel, kind):
     x = torch.randn(27, 64, generator=gen)
     together = layer(x)
     assert torch.equal(together, torch.cat([layer(x[i:i + 1]) for i in range(27)]))
-    assert torch.equal(together[3:9], layer(x[3:9]))
+    for rows in range(2, 14):  # AVX2: the whole panel for one row, half panels in passes of up to 4 (Q8_0: 5)
+        assert torch.equal(together[3:3 + rows], layer(x[3:3 + rows])), rows
+
+
+@pytest.mark.parametrize("kind", [Q4_1, Q8_0])
+def test_every_variant_gives_bitwise_the_same_products(kind):
+    """AVX-512 and AVX2 expand the same weights and sum each output in the same order."""
+    variants = runnable_variants()
+    if len(variants) < 2 or any(block_kernel(variant) is None for variant in variants):
+        pytest.skip("this CPU executes one kernel variant at most")
+    gen = torch.Generator().manual_seed(5)
+    raw = quantized(kind, torch.randn(96, 128, generator=gen))
+    layers = [BlockLinear(kind, raw, block_kernel(variant)) for variant in variants]
+    for rows in (1, 2, 3, 5, 7, 13, 30):
+        x = torch.randn(rows, 128, generator=gen)
+        results = [layer(x) for layer in layers]
+        assert all(torch.equal(results[0], other) for other in results[1:]), rows
 
 
 def test_fused_projections_are_bitwise_the_separate_layers(kernel):
@@ -133,6 +150,29 @@ def write_gguf(model, path, corrupt: str | None = None) -> None:
     writer.close()
 
 
+def test_the_tensor_table_is_the_one_the_gguf_package_reads(tmp_path):
+    """read_blocks skips the metadata instead of parsing it (the gguf package's reader peaked at 164 MB on the
+    embedded file, its ~100,000 tokenizer strings); names, shapes and offsets are the package's, on a small file and
+    on the embedded one (string arrays and all) where it is installed."""
+    from gguf import GGUFReader
+
+    from dynasd.embedded import installed_gguf
+    from dynasd.kernels.block_weights import gguf_tensor_table
+
+    path = tmp_path / "small.gguf"
+    write_gguf(small_llama(), path)
+    for file in [path, installed_gguf()]:
+        if file is None:
+            continue
+        reference = {tensor.name: (tensor.tensor_type.name, [int(n) for n in tensor.shape], int(tensor.data_offset))
+                     for tensor in GGUFReader(str(file)).tensors}
+        table = {name: (kind, shape, offset) for name, kind, shape, offset in gguf_tensor_table(file)}
+        assert table.keys() == reference.keys()
+        for name, (kind, shape, offset) in table.items():
+            assert (shape, offset) == reference[name][1:], name
+            assert kind == reference[name][0] or reference[name][0] not in (Q4_1, Q8_0), name
+
+
 def test_a_gguf_models_layers_become_blocks_with_the_same_logits(kernel, tmp_path):
     model = small_llama()
     write_gguf(model, tmp_path / "small.gguf")
@@ -171,8 +211,8 @@ def test_other_architectures_keep_their_float32_weights(kernel, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # which models get blocks
 
-def test_only_a_float32_target_on_an_avx512_cpu_gets_blocks():
-    assert plan_for(torch.device("cpu")).gguf_blocks == has_avx512()
+def test_only_a_float32_target_on_a_cpu_with_a_kernel_variant_gets_blocks():
+    assert plan_for(torch.device("cpu")).gguf_blocks == (kernel_variant() is not None)
     assert not plan_for(torch.device("cpu"), weights="fp32").gguf_blocks
     assert not plan_for(torch.device("cpu"), dtype=torch.bfloat16).gguf_blocks
     assert not plan_for(torch.device("cpu"), decides_output=False).gguf_blocks  # drafts are not GGUF files
@@ -189,14 +229,14 @@ def test_an_unknown_weight_mode_is_refused_in_one_line():
 def test_the_embedded_target_in_blocks_decodes_as_in_float32(embedded_pair):
     """Both weight modes hold the same values; greedy identity is checked within the block mode (every lossless
     method against ar), and the first tokens also agree across modes on this prompt. The block mode is the session's
-    embedded pair; the float32 one is loaded here, only where the blocks are used (a CPU with AVX-512)."""
+    embedded pair; the float32 one is loaded here, only where the blocks are used (x86 with AVX-512 or AVX2)."""
     from dynasd.decoders import make_decoder
     from dynasd.options import DecoderOptions
 
     blocks = embedded_pair
     if not plan_for(blocks.device).gguf_blocks:
         assert type(blocks.target.model.layers[0].mlp.up_proj) is not BlockLinear
-        pytest.skip("no AVX-512 here: the embedded target keeps float32 weights (plan_for)")
+        pytest.skip("no kernel variant here: the embedded target keeps float32 weights (plan_for)")
     plain = pair_on("embedded", "cpu", weights="fp32")
     target = blocks.target
     assert isinstance(target.model.layers[0].mlp.up_proj, BlockLinear) and isinstance(target.lm_head, BlockLinear)

@@ -7,7 +7,7 @@ import torch
 
 from dynasd.decoders import make_decoder
 from dynasd.kernels import compile, fast_linear
-from dynasd.kernels.compile import compiled_op
+from dynasd.kernels.compile import compiled_op, runnable_variants
 from dynasd.kernels.fast_linear import (
     PANEL,
     PANEL_ROWS,
@@ -19,6 +19,11 @@ from dynasd.kernels.fast_linear import (
 )
 from dynasd.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.options import DecoderOptions
+
+# Every kernel variant this CPU executes (AVX-512 and AVX2 on an AVX-512 machine) is tested, not only the one a load
+# picks; a CPU that runs none (ARM) has no kernel to test.
+EVERY_VARIANT = pytest.mark.parametrize(
+    "variant", runnable_variants() or [pytest.param(None, marks=pytest.mark.skip(reason="no kernel variant here"))])
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -39,12 +44,13 @@ def test_the_compiled_kernel_builds_here():
     assert panel_kernel() is not None
 
 
+@EVERY_VARIANT
 @pytest.mark.parametrize("in_features", [37, 576])
 @pytest.mark.parametrize("bias", [True, False])
-def test_kernel_gives_the_linear_product_for_every_row_count(in_features, bias):
+def test_kernel_gives_the_linear_product_for_every_row_count(variant, in_features, bias):
     torch.manual_seed(in_features)
     plain = torch.nn.Linear(in_features, 3 * PANEL, bias=bias)
-    fast = PretransposedLinear(plain, panel_kernel())
+    fast = PretransposedLinear(plain, panel_kernel(variant))
     assert fast.panels is not None and fast.panels.shape == (3, in_features, PANEL)
     for rows in range(1, PANEL_ROWS.stop + 8):
         x = torch.randn(2, rows, in_features)  # a batch dimension too: rows are counted over all of them
@@ -52,17 +58,34 @@ def test_kernel_gives_the_linear_product_for_every_row_count(in_features, bias):
             assert torch.allclose(fast(x), plain(x), atol=1e-5, rtol=1e-5), rows
 
 
-def test_kernel_rows_do_not_depend_on_their_neighbours():
-    """Each output is summed in the same order whatever the row count, so a node's logits in a verify of 2 rows
+@EVERY_VARIANT
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_kernel_rows_do_not_depend_on_their_neighbours(variant, dtype):
+    """Each output is summed in the same order whatever the row count, so a node's logits in a verify of 1 row
     and of 24 rows are bitwise the same: the tree's size cannot flip a greedy choice through rounding."""
     torch.manual_seed(0)
-    plain = torch.nn.Linear(64, 2 * PANEL, bias=False)
-    fast = PretransposedLinear(plain, panel_kernel())
+    kernel = panel_kernel(variant)
+    panels = fast_linear.to_panels(torch.randn(2 * PANEL, 64)).to(dtype)
     x = torch.randn(PANEL_ROWS.stop - 1, 64)
-    with torch.inference_mode():
-        full = fast(x)  # 24 rows: passes of 12 (AVX-512) or 8
-        for rows in PANEL_ROWS:  # one pass (up to 14 rows with AVX-512), or two or three equal ones
-            assert torch.equal(fast(x[:rows]), full[:rows]), rows
+    full = kernel(x, panels)  # 24 rows: passes of 12 (AVX-512) or 6 (AVX2: half a panel at a time)
+    for rows in range(1, PANEL_ROWS.stop):  # one pass (the whole panel for 1-2 rows with AVX2), or equal ones
+        assert torch.equal(kernel(x[:rows], panels), full[:rows]), rows
+        assert torch.equal(kernel(x[rows - 1:rows + 4], panels), full[rows - 1:rows + 4]), rows
+
+
+def test_every_variant_gives_bitwise_the_same_products():
+    """AVX-512 and AVX2 sum each output in the same order with the same fused multiply-adds: a text decoded on a
+    laptop without AVX-512 is the one decoded on a server with it."""
+    variants = runnable_variants()
+    if len(variants) < 2:
+        pytest.skip("this CPU executes one kernel variant at most")
+    torch.manual_seed(4)
+    for dtype in (torch.float32, torch.float16):
+        panels = fast_linear.to_panels(torch.randn(3 * PANEL, 200)).to(dtype)
+        for rows in (1, 2, 3, 6, 7, 13, 30):
+            x = torch.randn(rows, 200)
+            results = [panel_kernel(variant)(x, panels) for variant in variants]
+            assert all(torch.equal(results[0], other) for other in results[1:]), (dtype, rows)
 
 
 @pytest.mark.parametrize("vendor,single_row_in_kernel", [("GenuineIntel", False), ("AuthenticAMD", True)])
@@ -83,10 +106,11 @@ def test_the_kernel_takes_every_row_count_where_mkl_is_not_tuned(monkeypatch, ve
                 assert torch.equal(fast(x[:rows]), fast(x)[:rows]), rows
 
 
+@EVERY_VARIANT
 @pytest.mark.parametrize("half", [False, True])
-def test_fused_projections_give_each_layers_output_bit_for_bit(half):
+def test_fused_projections_give_each_layers_output_bit_for_bit(variant, half):
     torch.manual_seed(3)
-    layers = [PretransposedLinear(torch.nn.Linear(48, n * PANEL, bias=False), panel_kernel(), half_panels=half)
+    layers = [PretransposedLinear(torch.nn.Linear(48, n * PANEL, bias=False), panel_kernel(variant), half_panels=half)
               for n in (3, 1, 2)]
     fused = FusedProjections.of(layers)
     assert fused is not None and fused.panels.shape[0] == 6
@@ -105,17 +129,19 @@ def test_layers_with_a_bias_or_without_the_kernel_are_not_fused():
     assert FusedProjections.of(with_bias) is None and FusedProjections.of(no_kernel) is None
 
 
-def test_half_precision_panels_give_the_product_of_the_rounded_weight_from_one_row():
+@EVERY_VARIANT
+def test_half_precision_panels_give_the_product_of_the_rounded_weight_for_every_row_count(variant):
+    """A draft's layers keep their float16 panels only (no float32 weight, no transpose): every row count, a
+    prefill's too, goes to the kernel."""
     torch.manual_seed(1)
     plain = torch.nn.Linear(576, 2 * PANEL, bias=False)
-    fast = PretransposedLinear(plain, panel_kernel(), half_panels=True)
-    assert fast.panels.dtype == torch.float16 and fast.kernel_rows.start == 1
+    fast = PretransposedLinear(plain, panel_kernel(variant), half_panels=True)
+    assert fast.panels.dtype == torch.float16 and fast.weight is None and fast.weight_t is None
     rounded = plain.weight.detach().half().float()
-    for rows in (1, 2, 7, 24, 30):
+    for rows in (1, 2, 7, 24, 30, 100):
         x = torch.randn(rows, 576)
         with torch.inference_mode():
-            expected = torch.nn.functional.linear(x, rounded if rows in fast.kernel_rows else plain.weight)
-            assert torch.allclose(fast(x), expected, atol=1e-4, rtol=1e-5), rows
+            assert torch.allclose(fast(x), torch.nn.functional.linear(x, rounded), atol=1e-4, rtol=1e-5), rows
 
 
 def test_layers_the_kernel_cannot_take_keep_the_torch_layouts():
@@ -177,16 +203,33 @@ def test_load_pair_swaps_on_cpu_unless_told_not_to():
         assert fast.target.model.layers[0].mlp.down_proj.panels is None
 
 
-def test_no_kernel_in_the_layers_where_it_does_not_pay(monkeypatch):
-    """Without AVX-512 the kernel's accumulators spill (15x slower): models keep the torch layouts there, even
-    where the kernel builds."""
+def test_the_variant_is_chosen_from_the_cpus_features_and_can_be_forced(monkeypatch, capfd):
+    """AVX-512 where the CPU has it, else AVX2 (with FMA and F16C), else none: the layers keep the torch layouts
+    there, even where the kernel builds. $DYNASD_KERNEL_VARIANT forces one the CPU runs; another is said once."""
+    x86 = os.uname().machine == "x86_64"
+    monkeypatch.delenv("DYNASD_KERNEL_VARIANT", raising=False)
+    monkeypatch.setattr(compile, "_told_variant", set())
     monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx avx2 fma")
-    assert not fast_linear.kernel_pays_here()
+    assert compile.kernel_variant() is None and not fast_linear.kernel_pays_here()
     pair = load_pair("tiny-random", device="cpu")
     layer = pair.target.model.layers[0].mlp.down_proj
     assert isinstance(layer, PretransposedLinear) and layer.panels is None and layer.kernel is None
-    monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx2 avx512f avx512bw")
-    assert fast_linear.kernel_pays_here() == (os.uname().machine == "x86_64")
+    monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx avx2 fma f16c")
+    assert compile.kernel_variant() == ("avx2" if x86 else None)
+    monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx2 fma f16c avx512f avx512bw")
+    assert compile.kernel_variant() == ("avx512" if x86 else None)
+    assert compile.runnable_variants() == (("avx512", "avx2") if x86 else ())
+    monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "avx2")
+    assert compile.kernel_variant() == ("avx2" if x86 else None)
+    monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "torch")
+    assert compile.kernel_variant() is None and not fast_linear.kernel_pays_here()
+    monkeypatch.setattr(compile, "cpu_flags", lambda: "flags\t: fpu sse2 avx avx2 fma f16c")
+    monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "avx512")
+    capfd.readouterr()
+    assert compile.kernel_variant() == ("avx2" if x86 else None)
+    assert compile.kernel_variant() == ("avx2" if x86 else None)
+    said = capfd.readouterr().err.splitlines()
+    assert len(said) == 1 and "DYNASD_KERNEL_VARIANT=avx512" in said[0]
 
 
 @pytest.mark.parametrize("method,options", [("sd", dict(gamma=5)), ("mcsd", dict(k_config=(4, 2, 2, 1))),

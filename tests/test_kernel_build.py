@@ -61,11 +61,11 @@ def answer_of(library: Path) -> int:
     return ctypes.CDLL(str(library)).dynasd_kernel_test_answer()
 
 
-def direct_compile(name, source, folder, deadline):
+def direct_compile(name, source, folder, deadline, flags=None):
     return ["c++", "-shared", "-fPIC", "-o", str(Path(folder) / f"{name}.so"), str(source)]
 
 
-def sleeper(name, source, folder, deadline):
+def sleeper(name, source, folder, deadline, flags=None):
     return [sys.executable, "-c", SLEEPER]
 
 
@@ -261,7 +261,17 @@ def test_build_kernels_prints_one_line_per_kernel(cache, monkeypatch, capsys):
     assert all(state.startswith("unavailable (the build failed") for state in states[4:6])
     assert states[6:] == ["unavailable (DYNASD_COMPILE=0)"] * 2
     monkeypatch.delenv("DYNASD_COMPILE")
-    monkeypatch.setattr(build_command, "has_avx512", lambda: False)
+    monkeypatch.setattr(build_command, "kernel_variant", lambda: None)
     assert cli.main(["build-kernels"]) == 0, "a CPU whose loads never ask for them builds nothing"
     assert [line.split(": ", 1)[1] for line in capsys.readouterr().out.splitlines()] == \
-        ["not needed on this CPU (no AVX-512: the engine uses torch's products)"] * 2
+        ["not needed on this CPU (neither AVX-512 nor AVX2: the engine uses torch's products)"] * 2
+
+
+def test_each_variant_is_a_library_of_its_own():
+    """Two variants of one source never share a file, nor a library name (the dynamic loader would take the
+    second for the first), and each is compiled for its own instruction set."""
+    source = build_command.engine_kernels()["dynasd_block_linear"]
+    paths = {variant: library_path("dynasd_block_linear", source, variant) for variant in compile.VARIANTS}
+    assert len(set(paths.values())) == len(paths)
+    assert all(path.name.startswith(f"dynasd_block_linear_{variant}-") for variant, path in paths.items())
+    assert "-march=x86-64-v3" in compile.build_flags("avx2") and "-DDYNASD_VARIANT=avx2" in compile.build_flags("avx2")

@@ -183,3 +183,18 @@ def test_the_import_guard_sees_every_spelling_of_a_kernels_import():
             "dynasd.kernels.fast_linear", "dynasd.cache.x"} <= names
     assert "dynasd.kernels" in imported_modules("from .kernels import accelerate", "dynasd")
     assert kernel_imports(REPO / "dynasd" / "models.py") == ["dynasd.kernels", "dynasd.kernels.accelerate"]
+
+
+def test_kernels_in_use_names_the_weights_and_the_products(monkeypatch):
+    """The explorer's device line: what a model's linear layers compute with, in a few words."""
+    from dynasd.kernels import kernels_in_use
+    from dynasd.kernels.compile import VARIANT_LABELS, kernel_variant
+
+    variant = kernel_variant()
+    compiled = f"{VARIANT_LABELS[variant]} kernels" if variant and panel_kernel() is not None else None
+    pair = accelerate(tiny_random_pair())
+    assert kernels_in_use(pair.target) == f"float32, {compiled or 'torch products'}"
+    assert kernels_in_use(pair.draft) == (f"float16 panels, {compiled}" if compiled else "float32, torch products")
+    assert kernels_in_use(accelerate(tiny_random_pair(), compiled_kernel=False).target) == "float32, torch products"
+    monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "torch")
+    assert kernels_in_use(accelerate(tiny_random_pair()).target) == "float32, torch products"

@@ -7,7 +7,7 @@ from dynasd.decoders import make_decoder
 from dynasd.kernels import fast_linear
 from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import in_place_cache
-from dynasd.kernels.lean_forward import _fused_projections, lean_forward, supports
+from dynasd.kernels.lean_forward import fused_projections, lean_forward, supports
 from dynasd.models import load_pair, tiny_llama, tiny_random_pair
 from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
@@ -60,7 +60,7 @@ def test_lean_forward_with_fused_projections_is_bitwise_transformers_forward(mon
     model = fast_linear.pretranspose_linears(use_packed_gqa(tiny_llama(300, seed=5, layers=2, hidden=128)))
     if fast_linear.panel_kernel() is None or not fast_linear.kernel_pays_here():
         pytest.skip("no compiled kernel on this CPU: nothing to fuse")
-    assert all(qkv is not None and gate_up is not None for qkv, gate_up in _fused_projections(model))
+    assert all(qkv is not None and gate_up is not None for qkv, gate_up in fused_projections(model))
     assert_lean_is_bitwise_stock(model)
 
 

@@ -452,7 +452,7 @@ def test_the_summary_names_the_machine_weights_and_kernels_of_the_run(runs):
 
     run = runs["mcsd"]
     assert run.device.startswith(device_line().split(",")[0])
-    assert "; weights " in run.device and "; kernels " in run.device
+    assert "; target: " in run.device and (" products" in run.device or " kernels" in run.device)
     assert f"*Measured on* {run.device}" in viz.summary_markdown(run)
 
 

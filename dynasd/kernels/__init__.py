@@ -9,7 +9,9 @@
     model's runtime (dynasd/cache.py), which every CachedModel of it then uses,
   - on CPU only, linear layers with few-row weight layouts and, where it pays, the compiled kernel
     (fast_linear.py), the drafts' panels in half precision.
-Which of these a model gets is decided in one place, `plan_for`, from its device.
+Which of these a model gets is decided in one place, `plan_for`, from its device; which variant of the compiled
+kernels (AVX-512, AVX2, or none: ARM gets float32 weights and torch's products) in another, compile.kernel_variant,
+from the CPU's features. `kernels_in_use(model)` names the outcome in a few words.
 
 What changes: the GGUF blocks expand to exactly the float32 weights (checked per layer at load), so only the
 order of sums changes (~1e-5); the target's logits equal stock transformers' within float rounding (packed
@@ -24,12 +26,13 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
-from .block_weights import BlockEmbedding, block_kernel, use_gguf_blocks
-from .compile import has_avx512
+from .block_weights import BlockLinear, block_kernel, use_gguf_blocks
+from .compile import VARIANT_LABELS, kernel_variant
 from .fast_linear import pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
-from .lean_forward import lean_forward, supports
+from .lean_forward import fused_projections, lean_forward, supports
+from .memory import return_freed_memory
 
 _PLAN_ATTRIBUTE = "dynasd_kernel_plan"
 
@@ -45,6 +48,7 @@ class KernelPlan:
     compiled_kernel: bool = False  # the compiled few-row kernel, where it pays (fast_linear.kernel_pays_here)
     half_panels: bool = False  # the kernel reads float16 panels (drafts only: they propose, never decide)
     gguf_blocks: bool = False  # a GGUF model's weights stay in the file's quantized blocks (block_weights.py)
+    variant: str | None = None  # the compiled kernels' variant (compile.kernel_variant), None: torch's products
 
 
 def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output: bool = True,
@@ -52,13 +56,15 @@ def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output:
     """The plan for a model on `device`: the CPU layouts and kernels on CPU only, stock PyTorch ops elsewhere.
 
     `decides_output` is True for the target, whose panels stay float32; a draft's are float16. `weights="gguf"`
-    keeps a float32 target's GGUF blocks where their kernel runs fast (x86 with AVX-512: it expands every weight in
-    registers, and without AVX-512's 32 registers that costs more than reading float32 saves)."""
+    keeps a float32 target's GGUF blocks where a variant of their kernel runs (x86 with AVX-512 or AVX2; elsewhere
+    the float32 weights and torch's products)."""
     on_cpu = torch.device(device).type == "cpu"
+    variant = kernel_variant() if on_cpu and compiled_kernel else None
     return KernelPlan(linear_layouts=on_cpu, compiled_kernel=on_cpu and compiled_kernel,
                       half_panels=on_cpu and not decides_output,
-                      gguf_blocks=(on_cpu and compiled_kernel and decides_output and weights == "gguf"
-                                   and dtype == torch.float32 and has_avx512()))
+                      gguf_blocks=(variant is not None and decides_output and weights == "gguf"
+                                   and dtype == torch.float32),
+                      variant=variant)
 
 
 def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Module:
@@ -69,15 +75,19 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
         if applied == plan:
             return model
         raise ValueError(f"this model is already accelerated ({applied}); load it again for {plan}")
-    if plan.gguf_blocks and getattr(model, "dynasd_gguf_file", None) is not None and block_kernel() is not None:
-        use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel())
+    if plan.gguf_blocks and getattr(model, "dynasd_gguf_file", None) is not None \
+            and block_kernel(plan.variant) is not None:
+        use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel(plan.variant))
     if plan.packed_gqa:
         use_packed_gqa(model)
     if plan.linear_layouts:
-        pretranspose_linears(model, compiled=plan.compiled_kernel, half_panels=plan.half_panels)
+        pretranspose_linears(model, compiled=plan.compiled_kernel, half_panels=plan.half_panels,
+                             variant=plan.variant)
     # Decided after the attention switch: the lean forward knows "sdpa", "eager" and the packed attention.
     forward = lean_forward if plan.lean_forward and supports(model) else stock_forward
     attach_runtime(model, Runtime(forward=forward, new_cache=in_place_cache if plan.in_place_cache else stock_cache))
+    if forward is lean_forward:
+        fused_projections(model)
     setattr(model, _PLAN_ATTRIBUTE, plan)
     return model
 
@@ -93,14 +103,38 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     if target_plan.gguf_blocks:  # which drafts can read the target's block embedding (asked before it is swapped)
         target_embedding = pair.target.get_input_embeddings().weight
         sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
+    # The drafts first, their shared embedding let go meanwhile: each draft's float32 weights become float16 panels
+    # and are freed before the target's blocks are made, so the two never add up (a load's peak ~60 MB lower).
+    for draft in sharing:
+        draft.set_input_embeddings(None)
+    for model in drafts:
+        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False))
+        return_freed_memory()
     accelerate_model(pair.target, target_plan)
     embedding = pair.target.get_input_embeddings()
-    for model in drafts:
-        if any(model is draft for draft in sharing) and isinstance(embedding, BlockEmbedding):
-            # The same values, read from the target's blocks: a draft's float32 copy would cost 113 MB.
-            model.set_input_embeddings(embedding)
-        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False))
+    for draft in sharing:  # the same values, now read from the target's blocks (a float32 copy: 113 MB)
+        draft.set_input_embeddings(embedding)
+    return_freed_memory()
     return pair
+
+
+def kernels_in_use(model: torch.nn.Module) -> str:
+    """A few words naming what `model`'s linear layers compute with, for a device line: their weights ("GGUF
+    blocks", "float16 panels" or the model's dtype) and products ("AVX2 kernels", "AVX-512 kernels" or "torch
+    products"), e.g. "GGUF blocks, AVX2 kernels". An embedding shared from another model does not count."""
+    layers = [module for path, module in model.named_modules() if "embed_tokens" not in path]
+    plan = getattr(model, _PLAN_ATTRIBUTE, None)
+    compiled = [module for module in layers if isinstance(module, BlockLinear)
+                or getattr(module, "panels", None) is not None and getattr(module, "kernel", None) is not None]
+    if any(isinstance(module, BlockLinear) for module in layers):
+        weights = "GGUF blocks"
+    elif compiled and plan is not None and plan.half_panels:
+        weights = "float16 panels"
+    else:
+        weights = str(next(model.parameters()).dtype).removeprefix("torch.")
+    variant = plan.variant if plan is not None else None
+    products = f"{VARIANT_LABELS[variant]} kernels" if compiled and variant else "torch products"
+    return f"{weights}, {products}"
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -15,6 +15,15 @@
 //
 // Each output y[r, n] is summed over k in the same order whatever the number of rows, so a row's result does not
 // depend on the rows next to it (a verify of 14 tree nodes gives each node what a 1-row forward gives it).
+//
+// Two variants from this one source, chosen by the build flags (compile.py picks one from the CPU's features):
+//  - AVX-512 (32 vector registers of 16 floats): one pass over a panel takes 12 rows, two accumulators each;
+//  - AVX2 (16 registers of 8 floats), written with intrinsics: the same code in GCC's 16-float vectors spilled
+//    its accumulators (a whole target 1.7x slower than float32 weights). A pass covers the whole panel for one row
+//    (four accumulators), or one 16-column half of it for 2-4 rows (Q8_0: 5), so that accumulators, scales and
+//    the expanded weights fit in 16 registers.
+// Both sum every output in the same order (k ascending, one fused multiply-add per input), so the two variants
+// give bitwise the same results, and neither depends on the number of rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -22,8 +31,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#if !defined(__FMA__) || !defined(__F16C__)
+#error "the AVX2 variant needs FMA and F16C (x86-64-v3)"
+#endif
+#define DYNASD_AVX2 1
 #endif
 
 namespace {
@@ -35,6 +50,11 @@ constexpr int64_t Q8_0_BYTES = PANEL * 2 + BLOCK * PANEL;          // d, codes: 
 // Reading 5-9 KB ahead keeps the weights streaming from memory: one block ahead, a whole target's layers took 15.0 ms
 // for one row on one thread, 8 blocks ahead 12.7 (4: 12.8; 16 no better; Intel Xeon, 2026-12-02).
 constexpr int64_t PREFETCH_BLOCKS = 8;
+
+#if !defined(DYNASD_AVX2)
+// ---------------------------------------------------------------------------------------------------------------
+// AVX-512 (and a generic build elsewhere): GCC's 16-float vectors, one per AVX-512 register.
+
 #if defined(__AVX512F__)
 // Two accumulators per row stay in registers: with 32 vector registers, 12 rows (24) plus d, m, the two expanded
 // weight vectors and a broadcast.
@@ -156,17 +176,132 @@ void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const uint8_t
 }
 
 template <typename F>
+void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const uint8_t* panel, float* yp, int64_t N) {
+  // More rows go in equal passes (20: 10 + 10, not 12 + 8): a pass of one or two rows runs at the FMA latency.
+  const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+  const int64_t per_pass = (M + passes - 1) / passes;
+  for (int64_t m = 0; m < M; m += per_pass) {
+    rows_times_panel_any<F>(std::min(per_pass, M - m), xp + m * K, K, panel, yp + m * N, N);
+  }
+}
+
+#else
+// ---------------------------------------------------------------------------------------------------------------
+// AVX2: 16 registers of 8 floats, intrinsics. Per pass: V vectors of 8 columns starting at column C0 of the panel
+// (V = 4: the whole panel, for one row; V = 2: one half, for more rows), MR rows.
+
+// Q4_1: column c's code is the low nibble of byte c (c < 16) or the high nibble of byte c - 16.
+struct Q4_1 {
+  static constexpr int64_t bytes = Q4_1_BYTES;
+  static constexpr int half_rows = 4;  // 2 accumulators a row + d, m, weights (2 each) and a broadcast
+  template <int C0, int V>
+  struct Columns {
+    __m256 d[V], m[V];
+    const uint8_t* codes;
+    explicit Columns(const uint8_t* block) : codes(block + 128) {
+      #pragma GCC unroll 8
+      for (int j = 0; j < V; ++j) {
+        d[j] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 * (C0 + 8 * j))));
+        m[j] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 64 + 2 * (C0 + 8 * j))));
+      }
+    }
+    inline __m256 weights(int64_t k, int j) const {
+      const int c = C0 + 8 * j;
+      const __m256i bytes8 = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * 16 + (c & 15))));
+      const __m256i q = c < 16 ? _mm256_and_si256(bytes8, _mm256_set1_epi32(15)) : _mm256_srli_epi32(bytes8, 4);
+      return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d[j], m[j]);  // d * q is exact: the same as d * q + m
+    }
+  };
+};
+
+struct Q8_0 {
+  static constexpr int64_t bytes = Q8_0_BYTES;
+  static constexpr int half_rows = 5;  // 2 accumulators a row + d, weights (2 each) and a broadcast
+  template <int C0, int V>
+  struct Columns {
+    __m256 d[V];
+    const uint8_t* codes;
+    explicit Columns(const uint8_t* block) : codes(block + 64) {
+      #pragma GCC unroll 8
+      for (int j = 0; j < V; ++j) {
+        d[j] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 * (C0 + 8 * j))));
+      }
+    }
+    inline __m256 weights(int64_t k, int j) const {
+      const __m256i q = _mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * 32 + C0 + 8 * j)));
+      return _mm256_mul_ps(_mm256_cvtepi32_ps(q), d[j]);
+    }
+  };
+};
+
+// MR rows of x (row stride K) times V vectors of columns from C0 of one panel, into MR rows of y (row stride N).
+template <typename F, int MR, int C0, int V>
+void rows_times_columns(const float* x, int64_t K, const uint8_t* panel, float* y, int64_t N) {
+  __m256 acc[MR][V];
+  #pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+    #pragma GCC unroll 8
+    for (int j = 0; j < V; ++j) acc[i][j] = _mm256_setzero_ps();
+  const int64_t blocks = K / BLOCK;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = panel + b * F::bytes;
+    const typename F::template Columns<C0, V> columns(block);
+    for (int64_t kk = 0; kk < BLOCK; ++kk) {
+      if ((kk & 1) == 0) __builtin_prefetch(block + PREFETCH_BLOCKS * F::bytes + kk * F::bytes / BLOCK, 0, 3);
+      __m256 w[V];
+      #pragma GCC unroll 8
+      for (int j = 0; j < V; ++j) w[j] = columns.weights(kk, j);
+      const int64_t k = b * BLOCK + kk;
+      #pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256 xi = _mm256_broadcast_ss(x + i * K + k);
+        #pragma GCC unroll 8
+        for (int j = 0; j < V; ++j) acc[i][j] = _mm256_fmadd_ps(xi, w[j], acc[i][j]);
+      }
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+    #pragma GCC unroll 8
+    for (int j = 0; j < V; ++j) _mm256_storeu_ps(y + i * N + C0 + 8 * j, acc[i][j]);
+}
+
+template <typename F, int C0>
+void rows_times_half(int64_t rows, const float* x, int64_t K, const uint8_t* panel, float* y, int64_t N) {
+  if constexpr (F::half_rows >= 5) {
+    if (rows == 5) return rows_times_columns<F, 5, C0, 2>(x, K, panel, y, N);
+  }
+  switch (rows) {
+    case 4: return rows_times_columns<F, 4, C0, 2>(x, K, panel, y, N);
+    case 3: return rows_times_columns<F, 3, C0, 2>(x, K, panel, y, N);
+    case 2: return rows_times_columns<F, 2, C0, 2>(x, K, panel, y, N);
+    default: return rows_times_columns<F, 1, C0, 2>(x, K, panel, y, N);
+  }
+}
+
+template <typename F>
+void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const uint8_t* panel, float* yp, int64_t N) {
+  if (M == 1) return rows_times_columns<F, 1, 0, 4>(xp, K, panel, yp, N);  // four chains: past the FMA latency
+  // More rows go in equal passes (6: 3 + 3, not 4 + 2), each pass over both halves of the panel (the second reads
+  // the panel's bytes again, from the core's cache).
+  const int64_t passes = (M + F::half_rows - 1) / F::half_rows;
+  const int64_t per_pass = (M + passes - 1) / passes;
+  for (int64_t m = 0; m < M; m += per_pass) {
+    const int64_t rows = std::min(per_pass, M - m);
+    rows_times_half<F, 0>(rows, xp + m * K, K, panel, yp + m * N, N);
+    rows_times_half<F, 16>(rows, xp + m * K, K, panel, yp + m * N, N);
+  }
+}
+#endif
+
+template <typename F>
 void all_panels(const float* xp, const uint8_t* wp, float* yp, int64_t M, int64_t K, int64_t N, int64_t count) {
   const int64_t panel_bytes = (K / BLOCK) * F::bytes;
   at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
-      // More rows go in equal passes (20: 10 + 10, not 12 + 8): a pass of one or two rows runs at the FMA latency.
-      const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-      const int64_t per_pass = (M + passes - 1) / passes;
-      for (int64_t m = 0; m < M; m += per_pass) {
-        rows_times_panel_any<F>(std::min(per_pass, M - m), xp + m * K, K, wp + p * panel_bytes,
-                                yp + m * N + p * PANEL, N);
-      }
+      rows_times_panel_passes<F>(xp, M, K, wp + p * panel_bytes, yp + p * PANEL, N);
     }
   });
 }
@@ -203,5 +338,17 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& panels, int64_t f
 
 }  // namespace
 
-TORCH_LIBRARY(dynasd_blocks, m) { m.def("block_linear(Tensor x, Tensor panels, int format) -> Tensor"); }
-TORCH_LIBRARY_IMPL(dynasd_blocks, CPU, m) { m.impl("block_linear", block_linear); }
+// The namespace names the variant (dynasd_blocks_avx512, dynasd_blocks_avx2: compile.py defines DYNASD_VARIANT), so
+// one process can load both (the tests compare them); the extra macro levels expand the name before TORCH_LIBRARY
+// pastes it.
+#ifndef DYNASD_VARIANT
+#define DYNASD_VARIANT generic
+#endif
+#define DYNASD_PASTE2(a, b) a##_##b
+#define DYNASD_PASTE(a, b) DYNASD_PASTE2(a, b)
+#define DYNASD_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define DYNASD_LIBRARY_IMPL(ns, m) TORCH_LIBRARY_IMPL(ns, CPU, m)
+DYNASD_LIBRARY(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) {
+  m.def("block_linear(Tensor x, Tensor panels, int format) -> Tensor");
+}
+DYNASD_LIBRARY_IMPL(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) { m.impl("block_linear", block_linear); }

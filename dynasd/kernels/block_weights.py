@@ -8,7 +8,11 @@ layer). A forward on CPU is bound by those reads. Here each linear layer whose G
 
 What changes: nothing in the weights. Q4_1's `d * q + m` and Q8_0's `d * q` are exact in float32, so every layer
 is checked at load to expand to exactly the float32 weight transformers made from the same file (a layer that does
-not match, or whose type this file does not know, keeps its float32 weight, with a warning). Products are summed
+not match, or whose type this file does not know, keeps its float32 weight, with a warning). Where the model was
+read from a converted checkpoint (converted.py, `dynasd_float32_file`), the check reads that file in slices of a few
+MB, each through a mapping closed at once: the model's own float32 weights are memory-mapped from it and never
+touched, so they never become part of the process's memory (a generate's peak: 1.4 GB before, see
+docs/benchmarks.md). Products are summed
 in another order than MKL's, so logits differ from the float32 path's by float rounding (~1e-5 relative), and
 greedy identity is a property within one weight mode (tests/test_block_weights.py).
 """
@@ -20,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .compile import kernel_once
+from .compile import kernel_once, kernel_variant
+from .memory import return_freed_memory
 
 PANEL = 32  # output columns per panel (block_linear.cpp)
 BLOCK = 32  # inputs per quantization block
@@ -31,26 +36,96 @@ KERNEL_NAME = "dynasd_block_linear"
 KERNEL_SOURCE = Path(__file__).with_name("block_linear.cpp")
 
 
-def block_kernel():
-    """The compiled `block_linear(x, panels, format)` op, or None where it cannot be built here (warned once)."""
-    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda: torch.ops.dynasd_blocks.block_linear)
+def block_kernel(variant: str | None = None):
+    """The compiled `block_linear(x, panels, format)` op in `variant` (default: the one this process uses,
+    compile.kernel_variant), or None where there is none or it cannot be built here (warned once)."""
+    variant = variant or kernel_variant()
+    if variant is None:
+        return None
+    return kernel_once(KERNEL_NAME, KERNEL_SOURCE,
+                       lambda: getattr(torch.ops, f"dynasd_blocks_{variant}").block_linear, variant)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # the file's blocks
 
-def read_blocks(path: Path) -> dict[str, tuple[str, np.ndarray]]:
-    """GGUF tensor name -> (type, raw blocks as a (rows, blocks per row, bytes per block) uint8 array) for every
-    Q4_1 and Q8_0 tensor of the file. The arrays are views of the memory-mapped file until copied."""
-    from gguf import GGUFReader
+def read_blocks(path: Path) -> dict[str, tuple[str, "BlockSource"]]:
+    """GGUF tensor name -> (type, where its raw blocks lie in the file) for every Q4_1 and Q8_0 tensor of the file.
 
+    Read from the file's header by `gguf_tensor_table`: the gguf package's reader also parses every metadata value
+    into numpy objects (the tokenizer's ~100,000 strings: 164 MB at its peak for the embedded target)."""
     blocks = {}
-    for tensor in GGUFReader(str(path)).tensors:
-        kind = tensor.tensor_type.name
+    for name, kind, shape, offset in gguf_tensor_table(Path(path)):
         if kind in RAW_BYTES:
-            data = np.asarray(tensor.data)
-            blocks[tensor.name] = (kind, data.reshape(data.shape[0], -1, RAW_BYTES[kind]))
+            columns, rows = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+            n_bytes = rows * (columns // BLOCK) * RAW_BYTES[kind]
+            blocks[name] = (kind, BlockSource(Path(path), offset, n_bytes, rows))
     return blocks
+
+
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGML_TYPES = {3: Q4_1, 8: Q8_0}  # ggml's type ids of the two formats read here; other tensors are named by id
+
+
+def gguf_tensor_table(path: Path) -> list[tuple[str, str, list[int], int]]:
+    """(name, type, shape as GGUF gives it (columns first), absolute offset of its data) of every tensor of a GGUF
+    file (version 2 or 3, little-endian), read from its header; metadata values are skipped, not parsed."""
+    import mmap
+    import struct
+
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
+            raise ValueError(f"{path} is not a GGUF file of version 2 or 3")
+        tensors, fields = struct.unpack_from("<QQ", data, 8)
+        at, alignment = 24, 32
+
+        def string(at: int) -> tuple[str, int]:
+            length = struct.unpack_from("<Q", data, at)[0]
+            return data[at + 8:at + 8 + length].decode("utf-8", errors="replace"), at + 8 + length
+
+        def skip(kind: int, at: int, count: int = 1) -> int:
+            if kind in _GGUF_SCALARS:
+                return at + count * struct.calcsize("<" + _GGUF_SCALARS[kind])
+            for _ in range(count):
+                if kind == _GGUF_STRING:
+                    at += 8 + struct.unpack_from("<Q", data, at)[0]
+                elif kind == _GGUF_ARRAY:
+                    item, items = struct.unpack_from("<IQ", data, at)
+                    at = skip(item, at + 12, items)
+                else:
+                    raise ValueError(f"{path}: unknown GGUF value type {kind}")
+            return at
+
+        for _ in range(fields):
+            key, at = string(at)
+            kind = struct.unpack_from("<I", data, at)[0]
+            if key == "general.alignment" and kind == 4:
+                alignment = struct.unpack_from("<I", data, at + 4)[0]
+            at = skip(kind, at + 4)
+        table = []
+        for _ in range(tensors):
+            name, at = string(at)
+            dims = struct.unpack_from("<I", data, at)[0]
+            shape = list(struct.unpack_from(f"<{dims}Q", data, at + 4))
+            kind, offset = struct.unpack_from("<IQ", data, at + 4 + 8 * dims)
+            at += 4 + 8 * dims + 12
+            table.append((name, _GGML_TYPES.get(kind, f"type {kind}"), shape, offset))
+        start = (at + alignment - 1) // alignment * alignment
+    return [(name, kind, shape, start + offset) for name, kind, shape, offset in table]
+
+
+class BlockSource:
+    """One tensor's raw blocks in a GGUF file, read on demand with plain file reads: through the reader's memory
+    map the file's pages would stay in the process's memory while it lives (~96 MB for the embedded target)."""
+
+    def __init__(self, path: Path, offset: int, n_bytes: int, rows: int) -> None:
+        self.path, self.offset, self.n_bytes, self.rows = path, offset, n_bytes, rows
+
+    def read(self, kind: str) -> np.ndarray:
+        """The (rows, blocks per row, bytes per block) uint8 blocks, a private copy."""
+        data = np.fromfile(self.path, dtype=np.uint8, count=self.n_bytes, offset=self.offset)
+        return data.reshape(self.rows, -1, RAW_BYTES[kind])
 
 
 def dequantize(kind: str, raw: torch.Tensor) -> torch.Tensor:
@@ -183,13 +258,43 @@ def _gguf_names(model: torch.nn.Module) -> dict[str, str]:
 
 
 def _raw_for(model, path: str, raw: np.ndarray) -> torch.Tensor:
-    raw = torch.from_numpy(np.array(raw))  # a copy: the file's memory map is read-only
+    raw = torch.from_numpy(raw)
     config = model.config
     if path.endswith("q_proj"):
         raw = raw[llama_rope_rows(raw.shape[0], config.num_attention_heads)]
     elif path.endswith("k_proj"):
         raw = raw[llama_rope_rows(raw.shape[0], config.num_key_value_heads)]
     return raw
+
+
+CHECK_ROWS = 2048  # rows compared at a time: a few MB of float32
+
+
+def _expands_to_weight(model: torch.nn.Module, path: str, module: torch.nn.Module, kind: str, raw: torch.Tensor,
+                       tied: bool) -> bool:
+    """Whether `raw` expands to exactly `module`'s float32 weight, compared CHECK_ROWS rows at a time. The weight's
+    rows are read from the model's converted checkpoint where it has one (a mapping opened and closed per slice, so
+    no page of the model's own mapping is touched), else from the module."""
+    saved = getattr(model, "dynasd_float32_file", None)
+    key = None
+    if saved is not None:
+        from safetensors import safe_open
+
+        from ..converted import saved_key
+
+        shared = ["model.embed_tokens.weight", "lm_head.weight"]  # a tied weight is saved once, under either name
+        key = saved_key(saved, shared if tied and path in ("model.embed_tokens", "lm_head") else [f"{path}.weight"])
+    for start in range(0, raw.shape[0], CHECK_ROWS):
+        stop = min(start + CHECK_ROWS, raw.shape[0])
+        if key is not None:
+            with safe_open(str(saved), framework="pt") as file:
+                rows = file.get_slice(key)[start:stop]
+        else:
+            rows = module.weight.detach()[start:stop]
+        if rows.shape != (stop - start, raw.shape[1] * BLOCK) or \
+                not torch.equal(dequantize(kind, raw[start:stop]), rows.float()):
+            return False
+    return True
 
 
 def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str]:
@@ -210,13 +315,12 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str
             if module is not None and (path != "lm_head" or not tied):
                 kept.append(f"{path}: its GGUF tensor is not Q4_1 or Q8_0")
             continue
-        kind, raw_np = blocks[tensor]
+        kind, source = blocks[tensor]
         if module is None or getattr(module, "bias", None) is not None:
             kept.append(f"{path}: no such bias-free layer in the model")
             continue
-        raw = _raw_for(model, path, raw_np)
-        weight = module.weight
-        if raw.shape[0] % PANEL or not torch.equal(dequantize(kind, raw), weight.detach().float()):
+        raw = _raw_for(model, path, source.read(kind))
+        if raw.shape[0] % PANEL or not _expands_to_weight(model, path, module, kind, raw, tied):
             kept.append(f"{path}: its blocks do not expand to the loaded weight")
             continue
         layer = BlockLinear(kind, raw, kernel)
@@ -226,6 +330,7 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str
                 continue
             model.lm_head = layer
             model.model.embed_tokens = BlockEmbedding(layer)
+            return_freed_memory()  # the largest layer's intermediate copies (~60 MB)
         else:
             parent, _, name = path.rpartition(".")
             setattr(modules[parent], name, layer)

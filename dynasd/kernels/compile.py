@@ -1,7 +1,15 @@
 """Building the engine's C++ kernels on first use, for this CPU, with a fallback where that is not possible.
 
-Why one place: every kernel is built the same way (torch.utils.cpp_extension, -O3 and -march=native) and fails the
-same way (no compiler, no ninja, DYNASD_COMPILE=0: the caller keeps torch's own products, warned once).
+Why one place: every kernel is built the same way (torch.utils.cpp_extension, -O3, the variant's instruction set)
+and fails the same way (no compiler, no ninja, DYNASD_COMPILE=0: the caller keeps torch's own products, warned
+once).
+
+Variants: each kernel's source holds an AVX-512 and an AVX2 variant (the build flags choose), and which one a
+process uses is decided here only, by `kernel_variant()`, from this CPU's features: AVX-512 where it has AVX-512,
+else AVX2 (with FMA and F16C: x86-64-v3), else none (ARM and older x86: the engine keeps float32 weights and torch's
+products). $DYNASD_KERNEL_VARIANT (avx512, avx2 or torch) overrides it, for tests and benchmarks: an AVX-512 CPU
+runs the AVX2 variant too. Each variant registers its operators under its own namespace (dynasd_avx2, ...), so one
+process can load both.
 
 Why not torch's own cache (~/.cache/torch_extensions): its builds are guarded by a `lock` file that only the
 builder deletes, so an interrupted build (Ctrl-C, a killed process, two checkouts rebuilding at once) left every
@@ -62,22 +70,22 @@ class KernelLibrary:
     built: bool  # False: found in the cache, built earlier
 
 
-def kernel_once(name: str, source: Path, op: Callable[[], object]):
-    """`compiled_op`, built (or found unbuildable, warned once) the first time a process asks for `name`, then the
-    same answer every time: each layer of every model asks at load."""
+def kernel_once(name: str, source: Path, op: Callable[[], object], variant: str | None = None):
+    """`compiled_op`, built (or found unbuildable, warned once) the first time a process asks for `name` in
+    `variant`, then the same answer every time: each layer of every model asks at load."""
     with _built_lock:
-        if name not in _built:
-            _built[name] = compiled_op(name, source, op)
-        return _built[name]
+        if (name, variant) not in _built:
+            _built[name, variant] = compiled_op(name, source, op, variant)
+        return _built[name, variant]
 
 
-def compiled_op(name: str, source: Path, op: Callable[[], object]):
-    """Build `source` as the library `name` (once per source text and CPU kind, see the module's docstring), load it
-    and return `op()`, the operator it registers, or None where it cannot be built here."""
+def compiled_op(name: str, source: Path, op: Callable[[], object], variant: str | None = None):
+    """Build `source` as the library `name` in `variant` (once per source text and CPU kind, see the module's
+    docstring), load it and return `op()`, the operator it registers, or None where it cannot be built here."""
     if os.environ.get("DYNASD_COMPILE", "1") == "0":
         return None
     try:
-        library = build_kernel(name, source)
+        library = build_kernel(name, source, variant=variant)
         import torch
 
         torch.ops.load_library(str(library.path))
@@ -99,18 +107,26 @@ def kernel_cache() -> Path:
         else cache_dir() / "kernels"
 
 
-def build_flags() -> list[str]:
-    return ["-O3", "-fopenmp"] + (["-march=native"] if os.uname().machine == "x86_64" else [])
+def build_flags(variant: str | None = None) -> list[str]:
+    """The compiler's flags for `variant` (None: a plain build for this CPU, as for a kernel without variants)."""
+    if variant is None:
+        return ["-O3", "-fopenmp"] + (["-march=native"] if os.uname().machine == "x86_64" else [])
+    return ["-O3", "-fopenmp", *VARIANT_FLAGS[variant], f"-DDYNASD_VARIANT={variant}"]
 
 
-def library_path(name: str, source: Path) -> Path:
+def library_name(name: str, variant: str | None = None) -> str:
+    """The library's own name (one per variant: two libraries of one name would be one to the dynamic loader)."""
+    return name if variant is None else f"{name}_{variant}"
+
+
+def library_path(name: str, source: Path, variant: str | None = None) -> Path:
     """Where the library built from `source`'s text lives: anything that changes the binary changes the key, so a
     checkout with other sources, another CPU kind or another torch never loads a library that does not fit."""
     key = hashlib.sha256()
-    for part in [Path(source).read_bytes(), " ".join(build_flags()).encode(), cpu_tag().encode(),
+    for part in [Path(source).read_bytes(), " ".join(build_flags(variant)).encode(), cpu_tag().encode(),
                  _torch_version().encode(), sys.implementation.cache_tag.encode()]:
         key.update(hashlib.sha256(part).digest())
-    return kernel_cache() / f"{name}-{key.hexdigest()[:16]}.so"
+    return kernel_cache() / f"{library_name(name, variant)}-{key.hexdigest()[:16]}.so"
 
 
 def _torch_version() -> str:
@@ -134,13 +150,15 @@ def build_timeout_s() -> float:
 # ---------------------------------------------------------------------------------------------------------------
 # building
 
-def build_kernel(name: str, source: Path, timeout_s: float | None = None) -> KernelLibrary:
-    """The library built from `source`: found in the cache, or built now under the build lock within `timeout_s`
-    (default: `build_timeout_s()`), all waiting included. Raises KernelUnavailable (KernelBuildTimeout) saying why
-    not."""
+def build_kernel(name: str, source: Path, timeout_s: float | None = None, variant: str | None = None
+                 ) -> KernelLibrary:
+    """The library built from `source` (in `variant`): found in the cache, or built now under the build lock within
+    `timeout_s` (default: `build_timeout_s()`), all waiting included. Raises KernelUnavailable (KernelBuildTimeout)
+    saying why not."""
     timeout_s = build_timeout_s() if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
-    library = library_path(name, source)
+    library = library_path(name, source, variant)
+    name = library_name(name, variant)
     if library.exists():
         return KernelLibrary(library, built=False)
     library.parent.mkdir(parents=True, exist_ok=True)
@@ -154,7 +172,7 @@ def build_kernel(name: str, source: Path, timeout_s: float | None = None) -> Ker
         if library.exists():
             return KernelLibrary(library, built=False)
         _remove_leftover_builds(library)
-        _run_build(name, Path(source), library, lock, deadline, timeout_s)
+        _run_build(name, Path(source), library, lock, deadline, timeout_s, build_flags(variant))
         return KernelLibrary(library, built=True)
     finally:
         os.close(lock)  # drops the lock
@@ -207,7 +225,8 @@ def process_runs(pid: str) -> bool:
     return True
 
 
-def _run_build(name: str, source: Path, library: Path, lock: int, deadline: float, timeout_s: float) -> None:
+def _run_build(name: str, source: Path, library: Path, lock: int, deadline: float, timeout_s: float,
+               flags: list[str]) -> None:
     """Build in a private folder, in a child process bounded by `deadline`, then publish by an atomic rename."""
     # torch looks for ninja on PATH; the pip-installed one (requirements.txt) sits beside this interpreter, which is
     # not on PATH when the environment is not activated (`.venv/bin/python -m ...`). The builder inherits it.
@@ -218,7 +237,7 @@ def _run_build(name: str, source: Path, library: Path, lock: int, deadline: floa
     try:
         with open(folder / "build.log", "wb") as log:
             wall_deadline = time.time() + (deadline - time.monotonic())
-            builder = subprocess.Popen(builder_command(name, source, folder, wall_deadline), cwd=folder,
+            builder = subprocess.Popen(builder_command(name, source, folder, wall_deadline, flags), cwd=folder,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)  # its own process group, stopped as a whole
         _write_owner(lock, f"{os.getpid()} {builder.pid}")
@@ -276,10 +295,11 @@ load(name=name, sources=[source], build_directory=folder, extra_cflags=flags, is
 """
 
 
-def builder_command(name: str, source: Path, folder: Path, deadline: float) -> list[str]:
+def builder_command(name: str, source: Path, folder: Path, deadline: float, flags: list[str] | None = None
+                    ) -> list[str]:
     """The child process that builds `source` into `folder / f"{name}.so"` by `deadline` (time.time())."""
     return [sys.executable, "-c", _BUILDER, name, str(source), str(folder), str(os.getpid()), str(deadline),
-            *build_flags()]
+            *(build_flags() if flags is None else flags)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -298,6 +318,49 @@ def cpu_tag() -> str:
     return hashlib.sha1(f"{os.uname().machine} {cpu_flags()}".encode()).hexdigest()[:10]
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the variant: decided here, from the CPU's features
+
+VARIANTS = ("avx512", "avx2")  # fastest first
+VARIANT_FLAGS = {"avx512": ["-march=native"],
+                 # x86-64-v3: AVX2, FMA, F16C. Tuned for this CPU, but no AVX-512 even where it has it.
+                 "avx2": ["-march=x86-64-v3", "-mtune=native"]}
+VARIANT_NEEDS = {"avx512": {"avx512f", "avx2", "fma", "f16c"}, "avx2": {"avx2", "fma", "f16c"}}
+VARIANT_LABELS = {"avx512": "AVX-512", "avx2": "AVX2"}
+VARIANT_ENV = "DYNASD_KERNEL_VARIANT"
+NO_VARIANT = "torch"  # $DYNASD_KERNEL_VARIANT's word for "no compiled kernels": float32 weights, torch's products
+_told_variant: set[str] = set()
+
+
+def runnable_variants() -> tuple[str, ...]:
+    """The kernel variants this CPU can execute, fastest first (none off x86)."""
+    if os.uname().machine != "x86_64":
+        return ()
+    flags = set(cpu_flags().split())
+    return tuple(variant for variant in VARIANTS if VARIANT_NEEDS[variant] <= flags)
+
+
+def kernel_variant() -> str | None:
+    """The kernel variant this process uses: $DYNASD_KERNEL_VARIANT where this CPU runs it, else the fastest this
+    CPU runs; None where it runs none (the engine then keeps float32 weights and torch's products). A value this
+    CPU cannot run is said once on stderr, and the automatic choice used."""
+    runnable = runnable_variants()
+    automatic = runnable[0] if runnable else None
+    asked = os.environ.get(VARIANT_ENV, "").strip().lower()
+    if asked in ("", "auto"):
+        return automatic
+    if asked == NO_VARIANT:
+        return None
+    if asked in runnable:
+        return asked
+    if asked not in _told_variant:
+        _told_variant.add(asked)
+        choices = ", ".join((*runnable, NO_VARIANT))
+        sys.stderr.write(f"dynasd: {VARIANT_ENV}={asked} is not a kernel variant this CPU runs ({choices}); "
+                         f"using {automatic or NO_VARIANT}\n")
+    return automatic
+
+
 def has_avx512() -> bool:
-    """Whether this CPU is x86 with AVX-512, for which the kernels keep one 16-float vector per register."""
-    return os.uname().machine == "x86_64" and "avx512f" in cpu_flags().split()
+    """Whether this CPU is x86 with AVX-512."""
+    return "avx512" in runnable_variants()

@@ -12,9 +12,10 @@ takes up to 14 rows (2026-12-01: a verify of 9-14 rows, tree nodes + the root to
 in passes of 8 + the rest). Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs MKL is
 far slower and the kernel takes every row count (`mkl_is_tuned_here`).
 
-The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count from
-1, reading half the bytes (draft forward ~9 -> ~7 ms); its weights are stored in fp16 anyway, and the draft only
-proposes, so rounding its shared output layer to fp16 can change its proposals, never the output.
+The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count, reading
+half the bytes (draft forward ~9 -> ~7 ms), and keep nothing else (no float32 weight, no transpose); its weights are
+stored in fp16 anyway, and the draft only proposes, so rounding its shared output layer to fp16 can change its
+proposals, never the output.
 
 The kernel is compiled on first use or by `dynasd build-kernels` (compile.py, ~15 s once, cached under
 ~/.cache/dynasd/kernels); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .compile import has_avx512, kernel_once
+from .compile import kernel_once, kernel_variant
 
 SMALL_ROWS = 3  # up to this many rows F.linear is as fast as it gets (measured, see above)
 PANEL = 32  # output columns per panel, fixed by panel_linear.cpp
@@ -43,9 +44,14 @@ KERNEL_NAME = "dynasd_panel_linear"
 KERNEL_SOURCE = Path(__file__).with_name("panel_linear.cpp")
 
 
-def panel_kernel():
-    """The compiled `panel_linear(x, panels)` op, or None where it cannot be built here (warned once)."""
-    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda: torch.ops.dynasd.panel_linear)
+def panel_kernel(variant: str | None = None):
+    """The compiled `panel_linear(x, panels)` op in `variant` (default: the one this process uses,
+    compile.kernel_variant), or None where there is none or it cannot be built here (warned once)."""
+    variant = variant or kernel_variant()
+    if variant is None:
+        return None
+    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda: getattr(torch.ops, f"dynasd_{variant}").panel_linear,
+                       variant)
 
 
 @functools.cache  # asked once per linear layer at load: read /proc/cpuinfo once
@@ -72,12 +78,11 @@ def mkl_is_tuned_here() -> bool:
 
 
 def kernel_pays_here() -> bool:
-    """Whether this CPU runs the compiled kernel fast: x86 with AVX-512.
+    """Whether this process has a kernel variant for its CPU (compile.kernel_variant: x86 with AVX-512 or AVX2).
 
-    Why: the kernel keeps a 16-float vector per accumulator in one AVX-512 register. Built for AVX2 (16 registers
-    of 8 floats) the same code spills its accumulators to memory: measured here (an x86-64-v3 build, 2026-12-01), an
-    8-row verify took ~730 ms instead of ~45. Elsewhere the layers keep the two torch layouts."""
-    return has_avx512()
+    Why not elsewhere: the kernel is written for AVX-512's and AVX2's registers; on ARM the layers keep the two
+    torch layouts."""
+    return kernel_variant() is not None
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:
@@ -88,28 +93,32 @@ def to_panels(weight: torch.Tensor) -> torch.Tensor:
 
 class PretransposedLinear(torch.nn.Module):
     """An nn.Linear that also holds `weight_t`, the contiguous (in, out) transpose of its weight, and, where the
-    compiled kernel is available, `panels`: 2-24 rows (1-24 with `half_panels`; any count where MKL is not tuned)
-    go to the kernel, other inputs of at most SMALL_ROWS rows to F.linear on the original weight, larger ones to
-    `x @ weight_t`."""
+    compiled kernel is available, `panels`: 2-24 rows (any count where MKL is not tuned, and with `half_panels`,
+    which keep only the panels) go to the kernel, other inputs of at most SMALL_ROWS rows to F.linear on the
+    original weight, larger ones to `x @ weight_t`."""
 
     def __init__(self, linear: torch.nn.Linear, kernel=None, half_panels: bool = False) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight  # shared, not copied (it may be the tied input embedding)
         self.bias = linear.bias
-        self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous(), requires_grad=False)
-        self.kernel, self.panels = None, None
+        self.kernel = None
+        self.register_buffer("panels", None, persistent=False)
         if kernel is not None and linear.weight.dtype == torch.float32 and self.out_features % PANEL == 0:
             self.kernel = kernel
-            panels = to_panels(linear.weight).to(torch.float16 if half_panels else torch.float32)
-            self.panels = torch.nn.Parameter(panels, requires_grad=False)
-        # Half-precision panels read half the bytes, so they beat F.linear for a single row too.
-        self.kernel_rows = (range(1 if half_panels else PANEL_ROWS.start, PANEL_ROWS.stop) if mkl_is_tuned_here()
-                            else ALL_ROWS)
+            # Rounded before the layout is made: no float32 copy of a draft's weight in between.
+            self.panels = to_panels(linear.weight.detach().to(torch.float16) if half_panels else linear.weight)
+        if self.kernel is not None and half_panels:
+            # The kernel takes every row count (a draft's prefill too): the float32 weight and its transpose would
+            # be two more copies of what the panels hold (the embedded draft: ~150 MB of its ~190).
+            self.weight, self.weight_t, self.kernel_rows = None, None, ALL_ROWS
+            return
+        self.weight = linear.weight  # shared, not copied (it may be the tied input embedding)
+        self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous(), requires_grad=False)
+        self.kernel_rows = PANEL_ROWS if mkl_is_tuned_here() else ALL_ROWS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if self.kernel is not None and rows in self.kernel_rows and x.dtype == torch.float32:
+        if self.kernel is not None and (rows in self.kernel_rows or self.weight is None) and x.dtype == torch.float32:
             y = self.kernel(x, self.panels)
         elif rows <= SMALL_ROWS:
             return torch.nn.functional.linear(x, self.weight, self.bias)
@@ -118,13 +127,13 @@ class PretransposedLinear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def pretranspose_linears(model: torch.nn.Module, compiled: bool = True, half_panels: bool = False
-                         ) -> torch.nn.Module:
+def pretranspose_linears(model: torch.nn.Module, compiled: bool = True, half_panels: bool = False,
+                         variant: str | None = None) -> torch.nn.Module:
     """Swap every nn.Linear of an inference model for a PretransposedLinear, in place (CPU inference only:
     training code and exported weights expect plain nn.Linear modules). `compiled=False` leaves the compiled
     kernel out (the benchmark's `kernels=torch`), as does a CPU without AVX-512 (`kernel_pays_here`);
-    `half_panels` gives it float16 panels (drafts)."""
-    kernel = panel_kernel() if compiled and kernel_pays_here() else None
+    `half_panels` gives it float16 panels (drafts); `variant` names the kernel's variant (default: the process's)."""
+    kernel = panel_kernel(variant) if compiled and kernel_pays_here() else None
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear:
@@ -145,11 +154,11 @@ class FusedProjections:
         self.linears = linears
         self.sizes = [layer.out_features for layer in linears]
         self.in_features, self.kernel, self.kernel_rows = first.in_features, first.kernel, first.kernel_rows
-        self.panels = torch.cat([layer.panels.detach() for layer in linears])
+        self.panels = torch.cat([layer.panels for layer in linears])
         start = 0
         for layer in linears:
             count = layer.panels.shape[0]
-            layer.panels = torch.nn.Parameter(self.panels[start:start + count], requires_grad=False)
+            layer.panels = self.panels[start:start + count]
             start += count
 
     @staticmethod

@@ -32,8 +32,10 @@ def supports(model: torch.nn.Module) -> bool:
 _fuse_lock = threading.Lock()
 
 
-def _fused_projections(model: torch.nn.Module) -> list[tuple]:
-    """Per layer, (q/k/v fused, gate/up fused), each None where the layers cannot be fused; made once per model."""
+def fused_projections(model: torch.nn.Module) -> list[tuple]:
+    """Per layer, (q/k/v fused, gate/up fused), each None where the layers cannot be fused; made once per model
+    (at load: dynasd/kernels/__init__.py asks, so the layers' panels are copied while the load's memory is handed
+    back)."""
     with _fuse_lock:
         if getattr(model, "_dynasd_fused", None) is None:
             model._dynasd_fused = [
@@ -83,7 +85,7 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     cos, sin = inner.rotary_emb(hidden, position_ids=position_ids)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     batch, q_len = input_ids.shape
-    fused = _fused_projections(model)
+    fused = fused_projections(model)
     for layer, (qkv, gate_up) in zip(inner.layers[: model.config.num_hidden_layers], fused):
         attn = layer.self_attn
         x = _rms_norm(layer.input_layernorm, hidden)

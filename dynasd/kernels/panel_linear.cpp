@@ -8,19 +8,34 @@
 //
 // Each output y[m, n] is summed over k in the same order whatever the number of rows, so a row's result does not
 // depend on the rows next to it.
+//
+// Two variants from this one source, chosen by the build flags (compile.py picks one from the CPU's features):
+// AVX-512 in GCC's 16-float vectors (one per register), and AVX2 in intrinsics (16 registers of 8 floats: the same
+// vector code spilled its accumulators there, an 8-row verify ~730 ms instead of ~45). The AVX2 variant covers the
+// whole panel for 1-2 rows, and one 16-column half of it (one cache line of a float32 panel) for 3-6 rows a pass.
+// Both sum every output in the same order, so they give bitwise the same results.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cstring>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#if !defined(__FMA__) || !defined(__F16C__)
+#error "the AVX2 variant needs FMA and F16C (x86-64-v3)"
+#endif
+#define DYNASD_AVX2 1
 #endif
 
 namespace {
 
 constexpr int64_t PANEL = 32;         // output columns per panel: two 16-float vectors
+constexpr int64_t PREFETCH_AHEAD = 64;  // k steps (8 KB of panel) ahead; measured best among 0, 8..96
+
+#if !defined(DYNASD_AVX2)
 // Input rows per pass over a panel: 2 accumulators per row must stay in registers. AVX-512's 32 vector registers
 // hold 14 rows' (28) plus the two weight vectors and a broadcast; elsewhere a vec16 takes two of 16 registers.
 // More rows go in equal passes (16: 8 + 8, not 14 + 2): a pass of one or two rows runs at the FMA latency, not at
@@ -31,7 +46,6 @@ constexpr int64_t ROWS_PER_PASS = 14;
 #else
 constexpr int64_t ROWS_PER_PASS = 8;
 #endif
-constexpr int64_t PREFETCH_AHEAD = 64;  // k steps (8 KB of panel) ahead; measured best among 0, 8..96
 
 typedef float vec16 __attribute__((vector_size(64)));
 typedef _Float16 half16 __attribute__((vector_size(32)));
@@ -93,16 +107,81 @@ void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const W* pane
 }
 
 template <typename W>
+void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const W* panel, float* yp, int64_t N) {
+  const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+  const int64_t per_pass = (M + passes - 1) / passes;
+  for (int64_t m = 0; m < M; m += per_pass) {
+    rows_times_panel_any(std::min(per_pass, M - m), xp + m * K, K, panel, yp + m * N, N);
+  }
+}
+
+#else
+// AVX2: V vectors of 8 columns from column C0 of the panel (V = 4: the whole panel; V = 2: one half), MR rows.
+constexpr int64_t HALF_ROWS = 6;  // 2 accumulators a row + the two weight vectors and a broadcast: 15 registers
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const _Float16* p) {  // half-precision panels: widened exactly to float32
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int MR, int C0, int V, typename W>
+void rows_times_columns(const float* x, int64_t K, const W* panel, float* y, int64_t N) {
+  __m256 acc[MR][V];
+  #pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+    #pragma GCC unroll 8
+    for (int j = 0; j < V; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const W* w = panel + k * PANEL + C0;
+    __builtin_prefetch(w + PREFETCH_AHEAD * PANEL, 0, 3);
+    if (V == 4) __builtin_prefetch(w + PREFETCH_AHEAD * PANEL + 16, 0, 3);
+    __m256 wv[V];
+    #pragma GCC unroll 8
+    for (int j = 0; j < V; ++j) wv[j] = load8(w + 8 * j);
+    #pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xi = _mm256_broadcast_ss(x + i * K + k);
+      #pragma GCC unroll 8
+      for (int j = 0; j < V; ++j) acc[i][j] = _mm256_fmadd_ps(xi, wv[j], acc[i][j]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+    #pragma GCC unroll 8
+    for (int j = 0; j < V; ++j) _mm256_storeu_ps(y + i * N + C0 + 8 * j, acc[i][j]);
+}
+
+template <int C0, typename W>
+void rows_times_half(int64_t rows, const float* x, int64_t K, const W* panel, float* y, int64_t N) {
+  switch (rows) {
+    case 6: return rows_times_columns<6, C0, 2>(x, K, panel, y, N);
+    case 5: return rows_times_columns<5, C0, 2>(x, K, panel, y, N);
+    case 4: return rows_times_columns<4, C0, 2>(x, K, panel, y, N);
+    case 3: return rows_times_columns<3, C0, 2>(x, K, panel, y, N);
+    case 2: return rows_times_columns<2, C0, 2>(x, K, panel, y, N);
+    default: return rows_times_columns<1, C0, 2>(x, K, panel, y, N);
+  }
+}
+
+template <typename W>
+void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const W* panel, float* yp, int64_t N) {
+  // One or two rows: the whole panel in one pass (four or eight chains of sums: past the FMA latency).
+  if (M == 1) return rows_times_columns<1, 0, 4>(xp, K, panel, yp, N);
+  if (M == 2) return rows_times_columns<2, 0, 4>(xp, K, panel, yp, N);
+  const int64_t passes = (M + HALF_ROWS - 1) / HALF_ROWS;
+  const int64_t per_pass = (M + passes - 1) / passes;
+  for (int64_t m = 0; m < M; m += per_pass) {
+    const int64_t rows = std::min(per_pass, M - m);
+    rows_times_half<0>(rows, xp + m * K, K, panel, yp + m * N, N);
+    rows_times_half<16>(rows, xp + m * K, K, panel, yp + m * N, N);
+  }
+}
+#endif
+
+template <typename W>
 void all_panels(const float* xp, const W* wp, float* yp, int64_t M, int64_t K, int64_t N, int64_t count) {
   at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
-    for (int64_t p = first; p < last; ++p) {
-      const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-      const int64_t per_pass = (M + passes - 1) / passes;
-      for (int64_t m = 0; m < M; m += per_pass) {
-        rows_times_panel_any(std::min(per_pass, M - m), xp + m * K, K, wp + p * K * PANEL,
-                             yp + m * N + p * PANEL, N);
-      }
-    }
+    for (int64_t p = first; p < last; ++p) rows_times_panel_passes(xp, M, K, wp + p * K * PANEL, yp + p * PANEL, N);
   });
 }
 
@@ -133,5 +212,14 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
 
 }  // namespace
 
-TORCH_LIBRARY(dynasd, m) { m.def("panel_linear(Tensor x, Tensor panels) -> Tensor"); }
-TORCH_LIBRARY_IMPL(dynasd, CPU, m) { m.impl("panel_linear", panel_linear); }
+// The namespace names the variant (dynasd_avx512, dynasd_avx2: compile.py defines DYNASD_VARIANT), so one process
+// can load both (the tests compare them); the extra macro levels expand the name before TORCH_LIBRARY pastes it.
+#ifndef DYNASD_VARIANT
+#define DYNASD_VARIANT generic
+#endif
+#define DYNASD_PASTE2(a, b) a##_##b
+#define DYNASD_PASTE(a, b) DYNASD_PASTE2(a, b)
+#define DYNASD_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define DYNASD_LIBRARY_IMPL(ns, m) TORCH_LIBRARY_IMPL(ns, CPU, m)
+DYNASD_LIBRARY(DYNASD_PASTE(dynasd, DYNASD_VARIANT), m) { m.def("panel_linear(Tensor x, Tensor panels) -> Tensor"); }
+DYNASD_LIBRARY_IMPL(DYNASD_PASTE(dynasd, DYNASD_VARIANT), m) { m.impl("panel_linear", panel_linear); }
