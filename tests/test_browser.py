@@ -16,8 +16,9 @@ DOCS_SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshot
 WAIT_S = 90
 
 
-@pytest.fixture
-def browser():
+def headless_chromium(window_size: str):
+    """Debian's headless Chromium under ChromeDriver with a profile of its own, quit and removed afterwards (a
+    generator for fixtures of any scope; skips where `make browser` has not installed them)."""
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("Debian chromium and chromium-driver are not installed (run `make browser`)")
     from selenium import webdriver
@@ -28,7 +29,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", f"--user-data-dir={profile}", "--window-size=1600,1800"):
+                 "--no-first-run", f"--user-data-dir={profile}", f"--window-size={window_size}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
@@ -36,6 +37,11 @@ def browser():
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser():
+    yield from headless_chromium("1600,1800")
 
 
 def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url, tmp_path):

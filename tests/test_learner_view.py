@@ -3,17 +3,13 @@ help squeezed into a column of single letters, a bounded page), every status car
 names a cell's row and column exactly as its axes do, the cost view measures this device by default and says so,
 and every control shows a focus ring. One browser for the module; the screenshots (for a person, not the test) go
 to pytest's temporary folder."""
-import shutil
-import tempfile
-
 import pytest
+from test_browser import headless_chromium
 
 from viz.style import STATUS_GLYPHS
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 WAIT_S = 90
 PHONE = (412, 915)
 READABLE_PX = 240  # a text column narrower than this reads as a few words a line at best
@@ -22,24 +18,7 @@ PHONE_PAGE_PX = 9000  # the page with a run on show, at its longest tab (it was 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("Debian chromium and chromium-driver are not installed (run `make browser`)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="dynasd-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", f"--user-data-dir={profile}", "--window-size=1440,900"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+    yield from headless_chromium("1440,900")
 
 
 def _two_steps(browser, explorer_url, size):

@@ -32,8 +32,8 @@ from dynasd.explorer import engine, losslessness, side_by_side
 from dynasd.explorer.engine import UNTIL_DONE, Progress
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, one_line
 from dynasd.explorer.peer import run_peer
-from dynasd.explorer.session import Compute, SessionFailed, compare_methods
-from dynasd.options import METHODS, OptionsError
+from dynasd.explorer.session import Compute, SessionFailed, check_methods, compare_methods
+from dynasd.options import METHODS
 
 from . import state
 
@@ -301,12 +301,7 @@ def compare(settings: Settings, prompt: str) -> Iterator[tuple]:
     """Compare's events: ("run", method, RunTrace) as each method finishes (one GPU call each), ("ours done",
     None, None), then ("peer", PeerRun or None, why not); ("error", exception name, message) ends it early."""
     try:
-        normalised = settings.normalised()
-        for method in METHODS:  # every method's options are checked before any model runs
-            try:
-                normalised.options.for_method(method).validate()
-            except OptionsError as exc:
-                raise UserError(f"{method}: {exc}") from exc
+        check_methods(settings.normalised())
         for method in METHODS:
             run = call(gpu_compare_method, settings, prompt, method)
             yield "run", method, run

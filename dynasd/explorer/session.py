@@ -269,16 +269,22 @@ def _failure(what: str, exc: BaseException | str) -> str:
     return f"the model call failed during {what} ({detail}); press Reset to start over"
 
 
+def check_methods(settings: Settings, methods: tuple[str, ...] = METHODS) -> None:
+    """Every method's options checked before any model loads or runs (a UserError naming the method), so a bad
+    option fails a Compare at once instead of after the methods before it ran."""
+    for method in methods:
+        try:
+            settings.options.for_method(method).validate()
+        except OptionsError as exc:
+            raise UserError(f"{method}: {exc}") from exc
+
+
 def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
                     methods: tuple[str, ...] = METHODS) -> Iterator[tuple[str, RunTrace]]:
     """The same prompt and settings through each method, one after another (yields as each finishes).
     Each run holds the pair's lock one step at a time, so other sessions keep stepping meanwhile."""
     settings = settings.normalised()
-    for method in methods:  # every method's options are checked before any model loads
-        try:
-            settings.options.for_method(method).validate()
-        except OptionsError as exc:
-            raise UserError(f"{method}: {exc}") from exc
+    check_methods(settings, methods)
     prepared = engine.prepare(pairs, settings, prompt)
     for method in methods:
         decoder = prepared.decoder(method)
