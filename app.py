@@ -27,7 +27,7 @@ from dynasd.explorer.memory import start_heap_trimmer
 from ui import state
 from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu
-from ui.layout import QUEUE_PLACE_CSS, build_app
+from ui.layout import build_app
 from ui.page_scripts import CLAMP_NOTE_JS, CSS, PLOTLY_JS
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
@@ -73,7 +73,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     _poll_the_idle_queue_less(demo)
     demo.launch(
-        server_name=host, server_port=port, css=CSS + QUEUE_PLACE_CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",
+        server_name=host, server_port=port, css=CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",
         footer_links=["api"],
         prevent_thread_lock=not block, quiet=not block,
         # Gradio keeps each browser session's component values (our figures among them) for its 10,000 most
@@ -84,12 +84,11 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     return demo
 
 
-# How many events the queue hands to handlers at once; the others wait in the queue, and their pages show their
-# place in it (the status line's progress: ui/layout.py queue_place). Why 4 (scripts/classroom.py: 30 learners on
-# the embedded pair, 2 cores, docs/benchmarks.md): the model steps one at a time anyway (the pair's lock), so more
-# handlers only wait on that lock, where the queue would have shown them their place; 4 still lets a step's
-# figures be built beside the next step's model work. Against 16: a Run's step p50 6.7 s (6.0), max 9.0 s (20.9),
-# the last learner done after 257 s (278), 8 MB a session held (18); against 2: p50 8.5 s, last learner 318 s.
+# How many events the queue hands to handlers at once; the others wait in the queue. Why 4 (scripts/classroom.py:
+# 30 learners on the embedded pair, 2 cores, docs/benchmarks.md): the model steps one at a time anyway (the pair's
+# lock), so more handlers only wait on that lock; 4 still lets a step's figures be built beside the next step's
+# model work. Against 16: a Run's step p50 6.7 s (6.0), max 9.0 s (20.9), the last learner done after 257 s (278),
+# 8 MB a session held (18); against 2: p50 8.5 s, the last learner after 318 s.
 QUEUE_CONCURRENCY = 4
 
 
