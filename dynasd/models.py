@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from .converted import converted_weights, load_converted, saved_rows
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
 from .kernels import accelerate
+from .shared_module import SharedModule
 
 
 def assets_dir() -> Path:
@@ -297,7 +298,7 @@ def read_head_tokens(folder: Path) -> list[int] | None:
 
 
 def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Module:
-    """A distilled draft stored without embeddings: they are the target's, shared (the same module, frozen), to
+    """A distilled draft stored without embeddings: they are the target's, shared (through SharedModule), to
     keep the asset small and the process too (a float32 copy of the embedded target's would cost 113 MB).
 
     With a `head_tokens.json` beside it, its output layer is cut down to those tokens (SubsetHead). The draft is
@@ -321,7 +322,7 @@ def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Modu
                           strict=False, assign=True)
     dtype = next(target.parameters()).dtype
     draft.model.rotary_emb = type(draft.model.rotary_emb)(config=draft.config)  # its buffers, computed for real
-    draft.model.embed_tokens = target.model.embed_tokens
+    draft.model.embed_tokens = SharedModule(target.model.embed_tokens)
     head_tokens = read_head_tokens(folder)
     if head_tokens is not None:
         saved = getattr(target, "dynasd_float32_file", None)  # read from there, the target's mapping stays untouched

@@ -240,7 +240,7 @@ def test_the_embedded_target_in_blocks_decodes_as_in_float32(embedded_pair):
     plain = pair_on("embedded", "cpu", weights="fp32")
     target = blocks.target
     assert isinstance(target.model.layers[0].mlp.up_proj, BlockLinear) and isinstance(target.lm_head, BlockLinear)
-    assert blocks.draft.get_input_embeddings() is target.get_input_embeddings()  # shared, not a float32 copy
+    assert blocks.draft.get_input_embeddings().shared is target.get_input_embeddings()  # shared, not a float32 copy
     held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
             for t in list(target.parameters()) + list(target.buffers())}
     assert sum(held.values()) < 100 * 2**20  # the file's ~96 MB of blocks and norms, not ~540 MB of float32

@@ -97,7 +97,9 @@ def test_the_lean_forward_reads_features_as_transformers_forward_does(tiny_pair)
 def test_a_step_uses_the_feature_draft_not_the_token_draft(tiny_pair):
     """The feature path is really taken: the token draft is never called, the feature draft is."""
     calls = {"token": 0, "feature": 0}
-    hooks = [tiny_pair.draft.model.embed_tokens.register_forward_hook(lambda *a: calls.__setitem__(
+    # the token draft's own output layer (its embedding is the target's module, shared: dynasd/models.py; its
+    # decoder layers run through the lean forward, which calls their linear layers but not the layers themselves)
+    hooks = [tiny_pair.draft.lm_head.register_forward_hook(lambda *a: calls.__setitem__(
                  "token", calls["token"] + 1)),
              tiny_pair.feature_draft.model.feature_fc.register_forward_hook(lambda *a: calls.__setitem__(
                  "feature", calls["feature"] + 1))]

@@ -223,10 +223,12 @@ def load_in_serving_process(settings: Settings) -> None:
     thread has none, and a pair placed on "cuda" there reaches the real CUDA initialisation, which refuses)."""
     if not on_zero_gpu():
         return
-    try:
-        from spaces.zero.torch import enter_mode
-    except ImportError:  # a `spaces` without the emulation: no modes to enter
-        enter_mode = None
+    enter_mode = None
+    if getattr(spaces, "__path__", None) is not None:  # a package: a stand-in module has no emulation to enter
+        try:
+            from spaces.zero.torch import enter_mode
+        except ImportError:  # a `spaces` without the emulation: no modes to enter
+            pass
     failure: list[BaseException] = []
 
     def load() -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
+from ..shared_module import SharedModule
 from .block_weights import BlockLinear, block_kernel, use_gguf_blocks
 from .compile import VARIANT_LABELS, kernel_variant
 from .fast_linear import pretranspose_linears
@@ -113,7 +114,7 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     accelerate_model(pair.target, target_plan)
     embedding = pair.target.get_input_embeddings()
     for draft in sharing:  # the same values, now read from the target's blocks (a float32 copy: 113 MB)
-        draft.set_input_embeddings(embedding)
+        draft.set_input_embeddings(SharedModule(embedding))
     return_freed_memory()
     return pair
 
