@@ -46,8 +46,8 @@ class Recipe:
 
 
 ALL = [
-    # docs/benchmarks.md: the fastest lossless method with float32 weights on the AVX-512 Xeon (1.27x ar); not with
-    # the GGUF blocks, nor on an AVX2-only EPYC (0.82x, where pld led)
+    # docs/benchmarks.md: the fastest lossless method with float32 weights on an AVX-512 AMD EPYC, Zen 4 (1.27x ar);
+    # not with the GGUF blocks, nor on an AVX2-only EPYC (0.82x, where pld led)
     Recipe("narrow-cpu",
            "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop (fastest with float32 weights "
            "on an AVX-512 CPU)",
