@@ -34,16 +34,12 @@ from .play import busy_guard
 from .quiz import quiz_section
 from .status import status_line
 from .texts import LEARN_HELP
-from .views import control_updates, failed, render, unexpected
+from .views import control_updates, failed, render, step_on_show, unexpected
 
 
 def _learn_step(session: Session, index) -> tuple:
     """(run, index, step) of the step on show, or a UserError saying what to do first."""
-    run = session.run
-    if run is None or not run.steps:
-        raise UserError("nothing to explain yet: press Step or Run (or replay an example) first")
-    index = max(0, min(int(index or 0), len(run.steps) - 1))
-    return run, index, run.steps[index]
+    return step_on_show(session, index, "nothing to explain yet")
 
 
 def _greedy(run) -> bool:

@@ -13,7 +13,7 @@ from viz.ledger import ledger_figure
 
 from . import state
 from .status import RUNNING, status_line
-from .views import unexpected
+from .views import step_on_show, unexpected
 
 LEDGER_HELP = ("**Where do the rejected branches' keys and values go?** Each model keeps a KV cache: one row per "
                "position it has read. A verify forward writes a row for every tree node after the committed text; "
@@ -37,10 +37,7 @@ def on_ledger(session_id, index):
     """The ledger figure and its words for the step on show."""
     session = state.SESSIONS.get(session_id)
     try:
-        run = session.run
-        if run is None or not run.steps:
-            raise UserError("no step to show yet: press Step or Run (or replay an example) first")
-        index = max(0, min(int(index or 0), len(run.steps) - 1))
+        run, index, _ = step_on_show(session, index, "no step to show yet")
         ledger = run_ledger(run)
         return ledger_figure(run, ledger, index), ledger_markdown(ledger[index]), session.id
     except UserError as exc:

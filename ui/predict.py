@@ -14,7 +14,7 @@ from viz.guided import step_phases
 
 from . import state
 from .status import status_line
-from .views import failed, render, unexpected
+from .views import failed, render, step_on_show, unexpected
 
 
 @dataclass
@@ -95,10 +95,7 @@ def wire_guided(buttons: tuple, session_id, scrubber, phase, phase_views: list, 
     def on_guess(session_id, index, at, guess):
         session = state.SESSIONS.get(session_id)
         try:
-            run = session.run
-            if run is None or not run.steps:
-                raise UserError("nothing to predict yet: press Step or Run (or replay an example) first")
-            index = max(0, min(int(index or 0), len(run.steps) - 1))
+            run, index, _ = step_on_show(session, index, "nothing to predict yet")
             node = guided_test_node(run, index, int(at or 0))
             if node is None:
                 raise UserError("this phase is not a test: go to a Test phase (next phase →) to predict it")

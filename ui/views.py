@@ -113,3 +113,13 @@ def control_updates(prompt: str | None = None, settings: Settings | None = None)
         return (prompt_update,) + tuple(gr.update() for _ in CONTROL_NAMES)
     values = settings.controls()
     return (prompt_update,) + tuple(gr.update(value=values[name]) for name in CONTROL_NAMES)
+
+
+def step_on_show(session: Session, index, nothing_yet: str) -> tuple:
+    """(run, index, step) of the step on show, the index kept within the run's steps; a UserError saying
+    `nothing_yet` ("nothing to explain yet", ...) and what to press first when there is no step."""
+    run = session.run
+    if run is None or not run.steps:
+        raise UserError(f"{nothing_yet}: press Step or Run (or replay an example) first")
+    index = max(0, min(int(index or 0), len(run.steps) - 1))
+    return run, index, run.steps[index]
