@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from soak import REPO, free_port, probe_server, wait_until_up  # this folder; sets the environment first
+from soak import REPO, free_port, probe_server, stop_server, wait_until_up  # this folder; sets the environment first
 
 STATUS = 7
 CONFIGS = [  # (prompt, settings): learner i takes CONFIGS[i % len(CONFIGS)]
@@ -210,11 +210,7 @@ def main(argv=None) -> int:
         time.sleep(args.settle)
         after = probe_server(server, probe_dir, 2)
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     return report(args, configs, solo_ids, solo_steps, learners, finished, class_start[0], (before, held, after),
                   calls, time.monotonic() - started)
 

@@ -440,6 +440,15 @@ def wait_until_up(url: str, server, timeout_s: float = 900.0) -> None:
     raise RuntimeError("the server did not come up")
 
 
+def stop_server(server: subprocess.Popen) -> None:
+    """End a served app: asked first, killed if it has not ended within 30 s."""
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
 def memory_only(args) -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -467,11 +476,7 @@ def memory_only(args) -> int:
                   f"(before gc {probes[-1]['rss_mb_before_gc']:.0f}), client RSS {process_rss_mb():.0f} MB, "
                   f"{time.monotonic() - started:.0f} s", flush=True)
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
 
     first, last = track[0][1], track[-1][1]
     print()
