@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import platform
+import weakref
 
 import torch
 
@@ -61,7 +62,19 @@ def device_line(pair=None) -> str:
     if pair is None:
         return machine_line()
     models = [("target", pair.target)] + ([("draft", pair.draft)] if getattr(pair, "draft", None) is not None else [])
-    return "; ".join([machine_line(pair.device)] + [f"{role}: {kernels_in_use(model)}" for role, model in models])
+    return "; ".join([machine_line(pair.device)] + [f"{role}: {_kernels_of(model)}" for role, model in models])
+
+
+# A loaded model's kernels do not change, and every run's trace names them: walking its modules (~90 us for the
+# tiny pair) at every run start cost the statistical tests' thousands of runs a few percent.
+_KERNELS_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _kernels_of(model) -> str:
+    named = _KERNELS_OF.get(model)
+    if named is None:
+        named = _KERNELS_OF[model] = kernels_in_use(model)
+    return named
 
 
 def device_key(pair=None) -> str:
