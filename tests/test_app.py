@@ -606,16 +606,28 @@ def test_bad_input_returns_a_clear_message_not_a_traceback(connect, tmp_path):
 
 def test_no_progress_overlay_covers_a_status_line_or_the_guided_figure():
     """Gradio's progress overlay writes "processing | 0.1/0.3s" and "queue: 1/1" into the component it covers and
-    greys it out: over a status line it hides what the page says, over the guided step it flickers at every phase.
-    Every event with a model or a status line among its outputs hides it; the status lines say what is going on."""
+    greys it out: over a figure it flickers at every phase. Every event with a model or a status line among its
+    outputs hides it, but for the one display that tells a waiting learner its place in the queue: the minimal
+    runtime display on the event's own status line only (ui/layout.py queue_place, whose CSS puts it under the
+    status text and keeps the text legible)."""
     import app
+    from ui.layout import QUEUE_PLACE_CSS
 
     demo = app.build_app("tiny-random")
     watched = {"status", "learn-status", "compare-status", "learn-guided-plot"}
-    covering = [f"{fn.name} -> {sorted(o.elem_id for o in fn.outputs if o.elem_id in watched)}"
-                for fn in demo.fns.values()
-                if fn.fn is not None and fn.show_progress != "hidden" and any(o.elem_id in watched for o in fn.outputs)]
+    covering, placed = [], set()
+    for fn in demo.fns.values():
+        shown = [o.elem_id for o in fn.outputs if o.elem_id in watched]
+        if fn.fn is None or fn.show_progress == "hidden" or not shown:
+            continue
+        on = [o.elem_id for o in fn.show_progress_on or fn.outputs]
+        if fn.show_progress == "minimal" and len(on) == 1 and on[0] in ("status", "compare-status"):
+            placed.add(fn.api_name or fn.name)
+            continue
+        covering.append(f"{fn.name} -> {sorted(shown)}")
     assert not covering, covering
+    assert {"step", "compare", "follow_up"} <= placed, placed
+    assert all(f"#{elem} .pending" in QUEUE_PLACE_CSS for elem in ("status", "compare-status"))
 
 
 def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar(monkeypatch):

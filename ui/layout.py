@@ -113,6 +113,25 @@ def compare_lane() -> dict:
     return dict(concurrency_id="compare", concurrency_limit=COMPARE_CONCURRENCY)
 
 
+def queue_place(status: gr.Component) -> dict:
+    """An event's progress shown on its status line only, as Gradio's small runtime display: "queue: 3/12 | 4.1s"
+    while the event waits in the queue behind other learners' (app.QUEUE_CONCURRENCY run at once), then its running
+    time. Why not hidden: a learner whose Step waits would see "Working…" and nothing else, a status that looks
+    frozen. Why not "full": its spinner over every output kept a core of a 2-core machine busy while the model
+    stepped (a step ~25% slower)."""
+    return dict(show_progress="minimal", show_progress_on=[status])
+
+
+# queue_place's runtime display goes on its own line under the status text (Gradio floats it at the component's
+# corner, below a one-line status and out of sight), and the status text stays legible meanwhile (Gradio dims a
+# pending Markdown to 20%). The line is kept when empty, so the page below does not jump at every step of a Run.
+QUEUE_PLACE_CSS = """
+#status, #compare-status { display: flex; flex-direction: column-reverse; overflow: visible !important; }
+#status > .wrap, #compare-status > .wrap { position: static !important; padding: 0; background: none; min-height: 1.4em;
+  overflow: visible; align-items: flex-start; }
+#status .meta-text-center, #compare-status .meta-text-center { position: static; transform: none; padding: 0; }
+#status .pending, #compare-status .pending { opacity: 1; }
+"""
 
 
 def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
@@ -227,12 +246,13 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
                  session_id]
         # No progress overlay on a Step, a Run's steps or a scrub: its animation kept a core of this 2-core machine
-        # busy while the model stepped (the step took ~25% longer); the status line says at once that work began.
+        # busy while the model stepped (the step took ~25% longer); the status line says at once that work began,
+        # and its small runtime display the event's place in the queue while it waits (queue_place).
         working = WAITING_FOR_GPU_JS if on_zero_gpu() else WORKING_JS
         starting = WAITING_FOR_GPU_JS if on_zero_gpu() else READING_PROMPT_JS  # Step and Run may read a new prompt
         step_btn.click(None, [prompt], [status], js=starting, queue=False, api_visibility="private")
         step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
-                       show_progress="hidden")
+                       **queue_place(status))
         # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
         # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
         # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
@@ -242,15 +262,15 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         # on ZeroGPU the whole Run is one GPU call, which may first wait in ZeroGPU's queue
         run_btn.click(None, [prompt], [status], js=starting, queue=False, api_visibility="private")
         run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
-                      api_visibility="private", show_progress="hidden")
+                      api_visibility="private", **queue_place(status))
         run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,
-                        api_visibility="private", show_progress="hidden")
+                        api_visibility="private", **queue_place(status))
         # Run for API clients: a stream of updates (there is no page to pace it)
         run_api = gr.Button("Run (API)", visible=False)
         run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run",
                       show_progress="hidden")
         follow_up_btn.click(None, None, [status], js=working, queue=False, api_visibility="private")
-        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up", show_progress="hidden")
+        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up", **queue_place(status))
         stop_btn.click(None, [status], [status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
         stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False,
                        show_progress="hidden")
@@ -261,7 +281,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         compare_btn.click(None, None, [compare_status], js=saying("Comparing the methods on this prompt…"),
                           queue=False, api_visibility="private")
         compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
-                          inputs_kwargs=controls, api_name="compare", show_progress="hidden",
+                          inputs_kwargs=controls, api_name="compare", **queue_place(compare_status),
                           **compare_lane())
         save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace",
                        show_progress="hidden")
