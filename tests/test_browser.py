@@ -2,6 +2,7 @@
 and the coloured text. It saves a screenshot (looked at by a person, not by the test) to pytest's temporary folder,
 or to docs/screenshots/ with DYNASD_SCREENSHOTS=1, so that a test run leaves the checkout as it was."""
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -284,6 +285,40 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
     last = int(text("status").split("Done after ")[1].split(" steps")[0]) - 1
     wait.until(lambda _: f"Explaining step {last}." in text("learn-status"))
     print(f"learn screenshots: {tmp_path}")
+
+
+def test_a_waiting_learner_sees_its_place_in_the_queue(browser, explorer_url, tmp_path):
+    """Compares run one at a time (ui/layout.py COMPARE_CONCURRENCY): with other learners' Compares ahead of it, a
+    learner's Compare says on its status line where it waits ("queue: 2/2"), the status text beside it legible,
+    and then runs to the end. Without the display a waiting learner saw a status that looked frozen."""
+    from gradio_client import Client
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ahead = [Client(explorer_url, verbose=False).submit(prompt="hello " * 8, pair="tiny-random", max_new_tokens=24,
+                                                        api_name="/compare") for _ in range(2)]
+    try:
+        browser.get(explorer_url)
+        wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
+        wait.until(lambda d: d.find_elements(By.ID, "step-btn"))
+        tab = next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Compare")
+        tab.click()
+        wait.until(lambda d: d.find_elements(By.ID, "compare-btn"))[0].click()
+        status = lambda: browser.find_element(By.ID, "compare-status").text  # noqa: E731
+        waiting = wait.until(lambda _: next((line for line in status().splitlines() if line.startswith("queue:")),
+                                            None))
+        assert re.fullmatch(r"queue: \d+/\d+( \| .*)?", waiting), waiting
+        browser.save_screenshot(str(tmp_path / "compare-waiting.png"))
+        assert "Comparing the methods" in status(), status()  # the status text stays on show beside the place
+        opacity = browser.execute_script(
+            "return getComputedStyle(document.querySelector('#compare-status .prose, #compare-status')).opacity")
+        assert float(opacity) == 1.0, opacity
+        WebDriverWait(browser, 4 * WAIT_S).until(lambda _: "all methods compared" in status().lower())
+        assert "queue:" not in status()
+        print(f"screenshot: {tmp_path}")
+    finally:
+        for job in ahead:
+            job.cancel()
 
 
 def test_a_shared_link_opens_on_its_step(browser, explorer_url):
