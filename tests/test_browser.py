@@ -301,8 +301,9 @@ def test_a_waiting_learner_sees_its_place_in_the_queue(browser, explorer_url, tm
         browser.get(explorer_url)
         wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
         wait.until(lambda d: d.find_elements(By.ID, "step-btn"))
-        tab = next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Compare")
-        tab.click()
+        tab = wait.until(lambda d: next((b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
+                                         if b.get_attribute("textContent").strip() == "Compare"), None))
+        browser.execute_script("arguments[0].scrollIntoView(); arguments[0].click()", tab)
         wait.until(lambda d: d.find_elements(By.ID, "compare-btn"))[0].click()
         status = lambda: browser.find_element(By.ID, "compare-status").text  # noqa: E731
         waiting = wait.until(lambda _: next((line for line in status().splitlines() if line.startswith("queue:")),
