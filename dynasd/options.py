@@ -450,8 +450,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="fp32 (default), bf16 or fp16")
     p.add_argument("--weights", default=DEFAULT_WEIGHTS, choices=WEIGHT_MODES,
                    help="how a GGUF target's weights are held on CPU: gguf (default: the file's 4- and 8-bit blocks, "
-                        "where this CPU has AVX-512; the same values, a fifth of the bytes) or fp32 (transformers' "
-                        "float32 copy)")
+                        "where this CPU has AVX-512 or AVX2; the same values, a fifth of the bytes) or fp32 "
+                        "(transformers' float32 copy)")
 
 
 def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True, compiled_kernel: bool = True,

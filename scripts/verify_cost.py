@@ -11,7 +11,7 @@ All variants are loaded in one process and timed interleaved, so machine noise f
                    CPUs other than Intel's: fast_linear.mkl_is_tuned_here), float32 weights: the engine before
                    2026-12-02, `--weights fp32`
   fast             what the engine uses: fp32's, with a GGUF target's weights in the file's 4- and 8-bit blocks
-                   (block_linear.cpp; on CPUs with AVX-512)
+                   (block_linear.cpp; on x86 CPUs with AVX-512 or AVX2)
 
     .venv/bin/python scripts/verify_cost.py --threads 2 --reps 9 --contexts 160,800
 """
