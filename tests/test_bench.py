@@ -304,6 +304,30 @@ def test_acceptance_denominator_counts_draft_levels_only(bench_run):
             assert run["accepted_draft_levels"] <= run["new_tokens"] - run["target_forwards"] + 4
 
 
+def test_weights_read_count_each_forward_of_each_model_at_its_weight_bytes(bench_run):
+    """The bandwidth columns: a run's weight bytes are its target forwards times the target's weights plus its draft
+    forwards times the draft's (dynasd.kernels.weight_bytes_per_forward: every linear layer once, the tied output
+    layer included, the embedding's lookups not); the summary divides them by tokens and by seconds."""
+    from dynasd.kernels import weight_bytes_per_forward
+    from dynasd.models import load_pair
+
+    pair = load_pair("tiny-random")
+    target, draft = weight_bytes_per_forward(pair.target), weight_bytes_per_forward(pair.draft)
+    linears = sum(m.in_features * m.out_features * 4 for m in pair.target.modules() if hasattr(m, "in_features"))
+    assert target == linears  # float32 weights, no bias, the output layer counted once
+    for run in bench_run["runs"]:
+        if run["method"] in ("ar", "sd", "mcsd"):
+            assert run["weight_bytes_read"] == (target * run["target_forward_calls"]
+                                                + draft * run["draft_forward_calls"]), run["method"]
+    ar = [r for r in bench_run["runs"] if r["method"] == "ar" and r["temperature"] == 0]
+    row = next(r for r in bench_run["summary"] if r["method"] == "ar" and r["temperature"] == 0
+               and r["category"] == "all")
+    read = sum(r["weight_bytes_read"] for r in ar)
+    assert row["weight_mb_per_token"] == pytest.approx(read / 1e6 / sum(r["new_tokens"] for r in ar))
+    assert row["weight_gb_per_s"] == pytest.approx(read / 1e9 / sum(r["seconds"] for r in ar))
+    assert "weights read: MB/token, GB/s" in bench_run["stdout"]
+
+
 def speedup_bounds(summary):
     """scripts/speedup_bounds.py's function, loaded by path (scripts/ is not a package; no sys.path edit)."""
     path = Path(__file__).resolve().parent.parent / "scripts" / "speedup_bounds.py"

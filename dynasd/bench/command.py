@@ -32,10 +32,12 @@ from pathlib import Path
 
 from ..decision import DecisionModel
 from ..device_info import device_line
+from ..kernels import weight_bytes_per_forward
+from ..kernels.block_weights import read_blocks
 from ..options import DecoderOptions, add_model_arguments, add_option_arguments, load_pair_from, options_from_args
 from ..prompts import follow_up_ids, select_prompts
 from ..stopping import load_decision_model
-from .llama_cpp_peer import LlamaCppPeer, check_gguf_target, without_unavailable_llama_cpp
+from .llama_cpp_peer import LlamaCppPeer, check_gguf_target, gguf_path, without_unavailable_llama_cpp
 from .llama_cpp_peer import meta as llama_cpp_meta
 from .measure import ForwardClock, Measured, make_method_decoder, run_method
 from .presets import PRESETS, apply_preset
@@ -206,6 +208,31 @@ def conversation_follow_ups(pair, prompt: dict, turns: int, chat: bool) -> list:
     return [follow_up(i) for i in range(len(users) - 1)]
 
 
+@dataclass(frozen=True)
+class WeightBytes:
+    """The weight bytes one forward of a method's target and draft reads (dynasd.kernels.weight_bytes_per_forward;
+    for llama.cpp the GGUF file's blocks, which it reads at every token)."""
+
+    target: int
+    draft: int
+    llama_cpp: bool = False
+
+    @staticmethod
+    def of(pair, llama_cpp_args: argparse.Namespace | None = None) -> "WeightBytes":
+        if llama_cpp_args is not None:
+            blocks = read_blocks(gguf_path(llama_cpp_args))
+            return WeightBytes(sum(source.n_bytes for _, source in blocks.values()), 0, llama_cpp=True)
+        draft = weight_bytes_per_forward(pair.draft) if pair.draft is not None else 0
+        return WeightBytes(weight_bytes_per_forward(pair.target), draft)
+
+    def read(self, m: Measured) -> int:
+        """The weight bytes a run read: its forwards as the forward clock counted them (llama.cpp: one per token)."""
+        if self.llama_cpp:
+            return self.target * (m.target_forwards or 0)
+        calls = m.forwards.get("calls", {})
+        return self.target * calls.get("target", 0) + self.draft * calls.get("draft", 0)
+
+
 def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs: list[MethodSpec],
               temperatures: list[float], out: Path, progress: bool = True,
               plan: dict[str, PlannedMethod] | None = None, judge: Judge | None = None) -> list[dict]:
@@ -245,6 +272,8 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
     clock_of = {spec.label: clocks[spec.pair_key(args.weights)] for spec in specs}
     # llama.cpp's model, loaded once for the whole run (outside every timing window)
     llama_cpp_model = LlamaCppPeer.load(args, pair) if any(spec.method == LLAMA_CPP for spec in specs) else None
+    bytes_of = {spec.label: WeightBytes.of(pair_of[spec.label], args if spec.method == LLAMA_CPP else None)
+                for spec in specs}
     records: list[dict] = []
     total = len(specs) * len(temperatures) * (len(prompts) + 1)
     bar = tqdm(total=total, file=sys.stderr, disable=not progress, unit="run", dynamic_ncols=True)
@@ -265,6 +294,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
                                         follow_ups[index])
                         for turn, measured in enumerate(turns, 1):
                             record = _record(prompt, spec, temperature, seed, measured, turn, args.max_new_tokens)
+                            record["weight_bytes_read"] = bytes_of[spec.label].read(measured)
                             if judges:
                                 add_quality(record, measured.context_ids, pair, judges)
                             batch.append(record)

@@ -63,6 +63,7 @@ def _aggregate(method: str, temperature: float, category: str, runs: list[dict])
     forwards = [r["target_forwards"] for r in runs]
     attempted = [r["attempted_draft_levels"] for r in runs]
     accepted = [r["accepted_draft_levels"] for r in runs]
+    weight_bytes = sum(r.get("weight_bytes_read", 0) for r in runs)
     draft_s = sum(r["draft_forward_seconds"] for r in runs)
     target_s = sum(r["target_forward_seconds"] for r in runs)
     compared = sum(r["compared_tokens"] for r in runs)
@@ -83,6 +84,10 @@ def _aggregate(method: str, temperature: float, category: str, runs: list[dict])
         "new_tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": _ratio(tokens, seconds),
+        # the weights read per token (dynasd.kernels.weight_bytes_per_forward) and the bandwidth that draws:
+        # how far a method is from the machine's memory limit
+        "weight_mb_per_token": _ratio(weight_bytes / 1e6, tokens) if weight_bytes else None,
+        "weight_gb_per_s": _ratio(weight_bytes / 1e9, seconds) if weight_bytes else None,
         "speedup_vs_ar": None,  # filled in by summarize
         "target_forwards": None if None in forwards else sum(forwards),
         "tokens_per_target_forward": None if None in forwards else _ratio(tokens, sum(forwards)),
@@ -174,16 +179,18 @@ def quality_verdicts(summary: list[dict]) -> list[str]:
 
 def markdown_tables(summary: list[dict]) -> str:
     overall = [r for r in summary if r["category"] == "all"]
-    lines = ["| method | T | prompts | tokens/s | speedup vs ar | mean acceptance length | acceptance | "
-             "time: draft / verify / other | identical to ar | differing tokens |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | T | prompts | tokens/s | speedup vs ar | weights read: MB/token, GB/s | "
+             "mean acceptance length | acceptance | time: draft / verify / other | identical to ar | "
+             "differing tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in overall:
         other = None if row["draft_share"] is None else 1 - row["draft_share"] - row["verify_share"]
         split = (f"{_fmt(row['draft_share'], '.0%')} / {_fmt(row['verify_share'], '.0%')} / {_fmt(other, '.0%')}")
         identical = (f"{row['identical_share']:.0%}" if row["identical_share"] is not None else "n/a (T>0)")
         lines.append(f"| {row['method']}{'' if row['lossless'] else ' (lossy)'} | {row['temperature']:g} | "
                      f"{_prompts(row)} | {_fmt(row['tokens_per_s'], '.1f')} | "
-                     f"{_fmt(row['speedup_vs_ar'], '.2f')}x | {_fmt(row['mean_acceptance_length'], '.2f')} | "
+                     f"{_fmt(row['speedup_vs_ar'], '.2f')}x | {_fmt(row['weight_mb_per_token'], '.1f')}, "
+                     f"{_fmt(row['weight_gb_per_s'], '.2f')} | {_fmt(row['mean_acceptance_length'], '.2f')} | "
                      f"{_fmt(row['acceptance_rate'], '.2f')} | {split} | {identical} | "
                      f"{_fmt(row['differing_token_share'], '.1%', 'n/a')} |")
     lines += ["", "Draft tokens and per-position acceptance (share of drafts whose accepted path reached position k):",

@@ -29,7 +29,7 @@ from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
 from ..shared_module import SharedModule
 from .block_weights import BlockLinear, block_kernel, use_gguf_blocks
 from .compile import VARIANT_LABELS, kernel_variant
-from .fast_linear import pretranspose_linears
+from .fast_linear import PretransposedLinear, pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
 from .lean_forward import fused_projections, lean_forward, supports
@@ -136,6 +136,29 @@ def kernels_in_use(model: torch.nn.Module) -> str:
     variant = plan.variant if plan is not None else None
     products = f"{VARIANT_LABELS[variant]} kernels" if compiled and variant else "torch products"
     return f"{weights}, {products}"
+
+
+def weight_bytes_per_forward(model: torch.nn.Module) -> int:
+    """The bytes of weights one forward of `model` reads: every linear layer's weights in the form its product
+    reads them (GGUF blocks, float16 or float32 panels, a float32 weight), once each; embeddings look up a few rows
+    and count nothing. Why: a forward on a CPU is bound by these reads, so bytes per token times tokens / s is the
+    memory bandwidth a method draws, to be read beside the machine's own (the bench prints both)."""
+    counted: set[int] = set()
+    total = 0
+    for path, module in model.named_modules(remove_duplicate=False):
+        if "embed_tokens" in path or id(module) in counted:
+            continue
+        if isinstance(module, BlockLinear):
+            read = [module.panels]
+        elif isinstance(module, PretransposedLinear):
+            read = [module.panels if module.kernel is not None else module.weight, module.bias]
+        elif isinstance(module, torch.nn.Linear):
+            read = [module.weight, module.bias]
+        else:
+            continue
+        counted.add(id(module))
+        total += sum(t.numel() * t.element_size() for t in read if t is not None)
+    return total
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
