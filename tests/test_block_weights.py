@@ -3,6 +3,8 @@ same file: the kernel's products agree with x @ W.T within float rounding, a row
 beside it, the embedding rows come out exact, and decoding within the block mode stays greedy-identical."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import pair_on
@@ -184,6 +186,46 @@ def test_a_gguf_models_layers_become_blocks_with_the_same_logits(kernel, tmp_pat
     assert not [m for m in model.modules() if type(m) is torch.nn.Linear]
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference, rtol=1e-4, atol=1e-4)
+
+
+def mapped_ranges(path) -> list[tuple[int, int]]:
+    """The address ranges of this process's memory maps of the file `path` (/proc/self/maps)."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == str(path):
+                start, end = (int(address, 16) for address in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's maps (Linux)")
+def test_a_model_in_blocks_keeps_no_tensor_in_its_checkpoints_memory_map(kernel, tmp_path):
+    """A model read from a safetensors file holds its weights as views of the file's memory map; once its layers are
+    blocks, nothing of it may still point there (the map, with the pages the load touched, would stay in the
+    process: 13 MB for the embedded target), and no float32 matrix is left beside the blocks."""
+    from safetensors.torch import save_model
+    from transformers import LlamaForCausalLM
+
+    model = small_llama(seed=2)
+    write_gguf(model, tmp_path / "small.gguf")
+    save_model(model, str(tmp_path / "model.safetensors"))
+    model.config.save_pretrained(str(tmp_path))
+    loaded = LlamaForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
+    checkpoint = (tmp_path / "model.safetensors").resolve()
+
+    def in_the_map() -> list[str]:
+        ranges = mapped_ranges(checkpoint)
+        return [name for name, tensor in loaded.named_parameters()
+                if any(start <= tensor.data_ptr() < end for start, end in ranges)]
+
+    if not in_the_map():
+        pytest.skip("this transformers version copies a checkpoint's weights at load (nothing to let go of)")
+    assert use_gguf_blocks(loaded, tmp_path / "small.gguf", kernel) == []
+    assert in_the_map() == []
+    assert not mapped_ranges(checkpoint)
+    assert all(tensor.dim() == 1 for tensor in loaded.parameters())  # the norms; every matrix is in blocks
 
 
 def test_a_layer_whose_blocks_do_not_match_keeps_its_float32_weight(kernel, tmp_path):

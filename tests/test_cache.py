@@ -116,3 +116,14 @@ def test_the_cache_goes_in_under_the_name_the_installed_transformers_reads():
 
     assert cache_keyword(Before521) == "past_key_values"
     assert cache_keyword(LlamaForCausalLM) == "cache"
+
+
+def test_a_short_runs_cache_reserves_little_empty_room(tiny_pair):
+    """A buffer gets half its filled length, at least MIN_ROOM, of spare room: enough for a step's tree, not the
+    hundreds of empty positions per layer that every session of the app would hold for a short run."""
+    from dynasd.kernels.inplace_cache import MIN_ROOM
+
+    runner = CachedModel(tiny_pair.target)
+    runner.prefill(list(range(3, 43)))
+    layer = runner.cache.layers[0]
+    assert layer.key_buffer.shape[-2] == 40 + MIN_ROOM and MIN_ROOM <= 64

@@ -13,6 +13,10 @@ from transformers.cache_utils import DynamicLayer
 
 from ..cache import stock_cache
 
+# Spare room a buffer gets beyond half its filled length, at least: room for a step's tree, without reserving
+# memory a short run never uses (256 held ~12 MB of empty keys/values per embedded-target cache, every app session).
+MIN_ROOM = 64
+
 
 class InPlaceLayer(DynamicLayer):
     """A cache layer that writes new keys/values into spare room instead of concatenating.
@@ -34,7 +38,7 @@ class InPlaceLayer(DynamicLayer):
         needed = filled + key_states.shape[-2]
         buffer = self.key_buffer
         if buffer is None or needed > buffer.shape[-2] or self.keys.data_ptr() != buffer.data_ptr():
-            self._grow(key_states, value_states, filled, needed + max(needed // 2, 256))
+            self._grow(key_states, value_states, filled, needed + max(needed // 2, MIN_ROOM))
         self.key_buffer[:, :, filled:needed] = key_states
         self.value_buffer[:, :, filled:needed] = value_states
         self.keys = self.key_buffer[:, :, :needed]
