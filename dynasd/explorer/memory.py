@@ -1,9 +1,10 @@
 """The server's memory: what it holds (RSS, for the soak figures and the memory test) and giving freed heap back."""
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
+
+from ..kernels.memory import can_return_freed_memory, return_freed_memory
 
 
 def process_rss_mb() -> float:
@@ -27,15 +28,13 @@ def start_heap_trimmer(every_s: float = 30.0) -> bool:
     global _heap_trimmer
     if _heap_trimmer is not None:
         return True
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    if not can_return_freed_memory():
         return False
 
     def trim_forever() -> None:
         while True:
             time.sleep(every_s)
-            trim(0)
+            return_freed_memory()
 
     _heap_trimmer = threading.Thread(target=trim_forever, name="heap-trimmer", daemon=True)
     _heap_trimmer.start()

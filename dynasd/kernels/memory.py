@@ -13,6 +13,11 @@ def _libc():
         return None
 
 
+def can_return_freed_memory() -> bool:
+    """Whether this process's C library hands freed heap back on request (glibc's malloc_trim)."""
+    return getattr(_libc(), "malloc_trim", None) is not None
+
+
 def return_freed_memory() -> None:
     """Hand the memory freed while swapping layers back to the system. glibc keeps freed heap memory for reuse, and
     after one large block is freed it serves blocks up to that size from the heap too (its sliding threshold), so a
