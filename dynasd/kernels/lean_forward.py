@@ -50,17 +50,27 @@ def _fused(layers: list[torch.nn.Module]):
 
 
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """LlamaRMSNorm.forward, op for op."""
-    dtype = x.dtype
-    x = x.to(torch.float32)
+    """LlamaRMSNorm.forward, op for op; on float32 inputs without its two casts (no-ops then) and with the
+    temporaries updated in place (the same values, fewer tensors made)."""
+    if x.dtype != torch.float32:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return norm.weight * (x * torch.rsqrt(variance + norm.variance_epsilon)).to(dtype)
     variance = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(variance + norm.variance_epsilon)
-    return norm.weight * x.to(dtype)
+    return norm.weight * (x * variance.add_(norm.variance_epsilon).rsqrt_())
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def _rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' `x * cos + rotate_half(x) * sin` with the sign of rotate_half moved onto the sine:
+    (-a) * b == a * (-b) exactly, so the values are the same, one operation fewer per call."""
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
+
+
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 def _attention_function(model: torch.nn.Module):
@@ -83,7 +93,9 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     attention = _attention_function(model)
     hidden = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
     cos, sin = inner.rotary_emb(hidden, position_ids=position_ids)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    # (batch, q, 1, head_dim): applied to the projections before their heads are moved to dim 1, which gives the
+    # rotated query and key the very strides transformers' rotation of the moved heads gives them.
+    cos, sin = cos.unsqueeze(2), _signed_sin(sin).unsqueeze(2)
     batch, q_len = input_ids.shape
     fused = fused_projections(model)
     for layer, (qkv, gate_up) in zip(inner.layers[: model.config.num_hidden_layers], fused):
@@ -94,9 +106,9 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
         else:
             query, key, value = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
         shape = (batch, q_len, -1, attn.head_dim)
-        query, key, value = (t.view(shape).transpose(1, 2) for t in (query, key, value))
-        query = query * cos + _rotate_half(query) * sin
-        key = key * cos + _rotate_half(key) * sin
+        query = _rotary(query.view(shape), cos, sin).transpose(1, 2)
+        key = _rotary(key.view(shape), cos, sin).transpose(1, 2)
+        value = value.view(shape).transpose(1, 2)
         key, value = cache.update(key, value, attn.layer_idx)
         out, _ = attention(attn, query, key, value, attention_mask, dropout=0.0, scaling=attn.scaling)
         hidden = hidden + attn.o_proj(out.reshape(batch, q_len, -1).contiguous())
