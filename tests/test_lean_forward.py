@@ -7,7 +7,7 @@ from dynasd.decoders import make_decoder
 from dynasd.kernels import fast_linear
 from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import in_place_cache
-from dynasd.kernels.lean_forward import fused_projections, lean_forward, supports
+from dynasd.kernels.lean_forward import _rotary_tables, _signed_sin, fused_projections, lean_forward, supports
 from dynasd.models import load_pair, tiny_llama, tiny_random_pair
 from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
@@ -86,3 +86,25 @@ def test_decoders_on_the_lean_forward_stay_greedy_identical():
     reference = make_decoder(pair, DecoderOptions(method="ar")).generate(ids, 30).new_token_ids
     for method, options in (("sd", dict(gamma=4)), ("mcsd", dict(k_config=(3, 2, 1)))):
         assert make_decoder(pair, DecoderOptions(method=method, **options)).generate(ids, 30).new_token_ids == reference
+
+
+def test_rotary_tables_hold_exactly_what_the_rotary_embedding_computes():
+    """The lean forward indexes tables made once instead of calling the rotary embedding: for any positions, in any
+    order and count, the values are bitwise the embedding's own (a draft and its target share one table)."""
+    pair = tiny_random_pair()
+    rotary = pair.target.model.rotary_emb
+    like = torch.zeros(1, dtype=torch.float32)
+    cos_table, sin_table = _rotary_tables(rotary, like)
+    assert _rotary_tables(pair.draft.model.rotary_emb, like)[0] is cos_table
+    gen = torch.Generator().manual_seed(0)
+    for count in (1, 3, 16, 300):
+        positions = torch.randint(0, rotary.max_seq_len_cached, (1, count), generator=gen)
+        cos, sin = rotary(like, position_ids=positions)
+        assert torch.equal(cos_table[positions], cos) and torch.equal(sin_table[positions], _signed_sin(sin))
+
+
+def test_rotary_embeddings_that_change_between_calls_get_no_table():
+    pair = tiny_random_pair()
+    rotary = pair.target.model.rotary_emb
+    rotary.rope_type = "dynamic"
+    assert _rotary_tables(rotary, torch.zeros(1)) is None

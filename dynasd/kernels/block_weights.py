@@ -215,7 +215,11 @@ class FusedBlocks:
 
 class BlockEmbedding(torch.nn.Module):
     """An embedding whose rows are expanded from the output layer's Q8_0 panels on lookup (a tied model keeps one
-    copy of its largest matrix: 30 MB here, instead of 113 MB as float32)."""
+    copy of its largest matrix: 30 MB here, instead of 113 MB as float32).
+
+    A lookup reads each row's scales and codes where they lie in the panels (two gathers at precomputed offsets),
+    not the rows' whole panels (18 KB each for the embedded target): 48 -> 37 us for one token, 225 -> 60 for 16
+    (one thread, Intel Xeon AVX-512, 2026-12-05)."""
 
     def __init__(self, head: BlockLinear) -> None:
         super().__init__()
@@ -223,7 +227,14 @@ class BlockEmbedding(torch.nn.Module):
             raise ValueError("BlockEmbedding reads Q8_0 panels")
         self.head = head
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
-        self.register_buffer("_codes_at", BLOCK * torch.arange(BLOCK), persistent=False)
+        blocks, block_bytes = head.panels.shape[1:]  # per panel and block: 32 float16 d, then 32 x 32 codes
+        self.panel_bytes = blocks * block_bytes
+        block_starts = block_bytes * torch.arange(blocks)
+        # Where row 0's values lie: input i of block b at byte b * block_bytes + 2 * PANEL + i * PANEL (a row's
+        # column c is c bytes on), its block's d at float16 b * block_bytes / 2 (c on).
+        self.register_buffer("_code_offsets", (block_starts[:, None] + 2 * PANEL
+                                               + PANEL * torch.arange(BLOCK)).reshape(-1), persistent=False)
+        self.register_buffer("_scale_offsets", block_starts // 2, persistent=False)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -231,13 +242,12 @@ class BlockEmbedding(torch.nn.Module):
         return self(torch.arange(self.num_embeddings))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        flat = ids.reshape(-1)
-        panels = self.head.panels[flat // PANEL]  # (T, B, bytes)
-        column = (flat % PANEL).view(-1, 1, 1).expand(-1, panels.shape[1], 1)  # (T, B, 1)
-        d_bytes = torch.cat([panels.gather(2, 2 * column), panels.gather(2, 2 * column + 1)], dim=2)
-        d = d_bytes.view(torch.float16).float()  # (T, B, 1)
-        codes = panels.gather(2, (64 + self._codes_at).view(1, 1, -1) + column).view(torch.int8).float()
-        return (d * codes).reshape(*ids.shape, self.embedding_dim)
+        flat = ids.reshape(-1, 1)
+        panel = flat // PANEL  # row = panel * PANEL + column
+        data = self.head.panels.view(-1)
+        codes = data[flat + panel * (self.panel_bytes - PANEL) + self._code_offsets].view(torch.int8).float()
+        d = data.view(torch.float16)[flat + panel * (self.panel_bytes // 2 - PANEL) + self._scale_offsets].float()
+        return (d[:, :, None] * codes.view(d.shape[0], d.shape[1], BLOCK)).reshape(*ids.shape, self.embedding_dim)
 
 
 # ---------------------------------------------------------------------------------------------------------------

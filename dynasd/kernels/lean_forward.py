@@ -50,17 +50,53 @@ def _fused(layers: list[torch.nn.Module]):
 
 
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """LlamaRMSNorm.forward, op for op."""
-    dtype = x.dtype
-    x = x.to(torch.float32)
+    """LlamaRMSNorm.forward, op for op; on float32 inputs without its two casts (no-ops then) and with the
+    temporaries updated in place (the same values, fewer tensors made)."""
+    if x.dtype != torch.float32:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return norm.weight * (x * torch.rsqrt(variance + norm.variance_epsilon)).to(dtype)
     variance = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(variance + norm.variance_epsilon)
-    return norm.weight * x.to(dtype)
+    return norm.weight * (x * variance.add_(norm.variance_epsilon).rsqrt_())
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def _rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' `x * cos + rotate_half(x) * sin` with the sign of rotate_half moved onto the sine:
+    (-a) * b == a * (-b) exactly, so the values are the same, one operation fewer per call."""
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
+
+
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+# Positions per call of the rotary embedding when its tables are made: 256 x head_dim values stay below torch's
+# grain for splitting an elementwise op across threads, so every call computes each value as a forward's call would.
+_TABLE_BLOCK = 256
+_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _rotary_tables(rotary: torch.nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(cos, signed sine) of every position the model takes, in `like`'s dtype and device, made once by the
+    model's own rotary embedding: a forward then indexes them (2 operations) instead of computing them (~20).
+    Models of one rotary configuration share them (the embedded target and its drafts: 4 MB). None for rotary
+    embeddings whose values change between calls (rope types other than "default")."""
+    made = rotary.__dict__.setdefault("_dynasd_tables", {})
+    place = (like.dtype, like.device)
+    if place not in made:
+        made[place] = None
+        if getattr(rotary, "rope_type", None) == "default" and hasattr(rotary, "inv_freq"):
+            key = (tuple(rotary.inv_freq.tolist()), float(rotary.attention_scaling), rotary.max_seq_len_cached, *place)
+            if key not in _tables:
+                blocks = [rotary(like, position_ids=torch.arange(start, start + _TABLE_BLOCK, device=like.device)[None])
+                          for start in range(0, rotary.max_seq_len_cached, _TABLE_BLOCK)]
+                _tables[key] = (torch.cat([cos[0] for cos, _ in blocks]),
+                                torch.cat([_signed_sin(sin[0]) for _, sin in blocks]))
+            made[place] = _tables[key]
+    return made[place]
 
 
 def _attention_function(model: torch.nn.Module):
@@ -82,8 +118,15 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     inner = model.model
     attention = _attention_function(model)
     hidden = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-    cos, sin = inner.rotary_emb(hidden, position_ids=position_ids)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    tables = _rotary_tables(inner.rotary_emb, hidden)
+    if tables is not None:
+        cos, sin = tables[0][position_ids], tables[1][position_ids]
+    else:
+        cos, sin = inner.rotary_emb(hidden, position_ids=position_ids)
+        sin = _signed_sin(sin)
+    # (batch, q, 1, head_dim): applied to the projections before their heads are moved to dim 1, which gives the
+    # rotated query and key the very strides transformers' rotation of the moved heads gives them.
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
     batch, q_len = input_ids.shape
     fused = fused_projections(model)
     for layer, (qkv, gate_up) in zip(inner.layers[: model.config.num_hidden_layers], fused):
@@ -94,9 +137,9 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
         else:
             query, key, value = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
         shape = (batch, q_len, -1, attn.head_dim)
-        query, key, value = (t.view(shape).transpose(1, 2) for t in (query, key, value))
-        query = query * cos + _rotate_half(query) * sin
-        key = key * cos + _rotate_half(key) * sin
+        query = _rotary(query.view(shape), cos, sin).transpose(1, 2)
+        key = _rotary(key.view(shape), cos, sin).transpose(1, 2)
+        value = value.view(shape).transpose(1, 2)
         key, value = cache.update(key, value, attn.layer_idx)
         out, _ = attention(attn, query, key, value, attention_mask, dropout=0.0, scaling=attn.scaling)
         hidden = hidden + attn.o_proj(out.reshape(batch, q_len, -1).contiguous())

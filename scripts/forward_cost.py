@@ -1,0 +1,78 @@
+"""Cost of one target and one draft forward over q tree rows, per kernel variant, side by side (CPU).
+
+Why: a draft pays when its forward costs a small share of the target's for the same rows (docs/benchmarks.md,
+"Kernel variants"). The embedded pair is loaded once per entry of `--variants` (a DYNASD_KERNEL_VARIANT,
+compile.kernel_variant, and optionally `:fp32`, the target's float32 weights instead of its GGUF blocks) in one
+process, a prompt cached, then every (variant, model, rows) forward timed in interleaved rounds, so machine
+noise falls on all alike; each forward's rows are dropped again, so every one sees the same cache.
+`--cpu-time` times one thread's CPU time instead of the wall clock (one thread): on a machine other jobs share, it
+leaves out the time the process waited for a core.
+
+    .venv/bin/python scripts/forward_cost.py --threads 2 --rounds 13 --variants avx512,avx2,avx2:fp32,torch
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from dynasd.cache import CachedModel
+from dynasd.kernels.compile import VARIANT_ENV
+from dynasd.models import load_pair
+
+ROWS = (1, 4, 8, 16)
+ROLES = ("target", "draft")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default="avx512,avx2", help="comma-separated kernel variants")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=13)
+    parser.add_argument("--context", type=int, default=100, help="cached prompt tokens before the rows")
+    parser.add_argument("--cpu-time", action="store_true", help="one thread, its CPU time (a shared machine)")
+    args = parser.parse_args()
+    torch.set_num_threads(1 if args.cpu_time else args.threads)
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    variants = args.variants.split(",")
+    pairs = {}
+    for variant in variants:
+        os.environ[VARIANT_ENV], _, weights = variant.partition(":")
+        pairs[variant] = load_pair("embedded", device="cpu", weights=weights or "gguf")
+    sentence = pairs[variants[0]].encode_prompt(
+        "Explain how the water cycle works and why it matters for farming in dry regions.")
+    prompt = (sentence * (args.context // len(sentence) + 1))[:args.context]
+    nodes = (sentence * (max(ROWS) // len(sentence) + 1))[:max(ROWS)]
+    models = {(variant, role): CachedModel(getattr(pair, role)) for variant, pair in pairs.items() for role in ROLES}
+    for model in models.values():
+        model.prefill(prompt)
+    seconds = {(key, rows): [] for key in models for rows in ROWS}
+    for _ in range(args.rounds):
+        for rows in ROWS:
+            chain = torch.ones(rows, rows, dtype=torch.bool).tril()
+            positions = list(range(args.context, args.context + rows))
+            for key, model in models.items():
+                started = clock()
+                model.forward([], nodes[:rows], chain, positions, keep_logits=rows)
+                seconds[key, rows].append(clock() - started)
+                model.keep_path([], args.context)
+    timing = "CPU time, one thread" if args.cpu_time else f"wall clock, {args.threads} threads"
+    print(f"embedded pair, {args.context} cached tokens, {timing}, {args.rounds} rounds: ms, min (median)")
+    print("| model, variant | " + " | ".join(f"{rows} row{'s' * (rows > 1)}" for rows in ROWS) + " |")
+    print("|---|" + "---|" * len(ROWS))
+    for role in ROLES:
+        for variant in variants:
+            cells = [f"{min(seconds[(variant, role), rows]) * 1e3:.1f} "
+                     f"({statistics.median(seconds[(variant, role), rows]) * 1e3:.1f})" for rows in ROWS]
+            print(f"| {role}, {variant} | " + " | ".join(cells) + " |")
+    for variant in variants:
+        ratios = [min(seconds[(variant, "draft"), rows]) / min(seconds[(variant, "target"), rows]) for rows in ROWS]
+        print(f"| draft / target, {variant} | " + " | ".join(f"{ratio:.3f}" for ratio in ratios) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
