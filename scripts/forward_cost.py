@@ -29,6 +29,7 @@ ROLES = ("target", "draft")
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="embedded", help="the model pair (tiny-random: a check that it runs)")
     parser.add_argument("--variants", default="avx512,avx2", help="comma-separated kernel variants")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=13)
@@ -41,7 +42,7 @@ def main() -> int:
     pairs = {}
     for variant in variants:
         os.environ[VARIANT_ENV], _, weights = variant.partition(":")
-        pairs[variant] = load_pair("embedded", device="cpu", weights=weights or "gguf")
+        pairs[variant] = load_pair(args.pair, device="cpu", weights=weights or "gguf")
     sentence = pairs[variants[0]].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
     prompt = (sentence * (args.context // len(sentence) + 1))[:args.context]
@@ -60,7 +61,7 @@ def main() -> int:
                 seconds[key, rows].append(clock() - started)
                 model.keep_path([], args.context)
     timing = "CPU time, one thread" if args.cpu_time else f"wall clock, {args.threads} threads"
-    print(f"embedded pair, {args.context} cached tokens, {timing}, {args.rounds} rounds: ms, min (median)")
+    print(f"{args.pair} pair, {args.context} cached tokens, {timing}, {args.rounds} rounds: ms, min (median)")
     print("| model, variant | " + " | ".join(f"{rows} row{'s' * (rows > 1)}" for rows in ROWS) + " |")
     print("|---|" + "---|" * len(ROWS))
     for role in ROLES:

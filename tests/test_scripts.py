@@ -48,6 +48,21 @@ def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
     assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32]
 
 
+def test_forward_cost_prints_each_model_and_variant_and_their_ratio():
+    from dynasd.kernels.compile import runnable_variants
+
+    variants = ",".join([*runnable_variants(), "torch"])
+    out = run_script("forward_cost.py", "--pair", "tiny-random", "--rounds", "1", "--context", "8",
+                     "--variants", variants, "--threads", "1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in out.stdout.splitlines() if line.count("|") == 6]
+    expected = [f"{role}, {v}" for role in ("target", "draft") for v in variants.split(",")]
+    assert rows[2:] == expected + [f"draft / target, {v}" for v in variants.split(",")], rows
+    ratios = [float(x) for line in out.stdout.splitlines() if line.startswith("| draft / target")
+              for x in line.strip(" |").split(" | ")[1:]]
+    assert len(ratios) == 4 * len(variants.split(",")) and all(ratio > 0 for ratio in ratios)
+
+
 @pytest.mark.slow
 def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tree(tmp_path):
     """Width 1 is sd itself (gamma = depth), so its row must equal the decoder's own tokens per target forward on
