@@ -19,7 +19,7 @@ proposals, never the output.
 
 The kernel is compiled on first use or by `dynasd build-kernels` (compile.py, ~15 s once, cached under
 ~/.cache/dynasd/kernels); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
-without AVX-512 (where it is far slower, `kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch
+with neither AVX-512 nor AVX2 (`kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch
 layouts (the engine as of 2026-11-30). The price is memory: up to two
 more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
 same products up to float rounding (the draft's fp16 panels aside).
@@ -131,7 +131,7 @@ def pretranspose_linears(model: torch.nn.Module, compiled: bool = True, half_pan
                          variant: str | None = None) -> torch.nn.Module:
     """Swap every nn.Linear of an inference model for a PretransposedLinear, in place (CPU inference only:
     training code and exported weights expect plain nn.Linear modules). `compiled=False` leaves the compiled
-    kernel out (the benchmark's `kernels=torch`), as does a CPU without AVX-512 (`kernel_pays_here`);
+    kernel out (the benchmark's `kernels=torch`), as does a CPU without AVX-512 or AVX2 (`kernel_pays_here`);
     `half_panels` gives it float16 panels (drafts); `variant` names the kernel's variant (default: the process's)."""
     kernel = panel_kernel(variant) if compiled and kernel_pays_here() else None
     for module in list(model.modules()):
