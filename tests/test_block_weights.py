@@ -21,6 +21,7 @@ from dynasd.kernels.block_weights import (
     dequantize,
     llama_rope_rows,
     use_gguf_blocks,
+    use_q8_0_blocks,
 )
 from dynasd.kernels.compile import kernel_variant, runnable_variants
 from dynasd.models import ModelLoadError, load_pair
@@ -150,6 +151,44 @@ def write_gguf(model, path, corrupt: str | None = None) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def test_a_drafts_layers_become_q8_0_blocks_of_their_own_weights(kernel):
+    """use_q8_0_blocks: each bias-free linear layer whose shape fits the panels becomes the Q8_0 blocks gguf's own
+    quantizer makes of its weight, and multiplies as those blocks expanded; a layer with a bias or an output count
+    that is no multiple of 32 stays as it was."""
+    gen = torch.Generator().manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96, bias=False), torch.nn.Linear(96, 40, bias=False),
+                                torch.nn.Linear(96, 64, bias=True))
+    weight = model[0].weight.detach().clone()
+    assert use_q8_0_blocks(model, kernel) == 1
+    assert isinstance(model[0], BlockLinear) and type(model[1]) is type(model[2]) is torch.nn.Linear
+    assert torch.equal(dequantize(Q8_0, quantized(Q8_0, weight)), dequantize(Q8_0, _raw_blocks(model[0])))
+    x = torch.randn(3, 64, generator=gen)
+    torch.testing.assert_close(model[0](x), x @ dequantize(Q8_0, quantized(Q8_0, weight)).T, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(model[0](x), x @ weight.T, rtol=0.02, atol=0.02)  # 8 bits: close, not equal
+
+
+def _raw_blocks(layer: BlockLinear) -> torch.Tensor:
+    """A Q8_0 layer's (rows, blocks, 34 bytes) blocks, back from its panels (block_weights.to_panels' inverse)."""
+    panels = layer.panels  # (P, B, 32 d bytes... ): d of 32 columns (64 bytes), then 32 inputs x 32 columns of codes
+    p, b, _ = panels.shape
+    d = panels[..., :64].reshape(p, b, 32, 2)
+    codes = panels[..., 64:].reshape(p, b, 32, 32).transpose(2, 3)  # (P, B, column, input)
+    return torch.cat([d, codes], dim=-1).transpose(1, 2).reshape(p * 32, b, 34)
+
+
+def test_the_embedded_draft_reads_8_bit_blocks_and_proposes_as_before(embedded_pair):
+    """The embedded draft's every linear layer (its 16,384-token head too) is 8-bit blocks: 21 MB a forward instead
+    of 40 MB of float16 panels. Its proposals may change; the output cannot (tests/test_greedy_identity.py)."""
+    from dynasd.kernels import weight_bytes_per_forward
+
+    draft = embedded_pair.draft
+    if kernel_variant() is None:
+        pytest.skip("no kernel variant here: the draft keeps its float32 weights")
+    assert not [path for path, m in draft.named_modules() if type(m) is torch.nn.Linear]
+    assert isinstance(draft.lm_head.rows, BlockLinear) and draft.lm_head.rows.kind == Q8_0
+    assert weight_bytes_per_forward(draft) < 22e6
 
 
 def test_the_tensor_table_is_the_one_the_gguf_package_reads(tmp_path):

@@ -11,6 +11,8 @@ from transformers.cache_utils import DynamicLayer
 from dynasd.cache import STOCK_RUNTIME, CachedModel, Runtime, attach_runtime, runtime_of, stock_forward
 from dynasd.decoders import make_decoder
 from dynasd.kernels import KernelPlan, accelerate, accelerate_model, plan_for
+from dynasd.kernels.block_weights import BLOCK, PANEL, Q8_0, BlockLinear, block_kernel, dequantize, use_q8_0_blocks
+from dynasd.kernels.compile import kernel_variant
 from dynasd.kernels.fast_linear import PretransposedLinear, kernel_pays_here, panel_kernel, pretranspose_linears
 from dynasd.kernels.gqa_attention import NAME as PACKED_GQA
 from dynasd.kernels.gqa_attention import use_packed_gqa
@@ -55,6 +57,8 @@ def kernels_by_hand(pair, compiled_kernel: bool):
     """The kernels applied one at a time, as load_pair(fast_kernels=True) applied them inline up to 2026-12-01
     (the decoders then asked CachedModel for the in-place cache and the lean forward)."""
     for model in models_of(pair):
+        if compiled_kernel and model is not pair.target and block_kernel() is not None:
+            use_q8_0_blocks(model, block_kernel())
         use_packed_gqa(model)
         pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is not pair.target)
         attach_runtime(model, Runtime(forward=lean_forward, new_cache=in_place_cache))
@@ -67,17 +71,36 @@ def test_accelerate_gives_bitwise_the_logits_of_the_kernels_applied_by_hand(comp
     reference = kernels_by_hand(tiny_random_pair(), compiled_kernel)
     for model, expected in zip(models_of(accelerated), models_of(reference)):
         assert model.config._attn_implementation == PACKED_GQA
-        assert isinstance(model.model.layers[0].mlp.down_proj, PretransposedLinear)
+        eight_bit = compiled_kernel and model is not accelerated.target and block_kernel() is not None
+        assert isinstance(model.model.layers[0].mlp.down_proj, BlockLinear if eight_bit else PretransposedLinear)
         assert runtime_of(model).forward is lean_forward
         assert isinstance(CachedModel(model).cache.layers[0], InPlaceLayer)
         for (logits, hidden), (expected_logits, expected_hidden) in zip(engine_calls(model), engine_calls(expected)):
             assert torch.equal(logits, expected_logits) and torch.equal(hidden, expected_hidden)
 
 
+def with_q8_0_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """A stock model whose linear layers that use_q8_0_blocks would swap hold those blocks' values instead."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    with torch.no_grad():
+        for layer in model.modules():
+            if type(layer) is torch.nn.Linear and layer.bias is None and not layer.out_features % PANEL \
+                    and not layer.in_features % BLOCK:
+                raw = quantize(layer.weight.numpy(), GGMLQuantizationType.Q8_0)
+                layer.weight.copy_(dequantize(Q8_0, torch.from_numpy(raw).reshape(layer.out_features, -1, 34)))
+    return model
+
+
 def test_accelerated_logits_equal_stock_ones_within_rounding():
     """The target's within float rounding (packed attention and the linear layouts block their sums differently);
-    the drafts' too, unless the compiled kernel reads their weights rounded to float16 (then within that)."""
+    the drafts' too, against stock drafts holding the 8-bit blocks' values where the drafts read 8-bit blocks,
+    and within float16's rounding where the compiled kernel reads their other weights as float16 panels."""
     accelerated, stock = accelerate(tiny_random_pair()), tiny_random_pair()
+    if kernel_variant() is not None and block_kernel() is not None:
+        for draft in (stock.draft, stock.feature_draft):
+            with_q8_0_weights(draft)
     assert all(runtime_of(model) is STOCK_RUNTIME for model in models_of(stock))
     assert type(CachedModel(stock.target).cache.layers[0]) is DynamicLayer
     half_panels = kernel_pays_here() and panel_kernel() is not None
@@ -194,7 +217,8 @@ def test_kernels_in_use_names_the_weights_and_the_products(monkeypatch):
     compiled = f"{VARIANT_LABELS[variant]} kernels" if variant and panel_kernel() is not None else None
     pair = accelerate(tiny_random_pair())
     assert kernels_in_use(pair.target) == f"float32, {compiled or 'torch products'}"
-    assert kernels_in_use(pair.draft) == (f"float16 panels, {compiled}" if compiled else "float32, torch products")
+    # the draft's layers that fit the panels are 8-bit blocks (block_weights.use_q8_0_blocks)
+    assert kernels_in_use(pair.draft) == (f"8-bit blocks, {compiled}" if compiled else "float32, torch products")
     assert kernels_in_use(accelerate(tiny_random_pair(), compiled_kernel=False).target) == "float32, torch products"
     monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "torch")
     assert kernels_in_use(accelerate(tiny_random_pair()).target) == "float32, torch products"

@@ -27,7 +27,7 @@ import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
 from ..shared_module import SharedModule
-from .block_weights import BlockLinear, block_kernel, use_gguf_blocks
+from .block_weights import BlockLinear, block_kernel, use_gguf_blocks, use_q8_0_blocks
 from .compile import VARIANT_LABELS, kernel_variant
 from .fast_linear import PretransposedLinear, pretranspose_linears
 from .gqa_attention import use_packed_gqa
@@ -49,6 +49,7 @@ class KernelPlan:
     compiled_kernel: bool = False  # the compiled few-row kernel, where it pays (fast_linear.kernel_pays_here)
     half_panels: bool = False  # the kernel reads float16 panels (drafts only: they propose, never decide)
     gguf_blocks: bool = False  # a GGUF model's weights stay in the file's quantized blocks (block_weights.py)
+    q8_0_blocks: bool = False  # a draft's layers quantized to 8-bit blocks (block_weights.use_q8_0_blocks)
     variant: str | None = None  # the compiled kernels' variant (compile.kernel_variant), None: torch's products
 
 
@@ -56,7 +57,8 @@ def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output:
              weights: str = "gguf", dtype: torch.dtype = torch.float32) -> KernelPlan:
     """The plan for a model on `device`: the CPU layouts and kernels on CPU only, stock PyTorch ops elsewhere.
 
-    `decides_output` is True for the target, whose panels stay float32; a draft's are float16. `weights="gguf"`
+    `decides_output` is True for the target, whose panels stay float32; a draft's layers become 8-bit blocks where
+    a kernel variant runs (and their shape fits), float16 panels otherwise. `weights="gguf"`
     keeps a float32 target's GGUF blocks where a variant of their kernel runs (x86 with AVX-512 or AVX2; elsewhere
     the float32 weights and torch's products)."""
     on_cpu = torch.device(device).type == "cpu"
@@ -65,6 +67,7 @@ def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output:
                       half_panels=on_cpu and not decides_output,
                       gguf_blocks=(variant is not None and decides_output and weights == "gguf"
                                    and dtype == torch.float32),
+                      q8_0_blocks=variant is not None and not decides_output and dtype == torch.float32,
                       variant=variant)
 
 
@@ -79,6 +82,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
     if plan.gguf_blocks and getattr(model, "dynasd_gguf_file", None) is not None \
             and block_kernel(plan.variant) is not None:
         use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel(plan.variant))
+    if plan.q8_0_blocks and block_kernel(plan.variant) is not None:
+        use_q8_0_blocks(model, block_kernel(plan.variant))
     if plan.packed_gqa:
         use_packed_gqa(model)
     if plan.linear_layouts:
@@ -104,7 +109,7 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     if target_plan.gguf_blocks:  # which drafts can read the target's block embedding (asked before it is swapped)
         target_embedding = pair.target.get_input_embeddings().weight
         sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
-    # The drafts first, their shared embedding let go meanwhile: each draft's float32 weights become float16 panels
+    # The drafts first, their shared embedding let go meanwhile: each draft's float32 weights become 8-bit blocks
     # and are freed before the target's blocks are made, so the two never add up (a load's peak ~60 MB lower).
     for draft in sharing:
         draft.set_input_embeddings(None)
@@ -128,7 +133,7 @@ def kernels_in_use(model: torch.nn.Module) -> str:
     compiled = [module for module in layers if isinstance(module, BlockLinear)
                 or getattr(module, "panels", None) is not None and getattr(module, "kernel", None) is not None]
     if any(isinstance(module, BlockLinear) for module in layers):
-        weights = "GGUF blocks"
+        weights = "GGUF blocks" if plan is not None and plan.gguf_blocks else "8-bit blocks"
     elif compiled and plan is not None and plan.half_panels:
         weights = "float16 panels"
     else:
