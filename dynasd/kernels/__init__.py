@@ -8,7 +8,8 @@
   - KV caches that grow in place (inplace_cache.py) and the lean forward (lean_forward.py), attached as the
     model's runtime (dynasd/cache.py), which every CachedModel of it then uses,
   - on CPU only, linear layers with few-row weight layouts and, where it pays, the compiled kernel
-    (fast_linear.py), the drafts' panels in half precision.
+    (fast_linear.py); the drafts' layers in 8-bit blocks where a kernel variant runs (block_weights.py), their
+    other layers in half-precision panels.
 Which of these a model gets is decided in one place, `plan_for`, from its device; which variant of the compiled
 kernels (AVX-512, AVX2, or none: ARM gets float32 weights and torch's products) in another, compile.kernel_variant,
 from the CPU's features. `kernels_in_use(model)` names the outcome in a few words.
@@ -16,8 +17,8 @@ from the CPU's features. `kernels_in_use(model)` names the outcome in a few word
 What changes: the GGUF blocks expand to exactly the float32 weights (checked per layer at load), so only the
 order of sums changes (~1e-5); the target's logits equal stock transformers' within float rounding (packed
 attention and the linear layouts block their sums differently; ~1e-5 on the tiny pair, tests/test_kernels.py),
-the lean forward and the in-place cache change nothing bitwise; the drafts' half-precision panels round their
-weights to float16, which may change their proposals, never the output.
+the lean forward and the in-place cache change nothing bitwise; the drafts' 8-bit blocks and half-precision panels
+round their weights, which may change their proposals, never the output.
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ takes up to 14 rows (2026-12-01: a verify of 9-14 rows, tree nodes + the root to
 in passes of 8 + the rest). Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs MKL is
 far slower and the kernel takes every row count (`mkl_is_tuned_here`).
 
-The kernel also takes float16 panels (summing in float32): the draft's layers use them for every row count, reading
+The kernel also takes float16 panels (summing in float32): a draft's layers that are not 8-bit blocks
+(block_weights.use_q8_0_blocks) use them for every row count, reading
 half the bytes (draft forward ~9 -> ~7 ms), and keep nothing else (no float32 weight, no transpose); its weights are
 stored in fp16 anyway, and the draft only proposes, so rounding its shared output layer to fp16 can change its
 proposals, never the output.
