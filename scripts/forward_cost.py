@@ -18,6 +18,7 @@ import statistics
 import time
 
 import torch
+from verify_cost import repeated, time_chain_forwards  # this folder (a script's folder is on sys.path)
 
 from dynasd.cache import CachedModel
 from dynasd.kernels.compile import VARIANT_ENV
@@ -45,21 +46,9 @@ def main() -> int:
         pairs[variant] = load_pair(args.pair, device="cpu", weights=weights or "gguf")
     sentence = pairs[variants[0]].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
-    prompt = (sentence * (args.context // len(sentence) + 1))[:args.context]
-    nodes = (sentence * (max(ROWS) // len(sentence) + 1))[:max(ROWS)]
     models = {(variant, role): CachedModel(getattr(pair, role)) for variant, pair in pairs.items() for role in ROLES}
-    for model in models.values():
-        model.prefill(prompt)
-    seconds = {(key, rows): [] for key in models for rows in ROWS}
-    for _ in range(args.rounds):
-        for rows in ROWS:
-            chain = torch.ones(rows, rows, dtype=torch.bool).tril()
-            positions = list(range(args.context, args.context + rows))
-            for key, model in models.items():
-                started = clock()
-                model.forward([], nodes[:rows], chain, positions, keep_logits=rows)
-                seconds[key, rows].append(clock() - started)
-                model.keep_path([], args.context)
+    seconds = time_chain_forwards(models, repeated(sentence, args.context), repeated(sentence, max(ROWS)), ROWS,
+                                  args.rounds, clock)
     timing = "CPU time, one thread" if args.cpu_time else f"wall clock, {args.threads} threads"
     print(f"{args.pair} pair, {args.context} cached tokens, {timing}, {args.rounds} rounds: ms, min (median)")
     print("| model, variant | " + " | ".join(f"{rows} row{'s' * (rows > 1)}" for rows in ROWS) + " |")

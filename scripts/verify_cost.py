@@ -31,6 +31,31 @@ from dynasd.models import load_pair
 SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32)
 
 
+def repeated(ids: list[int], n: int) -> list[int]:
+    """`ids` repeated to exactly n tokens: a prompt, or tree nodes, of any length from one encoded sentence."""
+    return (ids * (n // len(ids) + 1))[:n]
+
+
+def time_chain_forwards(models: dict, prompt: list[int], nodes: list[int], sizes, rounds: int,
+                        clock=time.perf_counter) -> dict:
+    """Seconds of each model's forward of a chain of q nodes after `prompt` (cached once), per (name, q): every
+    (q, model) in interleaved rounds, so machine noise falls on all alike; each forward's nodes are dropped again,
+    so every one sees the same cache. scripts/forward_cost.py times target and draft with it."""
+    context = len(prompt)
+    for model in models.values():
+        model.prefill(prompt)
+    seconds = {(name, q): [] for name in models for q in sizes}
+    for _ in range(rounds):
+        for q in sizes:
+            chain = torch.ones(q, q, dtype=torch.bool).tril()
+            for name, model in models.items():
+                started = clock()
+                model.forward([], nodes[:q], chain, list(range(context, context + q)), keep_logits=q)
+                seconds[name, q].append(clock() - started)
+                model.keep_path([], context)
+    return seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="embedded")
@@ -48,22 +73,11 @@ def main() -> int:
     sentence = pairs["plain"].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
     for context in (int(c) for c in args.contexts.split(",")):
-        prompt = (sentence * (context // len(sentence) + 1))[:context]
-        nodes = sentence * (max(SIZES) // len(sentence) + 1)
         models = {name: CachedModel(pair.target) for name, pair in pairs.items()}
         fast_target = pairs["fast"].target  # its runtime, but transformers' concatenating cache
         models["concat"] = CachedModel(fast_target, runtime=replace(runtime_of(fast_target), new_cache=stock_cache))
-        for model in models.values():
-            model.prefill(prompt)
-        seconds = {(name, q): [] for name in models for q in SIZES}
-        for _ in range(args.reps):
-            for q in SIZES:
-                chain = torch.ones(q, q, dtype=torch.bool).tril()
-                for name, model in models.items():
-                    started = time.perf_counter()
-                    model.forward([], nodes[:q], chain, list(range(context, context + q)), keep_logits=q)
-                    seconds[name, q].append(time.perf_counter() - started)
-                    model.keep_path([], context)  # drop the nodes again: every forward sees the same cache
+        seconds = time_chain_forwards(models, repeated(sentence, context), repeated(sentence, max(SIZES)), SIZES,
+                                      args.reps)
         print(f"\n{args.pair} target, {torch.get_num_threads()} threads, {context} cached tokens, "
               f"median of {args.reps} (ms)")
         print("| nodes | plain | torch | concat | fp32 | fast | plain / fast | torch / fast | concat / fast "
