@@ -11,7 +11,14 @@ from transformers.cache_utils import DynamicLayer
 from dynasd.cache import STOCK_RUNTIME, CachedModel, Runtime, attach_runtime, runtime_of, stock_forward
 from dynasd.decoders import make_decoder
 from dynasd.kernels import KernelPlan, accelerate, accelerate_model, plan_for
-from dynasd.kernels.block_weights import BLOCK, PANEL, Q8_0, BlockLinear, block_kernel, dequantize, use_q8_0_blocks
+from dynasd.kernels.block_weights import (
+    Q8_0,
+    BlockLinear,
+    block_kernel,
+    dequantize,
+    fits_q8_0_blocks,
+    use_q8_0_blocks,
+)
 from dynasd.kernels.compile import kernel_variant
 from dynasd.kernels.fast_linear import PretransposedLinear, kernel_pays_here, panel_kernel, pretranspose_linears
 from dynasd.kernels.gqa_attention import NAME as PACKED_GQA
@@ -86,8 +93,7 @@ def with_q8_0_weights(model: torch.nn.Module) -> torch.nn.Module:
 
     with torch.no_grad():
         for layer in model.modules():
-            if type(layer) is torch.nn.Linear and layer.bias is None and not layer.out_features % PANEL \
-                    and not layer.in_features % BLOCK:
+            if fits_q8_0_blocks(layer):
                 raw = quantize(layer.weight.numpy(), GGMLQuantizationType.Q8_0)
                 layer.weight.copy_(dequantize(Q8_0, torch.from_numpy(raw).reshape(layer.out_features, -1, 34)))
     return model

@@ -253,6 +253,13 @@ class BlockEmbedding(torch.nn.Module):
 # ---------------------------------------------------------------------------------------------------------------
 # a draft's layers quantized to 8-bit blocks
 
+def fits_q8_0_blocks(layer: torch.nn.Module) -> bool:
+    """Whether use_q8_0_blocks swaps `layer`: a bias-free nn.Linear whose outputs fill whole panels and whose inputs
+    whole blocks."""
+    return (type(layer) is torch.nn.Linear and layer.bias is None and not layer.out_features % PANEL
+            and not layer.in_features % BLOCK)
+
+
 def use_q8_0_blocks(model: torch.nn.Module, kernel) -> int:
     """Swap every bias-free nn.Linear of `model` whose shape fits the kernel's panels for a Q8_0 `BlockLinear`
     quantized by gguf's own Q8_0 quantizer (llama.cpp's rule: per block of 32 inputs, d = max |w| / 127, q = round(w
@@ -267,8 +274,7 @@ def use_q8_0_blocks(model: torch.nn.Module, kernel) -> int:
     swapped = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if type(child) is not torch.nn.Linear or child.bias is not None \
-                    or child.out_features % PANEL or child.in_features % BLOCK:
+            if not fits_q8_0_blocks(child):
                 continue
             raw = quantize(child.weight.detach().float().numpy(), GGMLQuantizationType.Q8_0)
             raw = torch.from_numpy(raw.reshape(child.out_features, -1, RAW_BYTES[Q8_0]))
