@@ -44,7 +44,7 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 BUILTIN_PAIRS = ("embedded", "tiny-random")
 WEIGHT_MODES = ("gguf", "fp32")  # how a GGUF target's weights are held: the file's blocks, or float32
-DEFAULT_WEIGHTS = "gguf"  # measured faster: docs/benchmarks.md, "The target from its GGUF blocks"
+DEFAULT_WEIGHTS = "gguf"  # measured faster: docs/benchmarks.md, "Speed by CPU kind"
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
