@@ -116,6 +116,29 @@ def test_a_recipe_sets_the_method_controls(browser, explorer_url):
     assert "Step 0: 4 candidates" in wait.until(drawn_tree_title)
 
 
+def _open_accordion(browser, label: str) -> None:
+    """Open the accordion titled `label` and wait for it to say so. A click that lands before the page has
+    hydrated is lost (the server-rendered button is already on show), so the click is repeated, half a second
+    apart, until the button carries Gradio's `open` class; a click that took is never repeated, as that would
+    close it again."""
+    import time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    xpath = f"//button[contains(@class, 'label-wrap')][contains(., '{label}')]"
+
+    def opened(driver) -> bool:
+        button = driver.find_element(By.XPATH, xpath)
+        if "open" in (button.get_attribute("class") or "").split():
+            return True
+        button.click()
+        time.sleep(0.5)
+        return False
+
+    WebDriverWait(browser, WAIT_S).until(opened)
+
+
 def _set_slider(browser, elem_id: str, value) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -150,7 +173,7 @@ def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
     browser.get(explorer_url)
     status = lambda: browser.find_element(By.ID, "status").text  # noqa: E731
     wait.until(ready.element_to_be_clickable((By.ID, "run-btn")))
-    browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()  # the accordion holding the budget
+    _open_accordion(browser, "Sampling")  # the accordion holding the budget
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#max-new-tokens input[type=number]"))
     _set_slider(browser, "max-new-tokens", 512)
     _set_slider(browser, "temperature", 5)  # above the slider's range: it is clamped, and the page says so
@@ -226,7 +249,7 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
     wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
     browser.get(explorer_url)
     wait.until(ready.element_to_be_clickable((By.ID, "step-btn")))
-    browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()
+    _open_accordion(browser, "Sampling")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#temperature input[type=number]"))
     _set_slider(browser, "temperature", 1)
     text = lambda elem_id: browser.find_element(By.ID, elem_id).text  # noqa: E731

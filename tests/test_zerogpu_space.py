@@ -143,7 +143,7 @@ def test_the_page_steps_runs_and_stops_on_zerogpu(zerogpu_app, browser):  # noqa
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ready
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_browser import _set_slider, _shown_step
+    from test_browser import _open_accordion, _set_slider, _shown_step
 
     url, log = zerogpu_app
     wait = WebDriverWait(browser, 120, poll_frequency=0.05)
@@ -153,7 +153,7 @@ def test_the_page_steps_runs_and_stops_on_zerogpu(zerogpu_app, browser):  # noqa
     wait.until(lambda _: "Step 0 took" in status())
     browser.find_element(By.ID, "step-btn").click()
     wait.until(lambda _: "Step 1 took" in status())
-    browser.find_element(By.XPATH, "//button[contains(., 'Sampling')]").click()
+    _open_accordion(browser, "Sampling")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#max-new-tokens input[type=number]"))
     _set_slider(browser, "max-new-tokens", 256)
     calls = len(gpu_calls(log))
