@@ -116,11 +116,11 @@ def test_a_recipe_sets_the_method_controls(browser, explorer_url):
     assert "Step 0: 4 candidates" in wait.until(drawn_tree_title)
 
 
-def _open_accordion(browser, label: str) -> None:
-    """Open the accordion titled `label` and wait for it to say so. A click that lands before the page has
-    hydrated is lost (the server-rendered button is already on show), so the click is repeated, half a second
-    apart, until the button carries Gradio's `open` class; a click that took is never repeated, as that would
-    close it again."""
+def _open_accordion(browser, label: str, content_css: str) -> None:
+    """Open the accordion titled `label` and wait until `content_css` inside it is on the page. A click that
+    lands before the page answers clicks is lost, and an update arriving just after it may close the accordion
+    again, so whenever the button lacks Gradio's `open` class it is clicked again, half a second apart; a click
+    that took is never repeated, as that would close it."""
     import time
 
     from selenium.webdriver.common.by import By
@@ -128,15 +128,15 @@ def _open_accordion(browser, label: str) -> None:
 
     xpath = f"//button[contains(@class, 'label-wrap')][contains(., '{label}')]"
 
-    def opened(driver) -> bool:
+    def opened(driver):
         button = driver.find_element(By.XPATH, xpath)
         if "open" in (button.get_attribute("class") or "").split():
-            return True
+            return driver.find_elements(By.CSS_SELECTOR, content_css)
         button.click()
         time.sleep(0.5)
         return False
 
-    WebDriverWait(browser, WAIT_S).until(opened)
+    WebDriverWait(browser, WAIT_S, poll_frequency=0.05).until(opened)
 
 
 def _set_slider(browser, elem_id: str, value) -> None:
@@ -173,8 +173,7 @@ def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
     browser.get(explorer_url)
     status = lambda: browser.find_element(By.ID, "status").text  # noqa: E731
     wait.until(ready.element_to_be_clickable((By.ID, "run-btn")))
-    _open_accordion(browser, "Sampling")  # the accordion holding the budget
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#max-new-tokens input[type=number]"))
+    _open_accordion(browser, "Sampling", "#max-new-tokens input[type=number]")  # the accordion holding the budget
     _set_slider(browser, "max-new-tokens", 512)
     _set_slider(browser, "temperature", 5)  # above the slider's range: it is clamped, and the page says so
     note = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#temperature .clamp-note"))
@@ -249,8 +248,7 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
     wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
     browser.get(explorer_url)
     wait.until(ready.element_to_be_clickable((By.ID, "step-btn")))
-    _open_accordion(browser, "Sampling")
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#temperature input[type=number]"))
+    _open_accordion(browser, "Sampling", "#temperature input[type=number]")
     _set_slider(browser, "temperature", 1)
     text = lambda elem_id: browser.find_element(By.ID, elem_id).text  # noqa: E731
     for index in range(12):  # step until a step ends with a correction (about every other step here)
