@@ -5,9 +5,18 @@ import torch
 from dynasd.cache import CachedModel, Runtime, runtime_of, stock_forward
 from dynasd.decoders import make_decoder
 from dynasd.kernels import fast_linear
+from dynasd.kernels.block_weights import block_kernel, use_q8_0_blocks
+from dynasd.kernels.compile import runnable_variants
 from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import in_place_cache
-from dynasd.kernels.lean_forward import _rotary_tables, _signed_sin, fused_projections, lean_forward, supports
+from dynasd.kernels.lean_forward import (
+    _rotary_tables,
+    _signed_sin,
+    compiled_layers,
+    fused_projections,
+    lean_forward,
+    supports,
+)
 from dynasd.models import load_pair, tiny_llama, tiny_random_pair
 from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
@@ -62,6 +71,42 @@ def test_lean_forward_with_fused_projections_is_bitwise_transformers_forward(mon
         pytest.skip("no compiled kernel on this CPU: nothing to fuse")
     assert all(qkv is not None and gate_up is not None for qkv, gate_up in fused_projections(model))
     assert_lean_is_bitwise_stock(model)
+
+
+def block_llama(kv_heads: int, variant: str) -> torch.nn.Module:
+    """A small Llama on the packed attention whose layers are 8-bit blocks (as a draft's are), in `variant`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, initializer_range=0.2,
+                         tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(kv_heads)
+    model = use_packed_gqa(LlamaForCausalLM(config).eval())
+    kernel = block_kernel(variant)
+    if kernel is None:
+        pytest.skip(f"no {variant} block kernel here (no compiler)")
+    use_q8_0_blocks(model, kernel)
+    fused_projections(model)
+    return model
+
+
+@pytest.mark.parametrize("variant", runnable_variants() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no kernel variant runs on this CPU"))])
+@pytest.mark.parametrize("kv_heads", [2, 4])  # grouped queries (packed), and one query head per KV head
+def test_the_compiled_layers_are_bitwise_transformers_forward(variant, kv_heads):
+    """Where every projection is a block layer, the layers run as one compiled call (block_linear.cpp's
+    block_layers): every call of the engine but the first (which shapes the cache) goes through it, and logits and
+    hidden states stay bitwise transformers' own."""
+    model = block_llama(kv_heads, variant)
+    compiled = compiled_layers(model)
+    assert compiled is not None
+    calls = []
+    op = compiled.op
+    compiled.op = lambda *args: calls.append(args[0].shape[1]) or op(*args)
+    assert_lean_is_bitwise_stock(model)
+    verify = 2 + TreeShape((2, 2, 1)).num_nodes  # _calls' chain and tree
+    assert calls == [1, verify, 3] * 2, "the one-token step, the chain + tree verify and the last verify, twice"
 
 
 def test_lean_forward_with_eager_attention_is_bitwise_transformers_forward():

@@ -36,14 +36,31 @@ class InPlaceLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         filled = self.keys.shape[-2] if self.keys.dim() == 4 else 0
         needed = filled + key_states.shape[-2]
-        buffer = self.key_buffer
-        if buffer is None or needed > buffer.shape[-2] or self.keys.data_ptr() != buffer.data_ptr():
-            self._grow(key_states, value_states, filled, needed + max(needed // 2, MIN_ROOM))
+        self._make_room(key_states, value_states, filled, needed)
         self.key_buffer[:, :, filled:needed] = key_states
         self.value_buffer[:, :, filled:needed] = value_states
+        self.filled_to(needed)
+        return self.keys, self.values
+
+    def reserve(self, new: int) -> int | None:
+        """Room for `new` more positions, for a compiled forward that writes them into the buffers itself
+        (block_linear.cpp's block_layers, which then calls `filled_to`): the positions filled so far, or None where
+        this layer cannot take them that way (nothing cached yet: the first forward shapes the buffers)."""
+        if not self.is_initialized or self.keys.dim() != 4:
+            return None
+        filled = self.keys.shape[-2]
+        self._make_room(self.keys, self.values, filled, filled + new)
+        return filled
+
+    def filled_to(self, needed: int) -> None:
+        """The cached keys/values are the buffers' first `needed` positions (after a compiled forward wrote them)."""
         self.keys = self.key_buffer[:, :, :needed]
         self.values = self.value_buffer[:, :, :needed]
-        return self.keys, self.values
+
+    def _make_room(self, like_keys: torch.Tensor, like_values: torch.Tensor, filled: int, needed: int) -> None:
+        buffer = self.key_buffer
+        if buffer is None or needed > buffer.shape[-2] or self.keys.data_ptr() != buffer.data_ptr():
+            self._grow(like_keys, like_values, filled, needed + max(needed // 2, MIN_ROOM))
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, filled: int, capacity: int) -> None:
         batch, heads, _, key_dim = key_states.shape

@@ -13,8 +13,10 @@ import threading
 
 import torch
 
-from .block_weights import FusedBlocks
+from .block_weights import BlockLinear, FusedBlocks
 from .fast_linear import FusedProjections
+from .gqa_attention import NAME as PACKED_GQA
+from .inplace_cache import InPlaceLayer
 
 # Models whose layers this file knows (Llama's: self_attn q/k/v/o, mlp gate/up/down, two RMSNorms); others use
 # model(...).
@@ -43,6 +45,75 @@ def fused_projections(model: torch.nn.Module) -> list[tuple]:
                  _fused([layer.mlp.gate_proj, layer.mlp.up_proj]))
                 for layer in model.model.layers]
         return model._dynasd_fused
+
+
+class CompiledLayers:
+    """A model's decoder layers as one call of the compiled `block_layers` (block_linear.cpp): the layer loop of
+    `lean_forward`, op for op, in C++, so the values are bitwise the same. Made by `compiled_layers` where every
+    layer's projections are block layers of one kernel variant, the attention is the packed grouped-query SDPA and
+    the MLP's activation SiLU."""
+
+    def __init__(self, model: torch.nn.Module, fused: list[tuple]) -> None:
+        config, layers = model.config, model.model.layers[: model.config.num_hidden_layers]
+        namespace = fused[0][0].kernel._qualified_op_name.partition("::")[0]
+        self.op = getattr(torch.ops, namespace).block_layers  # AttributeError: a library built before it existed
+        self.norms, self.panels, self.formats = [], [], []
+        for layer, (qkv, gate_up) in zip(layers, fused):
+            self.norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
+            products = (qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj)
+            self.panels += [product.panels for product in products]
+            self.formats += [product.format for product in products]
+        attn = layers[0].self_attn
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim, self.intermediate = attn.head_dim, fused[0][1].sizes[0]
+        self.eps, self.scaling = float(layers[0].input_layernorm.variance_epsilon), float(attn.scaling)
+
+    def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention_mask: torch.Tensor,
+                 cache) -> torch.Tensor | None:
+        """The last layer's hidden states, with every layer's new keys/values cached; None where the cache cannot
+        take them in place (its first forward, another kind of cache), and then nothing was computed or written."""
+        layers, new = cache.layers, hidden.shape[1]
+        if getattr(cache, "offloading", False) or len(layers) * 2 != len(self.norms) \
+                or not all(type(layer) is InPlaceLayer for layer in layers):
+            return None
+        filled = {layer.reserve(new) for layer in layers}
+        if len(filled) != 1 or None in filled:
+            return None
+        (past,) = filled
+        hidden = self.op(hidden, cos, sin, attention_mask, self.norms, self.panels, self.formats,
+                         [layer.key_buffer for layer in layers], [layer.value_buffer for layer in layers],
+                         past, self.heads, self.kv_heads, self.head_dim, self.intermediate, self.eps, self.scaling)
+        for layer in layers:
+            layer.filled_to(past + new)
+        return hidden
+
+
+def compiled_layers(model: torch.nn.Module) -> CompiledLayers | None:
+    """The model's layers as one compiled call, or None where the Python loop runs them (decided once per model)."""
+    with _fuse_lock:
+        if not hasattr(model, "_dynasd_compiled_layers"):
+            model._dynasd_compiled_layers = _compiled_layers_of(model)
+        return model._dynasd_compiled_layers
+
+
+def _compiled_layers_of(model: torch.nn.Module) -> CompiledLayers | None:
+    config = model.config
+    fused = getattr(model, "_dynasd_fused", None)
+    if fused is None or config._attn_implementation != PACKED_GQA or getattr(config, "hidden_act", None) != "silu":
+        return None
+    layers = model.model.layers[: config.num_hidden_layers]
+    blocks = all(isinstance(qkv, FusedBlocks) and isinstance(gate_up, FusedBlocks) and len(gate_up.sizes) == 2
+                 and isinstance(layer.self_attn.o_proj, BlockLinear) and isinstance(layer.mlp.down_proj, BlockLinear)
+                 and type(layer.mlp.act_fn).__name__ in ("SiLUActivation", "SiLU")
+                 for layer, (qkv, gate_up) in zip(layers, fused))
+    norms = [norm for layer in layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
+    if not blocks or len({qkv.kernel for qkv, _ in fused}) != 1 or len({norm.variance_epsilon for norm in norms}) != 1 \
+            or any(norm.weight.dtype != torch.float32 for norm in norms):
+        return None
+    try:
+        return CompiledLayers(model, fused)
+    except AttributeError:  # a kernel library built before block_layers existed
+        return None
 
 
 def _fused(layers: list[torch.nn.Module]):
@@ -129,6 +200,10 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
     batch, q_len = input_ids.shape
     fused = fused_projections(model)
+    compiled = compiled_layers(model) if attention_mask.dim() == 4 and attention_mask.shape[1] == 1 else None
+    after_layers = compiled(hidden, cos, sin, attention_mask, cache) if compiled is not None else None
+    if after_layers is not None:
+        return _head(model, after_layers, logits_to_keep, need_hidden, hidden_to_keep)
     for layer, (qkv, gate_up) in zip(inner.layers[: model.config.num_hidden_layers], fused):
         attn = layer.self_attn
         x = _rms_norm(layer.input_layernorm, hidden)
@@ -147,6 +222,12 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
         x = _rms_norm(layer.post_attention_layernorm, hidden)
         gate, up = gate_up(x) if gate_up is not None else (mlp.gate_proj(x), mlp.up_proj(x))
         hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
-    hidden = _rms_norm(inner.norm, hidden)
+    return _head(model, hidden, logits_to_keep, need_hidden, hidden_to_keep)
+
+
+def _head(model: torch.nn.Module, hidden: torch.Tensor, logits_to_keep: int, need_hidden: bool,
+          hidden_to_keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The final norm and the output layer over the last layer's hidden states."""
+    hidden = _rms_norm(model.model.norm, hidden)
     kept = hidden[:, -logits_to_keep:, :]
     return model.lm_head(kept), (hidden[:, -max(hidden_to_keep, logits_to_keep):] if need_hidden else None)
