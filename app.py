@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
 from pathlib import Path
 
 import gradio as gr
@@ -28,6 +27,7 @@ from ui import state
 from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu
 from ui.layout import QUEUE_PLACE_CSS, build_app
+from ui.model_thread import start_on_the_model_thread
 from ui.page_scripts import CLAMP_NOTE_JS, CSS, PLOTLY_JS
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> None:
         state.PAIRS.device = "cuda" if args.device == "auto" else args.device
         _preload(warm)
     else:
-        # Load the start-up pair in the background so the first Step does not wait for it.
-        threading.Thread(target=_preload, args=(warm,), daemon=True).start()
+        # Load the start-up pair in the background so the first Step does not wait for it, on the thread that runs
+        # every model call (ui/model_thread.py says why one thread).
+        start_on_the_model_thread(_preload, warm)
     serve(build_app(pair, args.target, args.draft), args.host, args.port)
 
 
@@ -80,6 +81,11 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
         # recent sessions: ~0.5 MB each, so abandoned tabs would grow memory for hours. Keep it in line with
         # the session registry, whose sessions are the only ones that can still be stepped anyway.
         state_session_capacity=2 * state.SESSIONS.max_sessions,
+        # Gradio's run history copies every event's inputs and outputs into the browser's storage (the last 100),
+        # read, parsed and written whole at each event: with ~60 kB of figures a Step, ~25 ms of the page's time
+        # per Step, growing with the history (Chromium's profile, 2026-12-05), and a copy of every prompt in the
+        # browser. The trace file is this app's way to keep a run.
+        run_history=False,
         show_error=True)  # every handler error is already one readable line; gradio's own input checks too
     return demo
 

@@ -93,8 +93,13 @@ def serve(repo: Path, pair: str):
 
     # the checkout's server-side state: ui/state.py, or app.py itself in a checkout from before the ui package
     state = importlib.import_module("ui.state") if (repo / "ui" / "state.py").is_file() else app
+    # loaded where the app loads it: on the thread that runs its model calls (ui/model_thread.py), where it has one
+    model_thread = importlib.import_module("ui.model_thread") if (repo / "ui" / "model_thread.py").is_file() else None
     started = time.perf_counter()
-    state.PAIRS.get(Settings(pair=pair))
+    if model_thread is not None:
+        model_thread.on_the_model_thread(state.PAIRS.get, Settings(pair=pair))
+    else:
+        state.PAIRS.get(Settings(pair=pair))
     load_s = time.perf_counter() - started
     record_messages()
     port = free_port()

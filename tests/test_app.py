@@ -647,3 +647,43 @@ def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar(monkeyp
     narrow = replace(Settings(), k_config="2,1,1,1").normalised()
     assert _wide_tree_on_a_cpu(narrow) == ""
     assert _wide_tree_on_a_cpu(replace(Settings(), method="pld").normalised()) == ""
+
+
+def test_the_page_keeps_no_run_history_in_the_browser(explorer_inprocess):
+    """Gradio's run history would copy every Step's figures and prompt into the browser's storage, read and written
+    whole at each event; the app turns it off (app.serve), and the page's config says so."""
+    import requests
+
+    config = requests.get(explorer_inprocess.url.rstrip("/") + "/config", timeout=10).json()
+    assert config["run_history"] is False
+
+
+def test_every_model_call_runs_on_the_one_model_thread():
+    """ui/gpu.call runs the model calls of handlers on any of Gradio's worker threads on one thread of its own (one
+    OpenMP team: ui/model_thread.py), hands back results and exceptions, and a call made on that thread runs in
+    place instead of waiting for itself."""
+    import threading
+
+    from ui import gpu
+
+    settings = Settings(pair="tiny-random")
+    seen = []
+
+    def model_call(settings, tag):
+        seen.append((tag, threading.get_ident(), threading.current_thread().name))
+        if tag == "outer":
+            return gpu.call(model_call, settings, "inner")
+        if tag == "fails":
+            raise ValueError("the pair says no")
+        return tag
+
+    callers = [threading.Thread(target=gpu.call, args=(model_call, settings, f"caller {n}")) for n in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert gpu.call(model_call, settings, "outer") == "inner"
+    with pytest.raises(ValueError, match="the pair says no"):
+        gpu.call(model_call, settings, "fails")
+    assert len(seen) == 6 and len({ident for _, ident, _ in seen}) == 1, seen
+    assert seen[0][2].startswith("dynasd-model") and threading.get_ident() != seen[0][1]

@@ -36,6 +36,7 @@ from dynasd.explorer.session import Compute, SessionFailed, check_methods, compa
 from dynasd.options import METHODS
 
 from . import state
+from .model_thread import on_the_model_thread
 
 try:  # a Hugging Face ZeroGPU Space: every model call must run inside spaces.GPU (elsewhere it changes nothing)
     import spaces
@@ -262,10 +263,12 @@ def _from_serving_process(settings: Settings) -> Iterator[None]:
 
 
 def call(function: Callable, settings: Settings, *args, **kwargs):
-    """`function(settings, *args, **kwargs)` from the serving process (_from_serving_process); a failure it
-    returned as data is raised here."""
+    """`function(settings, *args, **kwargs)` from the serving process (_from_serving_process), on the model thread
+    where no ZeroGPU process runs it (model_thread.py); a failure it returned as data is raised here."""
     with _from_serving_process(settings):
-        result = function(settings, *args, **kwargs)
+        # on ZeroGPU the call runs in a GPU process, started from this handler's thread (spaces reads its request)
+        result = function(settings, *args, **kwargs) if on_zero_gpu() \
+            else on_the_model_thread(function, settings, *args, **kwargs)
     if isinstance(result, Failed):
         raise result.exception()
     return result

@@ -5,8 +5,9 @@
     quantized blocks (block_weights.py: Q4_1 and Q8_0, ~96 MB instead of ~540 MB of float32 for the embedded
     target), the drafts sharing that embedding,
   - packed grouped-query attention for tree verifies (gqa_attention.py),
-  - KV caches that grow in place (inplace_cache.py) and the lean forward (lean_forward.py), attached as the
-    model's runtime (dynasd/cache.py), which every CachedModel of it then uses,
+  - KV caches that grow in place (inplace_cache.py) and the lean forward (lean_forward.py; the layers of a model
+    in blocks as one compiled call), attached as the model's runtime (dynasd/cache.py), which every CachedModel of
+    it then uses,
   - on CPU only, linear layers with few-row weight layouts and, where it pays, the compiled kernel
     (fast_linear.py); the drafts' layers in 8-bit blocks where a kernel variant runs (block_weights.py), their
     other layers in half-precision panels.

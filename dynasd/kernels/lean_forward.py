@@ -6,6 +6,12 @@ deprecation decorators, output capture and mask preprocessing that the engine do
 own 4D mask and positions. Here the layers run as the plain sequence of the same operations, on the same modules
 (projections, rotary embedding, attention function, MLP), in the same order, so the logits are bitwise those of
 `model(...)` (tests/test_lean_forward.py). Models of any other structure keep transformers' forward.
+
+Where every projection is a block layer (the embedded target's GGUF blocks, a draft's 8-bit blocks), the layer loop
+runs as one compiled call (`CompiledLayers`: block_linear.cpp's block_layers, the same ATen operations in the same
+order, so again bitwise the same): the ~45 small operations of each layer cost ~5 us each from Python, about as much
+as the layer's weight products for one token (2026-12-05, Intel Xeon, 2 threads: a one-token target forward 15.1 ->
+10.2 ms, a draft forward 3.2 -> 2.4 ms).
 """
 from __future__ import annotations
 
