@@ -80,6 +80,16 @@ def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url, tmp_path)
     wait.until(lambda _: "Step 1:" in browser.find_element(By.ID, "tree-plot").text)
     assert "Step 1:" in browser.find_element(By.ID, "mask-plot").text
 
+    # the run timeline sits in the Summary tab, which Gradio mounts when it is first shown: then it is drawn, to
+    # the width of its box
+    timeline = lambda: browser.find_elements(By.CSS_SELECTOR, "#timeline-plot .js-plotly-plot .main-svg")  # noqa: E731
+    assert not timeline(), "nothing is drawn in a tab not yet shown"
+    next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Summary").click()
+    drawn = wait.until(lambda _: timeline())
+    box = browser.find_element(By.CSS_SELECTOR, "#timeline-plot .dynasd-figure")
+    assert abs(int(drawn[0].get_attribute("width")) - box.size["width"]) <= 2, "drawn at the box's width"
+    assert "steps" in browser.find_element(By.ID, "timeline-plot").text
+
     screenshots = DOCS_SCREENSHOTS if os.environ.get("DYNASD_SCREENSHOTS") == "1" else tmp_path
     screenshots.mkdir(parents=True, exist_ok=True)
     height = browser.execute_script("return document.body.scrollHeight")
