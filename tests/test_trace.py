@@ -103,3 +103,20 @@ def test_non_json_and_oversized_files_are_refused(tmp_path):
     with pytest.raises(TraceError):
         load_run(big, max_bytes=1024)
     assert MAX_TRACE_BYTES >= 1024 * 1024
+
+
+def test_greedy_p_values_are_the_target_softmax_however_many_rows_at_a_time(tiny_pair, monkeypatch):
+    """At T = 0 a step's p values come from the verify's logits turned into probabilities a few rows at a time
+    (a whole tree's at once held ~9 MB more at a generate's peak): any chunk size gives the whole softmax's values,
+    the node whose parent is a chunk's first or last row included."""
+    from dynasd.decoders import speculative
+
+    def p_values(rows_at_a_time: int) -> list[float]:
+        monkeypatch.setattr(speculative, "SOFTMAX_ROWS", rows_at_a_time)
+        options = DecoderOptions(method="mcsd", k_config=(4, 2, 2, 1))
+        run = make_decoder(tiny_pair, options).generate(tiny_pair.encode_prompt("trace me"), 12)
+        return [node.p for step in run.steps for node in step.nodes]
+
+    whole = p_values(10 ** 6)
+    assert len(whole) > 45 and all(0.0 <= p <= 1.0 for p in whole)
+    assert p_values(1) == whole and p_values(8) == whole

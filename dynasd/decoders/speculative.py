@@ -55,6 +55,7 @@ from ..tree import ROOT, TreeShape
 from .base import Decoder
 
 RESIDUAL_TOP = 6  # a step's residual record keeps the 6 largest tokens of p, of q and of the residual
+SOFTMAX_ROWS = 8  # target rows turned into probabilities at a time for the trace's p values at T = 0 (_node_traces)
 
 
 @dataclass
@@ -326,9 +327,15 @@ class TreeDecoder(Decoder):
         p_of: dict[int, float] = {}
         rows = [verified.row(parent) for parent in tree.parents]
         in_verify = [i for i, row in enumerate(rows) if row is not None]
-        if in_verify:
-            table = torch.softmax(logits, -1) if greedy else verified.probs
-            p_of.update(zip(in_verify, probs_at(table, [rows[i] for i in in_verify],
+        if in_verify and greedy:  # softmax a few rows at a time: a whole tree's (45 x 49,152) is 9 MB more at once
+            for start in range(0, logits.shape[0], SOFTMAX_ROWS):
+                chunk = [i for i in in_verify if start <= rows[i] < start + SOFTMAX_ROWS]
+                if chunk:
+                    table = torch.softmax(logits[start:start + SOFTMAX_ROWS], -1)
+                    p_of.update(zip(chunk, probs_at(table, [rows[i] - start for i in chunk],
+                                                    [tree.tokens[i] for i in chunk])))
+        elif in_verify:
+            p_of.update(zip(in_verify, probs_at(verified.probs, [rows[i] for i in in_verify],
                                                 [tree.tokens[i] for i in in_verify])))
         roots = [i for i, row in enumerate(rows) if row is None]
         if roots:
