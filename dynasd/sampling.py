@@ -161,9 +161,14 @@ def _search(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
 def probs_at(table: torch.Tensor, rows: list[int], tokens: list[int]) -> list[float]:
     """table[rows[i], tokens[i]] for every i, in one gather and one host read (rows are 0 for a 1-D table)."""
+    return values_at(table, rows, tokens).tolist()
+
+
+def values_at(table: torch.Tensor, rows: list[int], tokens: list[int]) -> torch.Tensor:
+    """table[rows[i], tokens[i]] for every i, gathered where the table lies (no host read)."""
     width = table.shape[-1]
     flat = torch.tensor([row * width + token for row, token in zip(rows, tokens)], device=table.device)
-    return torch.take(table, flat).tolist()
+    return torch.take(table, flat)
 
 
 def sample_one(probs: torch.Tensor, generator: torch.Generator) -> int:

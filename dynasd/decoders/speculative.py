@@ -35,7 +35,16 @@ from ..decision import DecisionModel
 from ..feature_draft import is_feature_draft
 from ..models import ModelPair
 from ..options import DecoderOptions
-from ..sampling import WalkResult, argmax_rows, greedy_walk, logits_to_probs, mcss_walk, probs_at, sample_one
+from ..sampling import (
+    WalkResult,
+    argmax_rows,
+    greedy_walk,
+    logits_to_probs,
+    mcss_walk,
+    probs_at,
+    sample_one,
+    values_at,
+)
 from ..sources import (
     CandidateSource,
     CandidateTree,
@@ -327,13 +336,16 @@ class TreeDecoder(Decoder):
         p_of: dict[int, float] = {}
         rows = [verified.row(parent) for parent in tree.parents]
         in_verify = [i for i, row in enumerate(rows) if row is not None]
-        if in_verify and greedy:  # softmax a few rows at a time: a whole tree's (45 x 49,152) is 9 MB more at once
+        if in_verify and greedy:  # softmax a few rows at a time (a whole tree's, 45 x 49,152, is 9 MB more at
+            # once), the values gathered on the device and read in one go
+            nodes, values = [], []
             for start in range(0, logits.shape[0], SOFTMAX_ROWS):
                 chunk = [i for i in in_verify if start <= rows[i] < start + SOFTMAX_ROWS]
                 if chunk:
                     table = torch.softmax(logits[start:start + SOFTMAX_ROWS], -1)
-                    p_of.update(zip(chunk, probs_at(table, [rows[i] - start for i in chunk],
-                                                    [tree.tokens[i] for i in chunk])))
+                    values.append(values_at(table, [rows[i] - start for i in chunk], [tree.tokens[i] for i in chunk]))
+                    nodes += chunk
+            p_of.update(zip(nodes, torch.cat(values).tolist()))
         elif in_verify:
             p_of.update(zip(in_verify, probs_at(verified.probs, [rows[i] for i in in_verify],
                                                 [tree.tokens[i] for i in in_verify])))
