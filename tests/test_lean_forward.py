@@ -99,7 +99,7 @@ def test_the_compiled_layers_are_bitwise_transformers_forward(variant, kv_heads)
     block_layers): every call of the engine but the first (which shapes the cache) goes through it, and logits and
     hidden states stay bitwise transformers' own."""
     model = block_llama(kv_heads, variant)
-    compiled = compiled_layers(model)
+    compiled = compiled_layers(model, fused_projections(model))
     assert compiled is not None
     calls = []
     op = compiled.op

@@ -94,18 +94,18 @@ class CompiledLayers:
         return hidden
 
 
-def compiled_layers(model: torch.nn.Module) -> CompiledLayers | None:
-    """The model's layers as one compiled call, or None where the Python loop runs them (decided once per model)."""
+def compiled_layers(model: torch.nn.Module, fused: list[tuple]) -> CompiledLayers | None:
+    """The model's layers as one compiled call, or None where the Python loop runs them (decided once per model;
+    `fused`: its fused_projections)."""
     with _fuse_lock:
         if not hasattr(model, "_dynasd_compiled_layers"):
-            model._dynasd_compiled_layers = _compiled_layers_of(model)
+            model._dynasd_compiled_layers = _compiled_layers_of(model, fused)
         return model._dynasd_compiled_layers
 
 
-def _compiled_layers_of(model: torch.nn.Module) -> CompiledLayers | None:
+def _compiled_layers_of(model: torch.nn.Module, fused: list[tuple]) -> CompiledLayers | None:
     config = model.config
-    fused = getattr(model, "_dynasd_fused", None)
-    if fused is None or config._attn_implementation != PACKED_GQA or getattr(config, "hidden_act", None) != "silu":
+    if config._attn_implementation != PACKED_GQA or getattr(config, "hidden_act", None) != "silu":
         return None
     layers = model.model.layers[: config.num_hidden_layers]
     blocks = all(isinstance(qkv, FusedBlocks) and isinstance(gate_up, FusedBlocks) and len(gate_up.sizes) == 2
@@ -206,7 +206,7 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
     batch, q_len = input_ids.shape
     fused = fused_projections(model)
-    compiled = compiled_layers(model) if attention_mask.dim() == 4 and attention_mask.shape[1] == 1 else None
+    compiled = compiled_layers(model, fused) if attention_mask.dim() == 4 and attention_mask.shape[1] == 1 else None
     after_layers = compiled(hidden, cos, sin, attention_mask, cache) if compiled is not None else None
     if after_layers is not None:
         return _head(model, after_layers, logits_to_keep, need_hidden, hidden_to_keep)
