@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from .converted import converted_weights, load_converted, saved_rows
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
 from .kernels import accelerate
+from .kernels.block_weights import ARITHMETICS, INT8  # noqa: F401 (ARITHMETICS: the options' choices)
 from .shared_module import SharedModule
 
 
@@ -44,6 +45,9 @@ PRESETS: dict[str, tuple[str, str]] = {
 }
 BUILTIN_PAIRS = ("embedded", "tiny-random")
 WEIGHT_MODES = ("gguf", "fp32")  # how a GGUF target's weights are held: the file's blocks, or float32
+# What block weights compute in (kernels/block_weights.py's ARITHMETICS): 8-bit rows and integer products make
+# verify rows cheap on a CPU; float32 stays as the reference the other is measured against.
+DEFAULT_ARITHMETIC = INT8
 DEFAULT_WEIGHTS = "gguf"  # measured faster: docs/benchmarks.md, "Speed by CPU kind"
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -437,7 +441,8 @@ def has_feature_draft(pair: str | None) -> bool:
 
 def load_pair(pair: str | None = None, target: str | None = None, draft: str | None = None,
               device: str | None = None, dtype: str | None = None, allowed_root: Path | None = None,
-              fast_kernels: bool = True, compiled_kernel: bool = True, weights: str = DEFAULT_WEIGHTS) -> ModelPair:
+              fast_kernels: bool = True, compiled_kernel: bool = True, weights: str = DEFAULT_WEIGHTS,
+              arithmetic: str = DEFAULT_ARITHMETIC) -> ModelPair:
     """One entry point for the CLI and the app: a named pair, a preset, or explicit target and draft.
 
     Unless `fast_kernels` is False, the pair is accelerated (dynasd/kernels/: packed grouped-query attention,
@@ -445,11 +450,16 @@ def load_pair(pair: str | None = None, target: str | None = None, draft: str | N
     leaves out the compiled kernels). Training code, which needs plain nn.Linear modules, and the benchmark's
     `kernels=plain` ask for stock modules. `weights`: "gguf" keeps a GGUF target's weights in the file's quantized
     blocks where the CPU kernel for them runs (dynasd/kernels/block_weights.py), "fp32" keeps transformers'
-    float32 copy (the engine before 2026-12-02)."""
+    float32 copy. `arithmetic`: what the block weights compute in, "int8" (each row quantized to 8-bit blocks,
+    integer products: cheap rows) or "float32" (the expanded weights times the float rows); see ARITHMETICS."""
     if weights not in WEIGHT_MODES:
         raise ModelLoadError(f"weights must be one of {', '.join(WEIGHT_MODES)}, got '{weights}'")
+    if arithmetic not in ARITHMETICS:
+        raise ModelLoadError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got '{arithmetic}'")
     loaded = _load_named_pair(pair, target, draft, device, dtype, allowed_root)
-    return accelerate(loaded, compiled_kernel=compiled_kernel, weights=weights) if fast_kernels else loaded
+    if not fast_kernels:
+        return loaded
+    return accelerate(loaded, compiled_kernel=compiled_kernel, weights=weights, arithmetic=arithmetic)
 
 
 def _load_named_pair(pair, target, draft, device, dtype, allowed_root) -> ModelPair:

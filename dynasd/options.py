@@ -15,7 +15,7 @@ import argparse
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from .models import DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
+from .models import ARITHMETICS, DEFAULT_ARITHMETIC, DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
 from .ranges import Float, Int
 from .sampling import TEMPERATURE, TOP_K, TOP_P, SamplingConfig
 from .stopping import DEFAULT_DECISION_MODEL, DEFAULT_THRESHOLD, STOP_POLICIES
@@ -452,10 +452,15 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="how a GGUF target's weights are held on CPU: gguf (default: the file's 4- and 8-bit blocks, "
                         "where this CPU has AVX-512 or AVX2; the same values, a fifth of the bytes) or fp32 "
                         "(transformers' float32 copy)")
+    p.add_argument("--arithmetic", default=DEFAULT_ARITHMETIC, choices=ARITHMETICS,
+                   help="what block weights compute in on CPU: int8 (default: each row quantized to 8-bit blocks, "
+                        "exact integer products, so a verify row costs a fraction of a float32 one; ar uses it too) "
+                        "or float32 (the expanded weights times the float rows)")
 
 
 def load_pair_from(args: argparse.Namespace, fast_kernels: bool = True, compiled_kernel: bool = True,
-                   weights: str | None = None):
+                   weights: str | None = None, arithmetic: str | None = None):
     return load_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype,
                      fast_kernels=fast_kernels, compiled_kernel=compiled_kernel,
-                     weights=weights or getattr(args, "weights", DEFAULT_WEIGHTS))
+                     weights=weights or getattr(args, "weights", DEFAULT_WEIGHTS),
+                     arithmetic=arithmetic or getattr(args, "arithmetic", DEFAULT_ARITHMETIC))

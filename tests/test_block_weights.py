@@ -307,20 +307,24 @@ def test_an_unknown_weight_mode_is_refused_in_one_line():
 
 
 @pytest.mark.slow
-def test_the_embedded_target_in_blocks_decodes_as_in_float32(embedded_pair):
-    """Both weight modes hold the same values; greedy identity is checked within the block mode (every lossless
-    method against ar), and the first tokens also agree across modes on this prompt. The block mode is the session's
-    embedded pair; the float32 one is loaded here, only where the blocks are used (x86 with AVX-512 or AVX2)."""
+@pytest.mark.parametrize("arithmetic", ["int8", "float32"])
+def test_the_embedded_target_in_blocks_decodes_as_in_float32(embedded_pair, arithmetic):
+    """Both weight modes hold the same values. In float32 arithmetic the blocks give the float32 weights' logits
+    within rounding; in 8-bit activations (the default) the distributions stay within a few thousandths of a nat
+    of them. Greedy identity is checked within each arithmetic (every lossless method against ar), and the first
+    tokens also agree across modes on this prompt. The float32 weights are loaded here, only where the blocks are
+    used (x86 with AVX-512 or AVX2)."""
     from dynasd.decoders import make_decoder
     from dynasd.options import DecoderOptions
 
-    blocks = embedded_pair
+    blocks = embedded_pair if arithmetic == "int8" else pair_on("embedded", "cpu", arithmetic=arithmetic)
     if not plan_for(blocks.device).gguf_blocks:
         assert type(blocks.target.model.layers[0].mlp.up_proj) is not BlockLinear
         pytest.skip("no kernel variant here: the embedded target keeps float32 weights (plan_for)")
     plain = pair_on("embedded", "cpu", weights="fp32")
     target = blocks.target
     assert isinstance(target.model.layers[0].mlp.up_proj, BlockLinear) and isinstance(target.lm_head, BlockLinear)
+    assert target.lm_head.arithmetic == arithmetic
     assert blocks.draft.get_input_embeddings().shared is target.get_input_embeddings()  # shared, not a float32 copy
     held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
             for t in list(target.parameters()) + list(target.buffers())}
@@ -328,7 +332,14 @@ def test_the_embedded_target_in_blocks_decodes_as_in_float32(embedded_pair):
     ids = blocks.encode_prompt("Name three rivers in Europe.")
     with torch.no_grad():
         x = torch.tensor([ids])
-        torch.testing.assert_close(target(x).logits, plain.target(x).logits, rtol=1e-3, atol=2e-3)
+        logits, reference_logits = target(x).logits, plain.target(x).logits
+    if arithmetic == "float32":
+        torch.testing.assert_close(logits, reference_logits, rtol=1e-3, atol=2e-3)
+    else:  # measured: KL 0.006 nats on average, 0.05 at most; 97% of the argmaxes the same
+        reference, rounded = torch.log_softmax(reference_logits, -1), torch.log_softmax(logits, -1)
+        divergence = (reference.exp() * (reference - rounded)).sum(-1)
+        assert 0 < divergence.mean() < 0.02 and divergence.max() < 0.2
+        assert (logits.argmax(-1) == reference_logits.argmax(-1)).float().mean() >= 0.9
 
     def tokens(pair, method, **options):
         return make_decoder(pair, DecoderOptions(method=method, **options)).generate(ids, 24).new_token_ids

@@ -245,7 +245,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
     apply_preset(args)
     plan = plan or plan_methods(args, specs)
     pair = pairs["fast"]
-    pair_of = {spec.label: pairs[spec.pair_key(args.weights)] for spec in specs}
+    pair_of = {spec.label: pairs[spec.pair_key(args.weights, args.arithmetic)] for spec in specs}
     chat = not args.no_chat
     encoded = [pair.encode_prompt(p["text"], chat=chat) for p in prompts]
     follow_ups = [conversation_follow_ups(pair, p, args.turns, chat) for p in prompts]
@@ -269,7 +269,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
             make_method_decoder(spec, pair_of[spec.label], options_for(spec, temperatures[0], args.seed),
                                 plan[spec.label].decision_model)
     clocks = {kind: ForwardClock(loaded) for kind, loaded in pairs.items()}
-    clock_of = {spec.label: clocks[spec.pair_key(args.weights)] for spec in specs}
+    clock_of = {spec.label: clocks[spec.pair_key(args.weights, args.arithmetic)] for spec in specs}
     # llama.cpp's model, loaded once for the whole run (outside every timing window)
     llama_cpp_model = LlamaCppPeer.load(args, pair) if any(spec.method == LLAMA_CPP for spec in specs) else None
     bytes_of = {spec.label: WeightBytes.of(pair_of[spec.label], args if spec.method == LLAMA_CPP else None)
@@ -346,11 +346,12 @@ def run(args: argparse.Namespace) -> int:
 
     pairs = {"fast": load_pair_from(args)}
     for spec in specs:
-        key = spec.pair_key(args.weights)
+        key = spec.pair_key(args.weights, args.arithmetic)
         if key not in pairs:
             kernels = spec.option("kernels", "fast")
             pairs[key] = load_pair_from(args, fast_kernels=kernels != "plain", compiled_kernel=kernels == "fast",
-                                        weights=spec.option("weights", args.weights))
+                                        weights=spec.option("weights", args.weights),
+                                        arithmetic=spec.option("arithmetic", args.arithmetic))
     judge = load_judge(args.judge, pairs["fast"].device) if args.judge and not args.no_quality else None
     meta = _meta(args, pairs["fast"], prompts, specs, temperatures)
     records = benchmark(args, pairs, prompts, specs, temperatures, out, progress=not args.no_progress, plan=plan,

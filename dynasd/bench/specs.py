@@ -1,16 +1,17 @@
 """The bench's method syntax: `mcsd:k=2,2,1:stop=confidence` -> a MethodSpec, and the DecoderOptions it runs.
 
 A spec's keys are the decoder options' `bench_key`s (dynasd/options.py) for the options its method reads, plus those
-that are the bench's own: `kernels` and `weights` (which loaded pair runs the method) and, for transformers'
-assisted generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and lookup. `llama.cpp`
-(the target's GGUF file run by llama-cpp-python: bench/llama_cpp_peer.py) takes no key. `recipe=KEY` is the named
-configuration's spec (dynasd/recipes.py), so a script names a recipe without a process of its own to look it up.
+that are the bench's own: `kernels`, `weights` and `arithmetic` (which loaded pair runs the method) and, for
+transformers' assisted generation (`hf-assisted`, not one of our decoders), its settings n, th, schedule and
+lookup. `llama.cpp` (the target's GGUF file run by llama-cpp-python: bench/llama_cpp_peer.py) takes no key.
+`recipe=KEY` is the named configuration's spec (dynasd/recipes.py), so a script names a recipe without a process
+of its own to look it up.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..models import WEIGHT_MODES
+from ..models import ARITHMETICS, WEIGHT_MODES
 from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
 from ..recipes import BY_KEY as RECIPES_BY_KEY
 
@@ -19,7 +20,7 @@ REFERENCE = "ar"
 HF_ASSISTED = "hf-assisted"
 LLAMA_CPP = "llama.cpp"
 KERNELS = ("fast", "torch", "plain")
-PAIR_KEYS = ("kernels", "weights")  # the bench's keys that pick the loaded pair, not a decoder option
+PAIR_KEYS = ("kernels", "weights", "arithmetic")  # the bench's keys that pick the loaded pair, not a decoder option
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 RECIPE = "recipe="  # recipe=narrow-cpu: that recipe's spec
 
@@ -36,6 +37,8 @@ KERNELS_HELP = ("any method: fast (default: packed grouped-query attention, dyna
                 "kernel) or plain (stock transformers modules and cache), to measure those changes side by side")
 WEIGHTS_HELP = ("any method: gguf (a GGUF target's weights in the file's quantized blocks on CPU, "
                 "dynasd/kernels/block_weights.py) or fp32 (transformers' float32 copy); default: --weights")
+ARITHMETIC_HELP = ("any method: int8 (block weights times rows quantized to 8-bit blocks, integer products) or "
+                   "float32 (the expanded weights times the float rows); default: --arithmetic")
 
 
 def spec_option(method: str, key: str) -> Option | None:
@@ -61,6 +64,7 @@ def _option_help() -> dict[str, str]:
         meanings.setdefault(key, []).append(f"{HF_ASSISTED}: {meaning}")
     meanings["kernels"] = [KERNELS_HELP]
     meanings["weights"] = [WEIGHTS_HELP]
+    meanings["arithmetic"] = [ARITHMETIC_HELP]
     return {key: "; ".join(parts) for key, parts in meanings.items()}
 
 
@@ -82,11 +86,14 @@ class MethodSpec:
     def option(self, key: str, default=None):
         return dict(self.options).get(key, default)
 
-    def pair_key(self, weights: str) -> str:
-        """Which loaded pair runs this method: its `kernels`, and its `weights` where they differ from the run's
-        default `weights` ("fast", "torch", "fast/weights=fp32", ...)."""
-        kernels, own = self.option("kernels", "fast"), self.option("weights", weights)
-        return kernels if own == weights else f"{kernels}/weights={own}"
+    def pair_key(self, weights: str, arithmetic: str = ARITHMETICS[0]) -> str:
+        """Which loaded pair runs this method: its `kernels`, and its `weights` and `arithmetic` where they differ
+        from the run's defaults ("fast", "torch", "fast/weights=fp32", "fast/arithmetic=float32", ...)."""
+        key = self.option("kernels", "fast")
+        for name, default in (("weights", weights), ("arithmetic", arithmetic)):
+            own = self.option(name, default)
+            key += "" if own == default else f"/{name}={own}"
+        return key
 
 
 def _split_methods(text: str) -> list[str]:
@@ -139,6 +146,8 @@ def _value_problem(spec: MethodSpec, key: str, value: str) -> str | None:
         return None if value in KERNELS else f"kernels must be fast, torch or plain, got '{value}'"
     if key == "weights":
         return None if value in WEIGHT_MODES else f"weights must be {' or '.join(WEIGHT_MODES)}, got '{value}'"
+    if key == "arithmetic":
+        return None if value in ARITHMETICS else f"arithmetic must be {' or '.join(ARITHMETICS)}, got '{value}'"
     if spec.method == HF_ASSISTED:
         convert, _ = HF_ASSISTED_KEYS[key]
         if key == "schedule":

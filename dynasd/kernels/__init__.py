@@ -29,7 +29,7 @@ import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
 from ..shared_module import SharedModule
-from .block_weights import BlockLinear, block_kernel, use_gguf_blocks, use_q8_0_blocks
+from .block_weights import ARITHMETICS, FLOAT32, INT8, BlockLinear, block_kernel, use_gguf_blocks, use_q8_0_blocks
 from .compile import VARIANT_LABELS, kernel_variant
 from .fast_linear import PretransposedLinear, pretranspose_linears
 from .gqa_attention import use_packed_gqa
@@ -53,24 +53,28 @@ class KernelPlan:
     gguf_blocks: bool = False  # a GGUF model's weights stay in the file's quantized blocks (block_weights.py)
     q8_0_blocks: bool = False  # a draft's layers quantized to 8-bit blocks (block_weights.use_q8_0_blocks)
     variant: str | None = None  # the compiled kernels' variant (compile.kernel_variant), None: torch's products
+    arithmetic: str = FLOAT32  # block layers' products: "int8" (8-bit activation blocks) or "float32"
 
 
 def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output: bool = True,
-             weights: str = "gguf", dtype: torch.dtype = torch.float32) -> KernelPlan:
+             weights: str = "gguf", dtype: torch.dtype = torch.float32, arithmetic: str = INT8) -> KernelPlan:
     """The plan for a model on `device`: the CPU layouts and kernels on CPU only, stock PyTorch ops elsewhere.
 
     `decides_output` is True for the target, whose panels stay float32; a draft's layers become 8-bit blocks where
     a kernel variant runs (and their shape fits), float16 panels otherwise. `weights="gguf"`
     keeps a float32 target's GGUF blocks where a variant of their kernel runs (x86 with AVX-512 or AVX2; elsewhere
-    the float32 weights and torch's products)."""
+    the float32 weights and torch's products). `arithmetic` is what block layers compute in (block_weights.py):
+    "int8" by default, where every row's products are exact integers and cheap; "float32" multiplies the expanded
+    weights by the float inputs. Models without block layers compute in float32 whatever it says."""
+    if arithmetic not in ARITHMETICS:
+        raise ValueError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
     on_cpu = torch.device(device).type == "cpu"
     variant = kernel_variant() if on_cpu and compiled_kernel else None
+    gguf_blocks = variant is not None and decides_output and weights == "gguf" and dtype == torch.float32
+    q8_0_blocks = variant is not None and not decides_output and dtype == torch.float32
     return KernelPlan(linear_layouts=on_cpu, compiled_kernel=on_cpu and compiled_kernel,
-                      half_panels=on_cpu and not decides_output,
-                      gguf_blocks=(variant is not None and decides_output and weights == "gguf"
-                                   and dtype == torch.float32),
-                      q8_0_blocks=variant is not None and not decides_output and dtype == torch.float32,
-                      variant=variant)
+                      half_panels=on_cpu and not decides_output, gguf_blocks=gguf_blocks, q8_0_blocks=q8_0_blocks,
+                      variant=variant, arithmetic=arithmetic if gguf_blocks or q8_0_blocks else FLOAT32)
 
 
 def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Module:
@@ -83,9 +87,9 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
         raise ValueError(f"this model is already accelerated ({applied}); load it again for {plan}")
     if plan.gguf_blocks and getattr(model, "dynasd_gguf_file", None) is not None \
             and block_kernel(plan.variant) is not None:
-        use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel(plan.variant))
+        use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel(plan.variant), plan.arithmetic)
     if plan.q8_0_blocks and block_kernel(plan.variant) is not None:
-        use_q8_0_blocks(model, block_kernel(plan.variant))
+        use_q8_0_blocks(model, block_kernel(plan.variant), plan.arithmetic)
     if plan.packed_gqa:
         use_packed_gqa(model)
     if plan.linear_layouts:
@@ -100,13 +104,13 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
     return model
 
 
-def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
+def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf", arithmetic: str = INT8):
     """Accelerate every model of `pair` (a dynasd.models.ModelPair, which calls this from load_pair: hence no import
     of it here) in place and return the pair; `compiled_kernel=False` leaves the compiled
     kernels out (the benchmark's `kernels=torch`), `weights="fp32"` the GGUF blocks. Training code, which needs
     plain nn.Linear modules, must not accelerate its pair."""
     drafts = [model for model in (pair.draft, pair.feature_draft) if model is not None]
-    target_plan = plan_for(pair.device, compiled_kernel, True, weights, pair.dtype)
+    target_plan = plan_for(pair.device, compiled_kernel, True, weights, pair.dtype, arithmetic)
     sharing = []
     if target_plan.gguf_blocks:  # which drafts can read the target's block embedding (asked before it is swapped)
         target_embedding = pair.target.get_input_embeddings().weight
@@ -116,7 +120,8 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
     for draft in sharing:
         draft.set_input_embeddings(None)
     for model in drafts:
-        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False))
+        accelerate_model(model, plan_for(pair.device, compiled_kernel, decides_output=False,
+                                         arithmetic=arithmetic))
         return_freed_memory()
     accelerate_model(pair.target, target_plan)
     embedding = pair.target.get_input_embeddings()
@@ -128,8 +133,9 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf"):
 
 def kernels_in_use(model: torch.nn.Module) -> str:
     """A few words naming what `model`'s linear layers compute with, for a device line: their weights ("GGUF
-    blocks", "float16 panels" or the model's dtype) and products ("AVX2 kernels", "AVX-512 kernels" or "torch
-    products"), e.g. "GGUF blocks, AVX2 kernels". An embedding shared from another model does not count."""
+    blocks", "float16 panels" or the model's dtype), products ("AVX2 kernels", "AVX-512 kernels" or "torch
+    products") and, where block layers quantize their inputs, "8-bit activations", e.g. "GGUF blocks, AVX2
+    kernels, 8-bit activations". An embedding shared from another model does not count."""
     layers = [module for path, module in model.named_modules() if "embed_tokens" not in path]
     plan = getattr(model, _PLAN_ATTRIBUTE, None)
     compiled = [module for module in layers if isinstance(module, BlockLinear)
@@ -142,7 +148,9 @@ def kernels_in_use(model: torch.nn.Module) -> str:
         weights = str(next(model.parameters()).dtype).removeprefix("torch.")
     variant = plan.variant if plan is not None else None
     products = f"{VARIANT_LABELS[variant]} kernels" if compiled and variant else "torch products"
-    return f"{weights}, {products}"
+    arithmetic = {module.arithmetic for module in layers if isinstance(module, BlockLinear)}
+    activations = ", 8-bit activations" if INT8 in arithmetic else ""
+    return f"{weights}, {products}{activations}"
 
 
 def weight_bytes_per_forward(model: torch.nn.Module) -> int:

@@ -40,6 +40,8 @@
 #endif
 #define DYNASD_AVX2 1
 #endif
+#include "block_int8.h"
+#include "exact_attention.h"
 
 namespace {
 
@@ -313,10 +315,17 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& panels, int64_t f
   TORCH_CHECK(x.scalar_type() == at::kFloat, "block_linear needs float32 inputs");
   TORCH_CHECK(panels.scalar_type() == at::kByte && panels.dim() == 3 && panels.is_contiguous(),
               "panels must be a contiguous (N / 32, K / 32, bytes) uint8 tensor");
-  TORCH_CHECK(format == 0 || format == 1, "format must be 0 (Q4_1) or 1 (Q8_0)");
-  const int64_t bytes = format == 0 ? Q4_1_BYTES : Q8_0_BYTES;
-  TORCH_CHECK(panels.size(2) == bytes, "panels hold ", panels.size(2), " bytes per block, the format ", bytes);
-  const int64_t count = panels.size(0), K = panels.size(1) * BLOCK, N = count * PANEL;
+  TORCH_CHECK(format >= 0 && format <= 3,
+              "format must be 0 (Q4_1), 1 (Q8_0), 2 (Q4_1, 8-bit activations) or 3 (Q8_0, 8-bit activations)");
+#if !defined(__AVX2__)
+  TORCH_CHECK(format < 2, "8-bit activations need the AVX2 or AVX-512 variant");
+#endif
+  const bool int8 = format >= 2;
+  const int64_t bytes[] = {Q4_1_BYTES, Q8_0_BYTES, int8_blocks::Q4_1_BYTES, int8_blocks::Q8_0_BYTES};
+  TORCH_CHECK(panels.size(2) == bytes[format], "panels hold ", panels.size(2), " bytes per block, the format ",
+              bytes[format]);
+  const int64_t count = panels.size(0), K = panels.size(1) * BLOCK;
+  const int64_t N = count * (int8 ? int8_blocks::PANEL : PANEL);
   TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
   const at::Tensor rows = x.reshape({-1, K}).contiguous();
   const int64_t M = rows.size(0);
@@ -327,8 +336,14 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& panels, int64_t f
     float* yp = out.data_ptr<float>();
     if (format == 0) {
       all_panels<Q4_1>(xp, wp, yp, M, K, N, count);
-    } else {
+    } else if (format == 1) {
       all_panels<Q8_0>(xp, wp, yp, M, K, N, count);
+#if defined(__AVX2__)
+    } else if (format == 2) {
+      int8_blocks::all_panels<true>(xp, wp, yp, M, K, N);
+    } else {
+      int8_blocks::all_panels<false>(xp, wp, yp, M, K, N);
+#endif
     }
   }
   std::vector<int64_t> shape = x.sizes().vec();
@@ -388,6 +403,11 @@ at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, cons
     value_buffers[i].slice(2, filled, needed).copy_(value);
     const at::Tensor keys = key_buffers[i].slice(2, 0, needed), values = value_buffers[i].slice(2, 0, needed);
     at::Tensor out;
+#if defined(__AVX2__)
+    if (formats[4 * i] >= 2) {  // 8-bit activations: every row exactly what it would be alone (exact_attention.h)
+      out = exact_attention_impl::attention(query, keys, values, mask, scaling);
+    } else
+#endif
     if (groups == 1) {  // transformers' sdpa_attention_forward: no grouping to pack
       out = at::scaled_dot_product_attention(query, keys, values, attention_mask, 0.0, false, scaling)
                 .reshape({batch, -1, q_len, head_dim});
@@ -423,8 +443,12 @@ DYNASD_LIBRARY(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) {
   m.def("block_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor mask, Tensor[] norms, Tensor[] panels, "
         "int[] formats, Tensor(a!)[] key_buffers, Tensor(b!)[] value_buffers, int filled, int heads, int kv_heads, "
         "int head_dim, int intermediate, float eps, float scaling) -> Tensor");
+  m.def("exact_attention(Tensor query, Tensor keys, Tensor values, Tensor mask, float scaling) -> Tensor");
 }
 DYNASD_LIBRARY_IMPL(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) {
   m.impl("block_linear", block_linear);
   m.impl("block_layers", block_layers);
+#if defined(__AVX2__)
+  m.impl("exact_attention", exact_attention_impl::attention);
+#endif
 }

@@ -157,6 +157,30 @@ def to_panels(kind: str, raw: torch.Tensor) -> torch.Tensor:
     return torch.cat([d, codes.reshape(*panels.shape[:2], -1)], dim=-1).contiguous()
 
 
+INT8_PANEL = 8  # output columns per panel of the 8-bit-activation layout (block_int8.h)
+INT8_FORMAT_CODE = {Q4_1: 2, Q8_0: 3}
+
+
+def to_int8_panels(kind: str, raw: torch.Tensor) -> torch.Tensor:
+    """(rows, blocks, bytes) raw blocks -> (rows / 8, blocks, bytes) panels in block_int8.h's layout: per panel and
+    block, the 8 columns' d (and m), then the codes in the order the integer products read them (Q4_1: per load t,
+    byte 4c + j = column c's input 8t + j, low nibble, and 8t + 4 + j, high; Q8_0: per step s, byte 2c + j = column
+    c's input 2s + j)."""
+    rows, blocks, _ = raw.shape
+    panels = raw.reshape(rows // INT8_PANEL, INT8_PANEL, blocks, -1).transpose(1, 2)  # (P, B, 8 columns, bytes)
+    shape = panels.shape[:2]
+    d = panels[..., 0:2].reshape(*shape, -1)
+    if kind == Q4_1:
+        m = panels[..., 2:4].reshape(*shape, -1)
+        codes = panels[..., 4:20]
+        q = torch.cat([codes & 15, codes >> 4], dim=-1)  # (P, B, column, input 0..31)
+        q = q.reshape(*shape, INT8_PANEL, 4, 2, 4).permute(0, 1, 3, 2, 5, 4)  # (P, B, t, column, j, half)
+        packed = q[..., 0] | (q[..., 1] << 4)
+        return torch.cat([d, m, packed.reshape(*shape, -1)], dim=-1).contiguous()
+    codes = panels[..., 2:34].reshape(*shape, INT8_PANEL, 16, 2).permute(0, 1, 3, 2, 4)  # (P, B, s, column, j)
+    return torch.cat([d, codes.reshape(*shape, -1)], dim=-1).contiguous()
+
+
 def llama_rope_rows(rows: int, heads: int) -> torch.Tensor:
     """The row order transformers gives a Llama GGUF's q/k weights (its reverse of llama.cpp's rope permutation)."""
     half = rows // heads // 2
@@ -166,21 +190,34 @@ def llama_rope_rows(rows: int, heads: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------
 # the modules
 
-class BlockLinear(torch.nn.Module):
-    """y = x @ W.T with W in quantized panels (no bias: the GGUF models this file serves have none)."""
+FLOAT32, INT8 = "float32", "int8"
+ARITHMETICS = (INT8, FLOAT32)  # how block products treat their inputs: 8-bit blocks (integer products), or float32
 
-    def __init__(self, kind: str, raw: torch.Tensor, kernel) -> None:
+
+class BlockLinear(torch.nn.Module):
+    """y = x @ W.T with W in quantized panels (no bias: the GGUF models this file serves have none).
+
+    `arithmetic`: "float32" expands each weight to float32 and multiplies the input as it is (block_linear.cpp);
+    "int8" quantizes each input row to 8-bit blocks and multiplies in integers (block_int8.h): a row costs a
+    fraction, and its result is still bitwise independent of the rows beside it. The two lay their panels out
+    differently, so a layer is made for one."""
+
+    def __init__(self, kind: str, raw: torch.Tensor, kernel, arithmetic: str = FLOAT32) -> None:
         super().__init__()
-        self.kind, self.kernel, self.format = kind, kernel, FORMAT_CODE[kind]
+        if arithmetic not in ARITHMETICS:
+            raise ValueError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
+        self.kind, self.kernel, self.arithmetic = kind, kernel, arithmetic
+        self.format = INT8_FORMAT_CODE[kind] if arithmetic == INT8 else FORMAT_CODE[kind]
         self.out_features, self.in_features = raw.shape[0], raw.shape[1] * BLOCK
+        panels = to_int8_panels(kind, raw) if arithmetic == INT8 else to_panels(kind, raw)
         # A buffer, not a parameter: code that reads a model's dtype from its first parameter must not see uint8.
-        self.register_buffer("panels", to_panels(kind, raw), persistent=False)
+        self.register_buffer("panels", panels, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # float32: plan_for gives blocks to float32 targets only
         return self.kernel(x, self.panels, self.format)
 
     def extra_repr(self) -> str:
-        return f"{self.in_features} -> {self.out_features}, {self.kind} blocks"
+        return f"{self.in_features} -> {self.out_features}, {self.kind} blocks, {self.arithmetic} arithmetic"
 
 
 class FusedBlocks:
@@ -204,7 +241,7 @@ class FusedBlocks:
     def of(layers: list[torch.nn.Module]) -> "FusedBlocks | None":
         """Fused layers, or None where they cannot be (not all block layers of one kind and input width)."""
         first = layers[0]
-        if not all(isinstance(layer, BlockLinear) and layer.kind == first.kind
+        if not all(isinstance(layer, BlockLinear) and layer.format == first.format
                    and layer.in_features == first.in_features for layer in layers):
             return None
         return FusedBlocks(list(layers))
@@ -227,13 +264,18 @@ class BlockEmbedding(torch.nn.Module):
             raise ValueError("BlockEmbedding reads Q8_0 panels")
         self.head = head
         self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
-        blocks, block_bytes = head.panels.shape[1:]  # per panel and block: 32 float16 d, then 32 x 32 codes
+        blocks, block_bytes = head.panels.shape[1:]  # per panel and block: the columns' float16 d, then the codes
         self.panel_bytes = blocks * block_bytes
+        # Each layout keeps `group` consecutive inputs of a column together, the panel's columns side by side:
+        # the float layout one input of 32 columns at a time, the integer layout two inputs of 8 columns.
+        self.columns, self.group = (INT8_PANEL, 2) if head.arithmetic == INT8 else (PANEL, 1)
         block_starts = block_bytes * torch.arange(blocks)
-        # Where row 0's values lie: input i of block b at byte b * block_bytes + 2 * PANEL + i * PANEL (a row's
-        # column c is c bytes on), its block's d at float16 b * block_bytes / 2 (c on).
-        self.register_buffer("_code_offsets", (block_starts[:, None] + 2 * PANEL
-                                               + PANEL * torch.arange(BLOCK)).reshape(-1), persistent=False)
+        inputs = torch.arange(BLOCK)
+        # Where row 0's values lie: input i of block b at byte b * block_bytes + 2 * columns (the d) + (i // group)
+        # * columns * group + i % group (a row's column c is c * group bytes on), its block's d at float16
+        # b * block_bytes / 2 (c on).
+        within = 2 * self.columns + inputs // self.group * self.columns * self.group + inputs % self.group
+        self.register_buffer("_code_offsets", (block_starts[:, None] + within).reshape(-1), persistent=False)
         self.register_buffer("_scale_offsets", block_starts // 2, persistent=False)
 
     @property
@@ -243,10 +285,12 @@ class BlockEmbedding(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1, 1)
-        panel = flat // PANEL  # row = panel * PANEL + column
+        columns, group = self.columns, self.group
+        panel = flat // columns  # row = panel * columns + column
         data = self.head.panels.view(-1)
-        codes = data[flat + panel * (self.panel_bytes - PANEL) + self._code_offsets].view(torch.int8).float()
-        d = data.view(torch.float16)[flat + panel * (self.panel_bytes // 2 - PANEL) + self._scale_offsets].float()
+        codes = data[flat * group + panel * (self.panel_bytes - columns * group) + self._code_offsets]
+        codes = codes.view(torch.int8).float()
+        d = data.view(torch.float16)[flat + panel * (self.panel_bytes // 2 - columns) + self._scale_offsets].float()
         return (d[:, :, None] * codes.view(d.shape[0], d.shape[1], BLOCK)).reshape(*ids.shape, self.embedding_dim)
 
 
@@ -260,7 +304,7 @@ def fits_q8_0_blocks(layer: torch.nn.Module) -> bool:
             and not layer.in_features % BLOCK)
 
 
-def use_q8_0_blocks(model: torch.nn.Module, kernel) -> int:
+def use_q8_0_blocks(model: torch.nn.Module, kernel, arithmetic: str = FLOAT32) -> int:
     """Swap every bias-free nn.Linear of `model` whose shape fits the kernel's panels for a Q8_0 `BlockLinear`
     quantized by gguf's own Q8_0 quantizer (llama.cpp's rule: per block of 32 inputs, d = max |w| / 127, q = round(w
     / d)); returns how many were swapped. For drafts only: a draft proposes, the target decides, so rounding a
@@ -278,7 +322,7 @@ def use_q8_0_blocks(model: torch.nn.Module, kernel) -> int:
                 continue
             raw = quantize(child.weight.detach().float().numpy(), GGMLQuantizationType.Q8_0)
             raw = torch.from_numpy(raw.reshape(child.out_features, -1, RAW_BYTES[Q8_0]))
-            setattr(module, name, BlockLinear(Q8_0, raw, kernel))
+            setattr(module, name, BlockLinear(Q8_0, raw, kernel, arithmetic))
             swapped += 1
     return swapped
 
@@ -340,7 +384,7 @@ def _expands_to_weight(model: torch.nn.Module, path: str, module: torch.nn.Modul
     return True
 
 
-def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str]:
+def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel, arithmetic: str = FLOAT32) -> list[str]:
     """Swap `model`'s linear layers and tied embedding for block modules over `gguf_path`'s blocks, in place, and
     drop their float32 weights. Returns the module paths that kept float32 weights, each with why.
 
@@ -366,7 +410,7 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel) -> list[str
         if raw.shape[0] % PANEL or not _expands_to_weight(model, path, module, kind, raw, tied):
             kept.append(f"{path}: its blocks do not expand to the loaded weight")
             continue
-        layer = BlockLinear(kind, raw, kernel)
+        layer = BlockLinear(kind, raw, kernel, arithmetic)
         if path == "model.embed_tokens":
             if kind != Q8_0 or not tied:
                 kept.append(f"{path}: only a tied Q8_0 embedding is kept in blocks")

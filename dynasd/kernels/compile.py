@@ -121,9 +121,11 @@ def library_name(name: str, variant: str | None = None) -> str:
 
 def library_path(name: str, source: Path, variant: str | None = None) -> Path:
     """Where the library built from `source`'s text lives: anything that changes the binary changes the key, so a
-    checkout with other sources, another CPU kind or another torch never loads a library that does not fit."""
+    checkout with other sources (or headers beside them), another CPU kind or another torch never loads a library
+    that does not fit."""
     key = hashlib.sha256()
-    for part in [Path(source).read_bytes(), " ".join(build_flags(variant)).encode(), cpu_tag().encode(),
+    headers = [header.read_bytes() for header in sorted(Path(source).parent.glob("*.h"))]  # what it may include
+    for part in [Path(source).read_bytes(), *headers, " ".join(build_flags(variant)).encode(), cpu_tag().encode(),
                  _torch_version().encode(), sys.implementation.cache_tag.encode()]:
         key.update(hashlib.sha256(part).digest())
     return kernel_cache() / f"{library_name(name, variant)}-{key.hexdigest()[:16]}.so"

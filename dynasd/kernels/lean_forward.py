@@ -15,11 +15,12 @@ as the layer's weight products for one token (2026-12-05, Intel Xeon, 2 threads:
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
 
-from .block_weights import BlockLinear, FusedBlocks
+from .block_weights import INT8_FORMAT_CODE, BlockLinear, FusedBlocks
 from .fast_linear import FusedProjections
 from .gqa_attention import NAME as PACKED_GQA
 from .inplace_cache import InPlaceLayer
@@ -176,11 +177,24 @@ def _rotary_tables(rotary: torch.nn.Module, like: torch.Tensor) -> tuple[torch.T
     return made[place]
 
 
-def _attention_function(model: torch.nn.Module):
+def _attention_function(model: torch.nn.Module, fused: list[tuple]):
+    """The model's attention; for layers in 8-bit activations, exact_attention.h's (through the block kernel's
+    library), whose rows do not depend on the rows beside them, as block_layers runs it."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
+    qkv = fused[0][0] if fused else None
+    if isinstance(qkv, FusedBlocks) and qkv.format in INT8_FORMAT_CODE.values():
+        return functools.partial(_exact_attention, getattr(torch.ops, qkv.kernel._qualified_op_name.partition("::")[0]))
     return ALL_ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager_attention_forward)
+
+
+def _exact_attention(library, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor, dropout: float = 0.0, scaling: float | None = None,
+                     **kwargs) -> tuple[torch.Tensor, None]:
+    """An attention function of transformers' interface over the compiled exact_attention."""
+    out = library.exact_attention(query, key, value, attention_mask, float(scaling))
+    return out.transpose(1, 2).contiguous(), None
 
 
 @torch.inference_mode()
@@ -193,7 +207,6 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     `attention_mask` (1, 1, q, past + q), explicit `position_ids` and `cache` (and `inputs_embeds` instead of
     embedding `input_ids`, for feature drafts)."""
     inner = model.model
-    attention = _attention_function(model)
     hidden = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
     tables = _rotary_tables(inner.rotary_emb, hidden)
     if tables is not None:
@@ -210,6 +223,7 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     after_layers = compiled(hidden, cos, sin, attention_mask, cache) if compiled is not None else None
     if after_layers is not None:
         return _head(model, after_layers, logits_to_keep, need_hidden, hidden_to_keep)
+    attention = _attention_function(model, fused)
     for layer, (qkv, gate_up) in zip(inner.layers[: model.config.num_hidden_layers], fused):
         attn = layer.self_attn
         x = _rms_norm(layer.input_layernorm, hidden)
