@@ -9,7 +9,7 @@
 //
 // Here each (batch, head, query row) is computed on its own from the list of keys it sees, in cache order (the
 // committed tokens, then its ancestors in the tree: the order of its own text), skipping masked keys altogether:
-//   s_i = (q . k_i) * scaling + mask_i     the dot product in one fixed order (8-float lanes, then a fixed tree)
+//   s_i = (q . k_i) * scaling + mask_i     the dot product in one fixed order (dots8)
 //   m = max s_i,  p_i = exp(s_i - m)        exp: one polynomial for every lane (exp8)
 //   out = (sum_i p_i v_i) / (sum_i p_i)     both sums in key order, one key after another
 // Nothing depends on the keys' positions in the cache or on the number of rows, so a row sees what it would
@@ -42,21 +42,81 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(exponent));
 }
 
-inline float lane_sum(__m256 v) {  // a fixed tree over the 8 lanes
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// The dot products of q with 8 keys (head_dim a multiple of 8). Each key's is computed the same way whatever keys
+// share the call: 8 lanes over the head dimension's chunks in order (one multiply, then fused multiply-adds), then
+// the lanes summed as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), here by one transposing network for the 8.
+inline __m256 dots8(const float* q, const float* const* k, int64_t head_dim) {
+  __m256 acc[8];
+  const __m256 q0 = _mm256_loadu_ps(q);
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_mul_ps(q0, _mm256_loadu_ps(k[j]));
+  for (int64_t d = 8; d < head_dim; d += 8) {
+    const __m256 qd = _mm256_loadu_ps(q + d);
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k[j] + d), acc[j]);
+  }
+  const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-// q . k over head_dim (a multiple of 8): one accumulator, chunks in order, then lane_sum.
-inline float dot(const float* q, const float* k, int64_t head_dim) {
-  __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(k));
-  for (int64_t d = 8; d < head_dim; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
-  return lane_sum(acc);
+// o = (sum_i p_i v_i) / (sum_i p_i) over the keys seen, in their order: CHUNKS vectors of 8 accumulators kept in
+// registers (a head size known when compiled), or in memory for other sizes; the same order either way.
+template <int CHUNKS>
+inline void weighted_sum_of(const float* p, const int64_t* seen, int64_t count, const float* v0, int64_t stride,
+                            int64_t chunks, float* o) {
+  constexpr int kept = CHUNKS > 0 ? CHUNKS : 32;
+  const int64_t n = CHUNKS > 0 ? CHUNKS : chunks;
+  __m256 acc[kept];
+  for (int64_t c = 0; c < n; ++c) acc[c] = _mm256_setzero_ps();
+  float total = 0.0f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float* v = v0 + seen[i] * stride;
+    const __m256 weight = _mm256_set1_ps(p[i]);
+    for (int64_t c = 0; c < n; ++c) acc[c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * c), acc[c]);
+    total += p[i];
+  }
+  const __m256 sum = _mm256_set1_ps(total);
+  for (int64_t c = 0; c < n; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_div_ps(acc[c], sum));
+}
+
+inline void weighted_sum(const float* p, const int64_t* seen, int64_t count, const float* v0, int64_t stride,
+                         int64_t head_dim, float* o) {
+  switch (head_dim) {
+    case 64: return weighted_sum_of<8>(p, seen, count, v0, stride, 8, o);
+    case 128: return weighted_sum_of<16>(p, seen, count, v0, stride, 16, o);
+    case 8: return weighted_sum_of<1>(p, seen, count, v0, stride, 1, o);
+    default: return weighted_sum_of<0>(p, seen, count, v0, stride, head_dim / 8, o);
+  }
+}
+
+// weighted_sum for three query heads of one KV head and a head size of 64 (the embedded target's): each key's
+// values are read once for the three, half the head at a time (3 x 4 accumulators and 3 weights in 16 registers).
+// Every accumulator sums its keys in the same order as weighted_sum, so the results are the same.
+inline void weighted_sums_of_three(const float* p, int64_t padded, const int64_t* seen, int64_t count,
+                                   const float* v0, int64_t stride, float* const* o) {
+  float total[3] = {0.0f, 0.0f, 0.0f};
+  for (int64_t i = 0; i < count; ++i) {
+    for (int t = 0; t < 3; ++t) total[t] += p[t * padded + i];
+  }
+  for (int half = 0; half < 2; ++half) {
+    __m256 acc[3][4];
+    for (int t = 0; t < 3; ++t)
+      for (int c = 0; c < 4; ++c) acc[t][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < count; ++i) {
+      const float* v = v0 + seen[i] * stride + 32 * half;
+      for (int t = 0; t < 3; ++t) {
+        const __m256 weight = _mm256_set1_ps(p[t * padded + i]);
+        for (int c = 0; c < 4; ++c) acc[t][c] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(v + 8 * c), acc[t][c]);
+      }
+    }
+    for (int t = 0; t < 3; ++t) {
+      const __m256 sum = _mm256_set1_ps(total[t]);
+      for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o[t] + 32 * half + 8 * c, _mm256_div_ps(acc[t][c], sum));
+    }
+  }
 }
 
 constexpr int64_t MAX_HEAD_DIM = 256;
+constexpr int64_t MAX_GROUPS = 64;
 
 // query: (B, H, Q, D) any strides with the last 1; keys, values: (B, KV, L, D), likewise; mask: (B or 1, 1, Q, >= L)
 // additive float32. Returns (B, H, Q, D) contiguous.
@@ -70,8 +130,9 @@ inline at::Tensor attention(const at::Tensor& query, const at::Tensor& keys, con
   const int64_t B = query.size(0), H = query.size(1), Q = query.size(2), D = query.size(3);
   const int64_t KV = keys.size(1), L = keys.size(2);
   TORCH_CHECK(D % 8 == 0 && D <= MAX_HEAD_DIM, "exact_attention needs a head size that is a multiple of 8, <= 256");
-  TORCH_CHECK(H % KV == 0 && keys.size(0) == B && values.sizes() == keys.sizes() && keys.size(3) == D,
-              "exact_attention: keys and values must be (batch, kv_heads, length, head_dim) with heads % kv_heads == 0");
+  TORCH_CHECK(H % KV == 0 && H / KV <= MAX_GROUPS && keys.size(0) == B && values.sizes() == keys.sizes() && keys.size(3) == D,
+              "exact_attention: keys and values must be (batch, kv_heads, length, head_dim), heads a multiple of "
+              "kv_heads, at most 64 times");
   TORCH_CHECK(query.stride(3) == 1 && keys.stride(3) == 1 && values.stride(3) == 1,
               "exact_attention needs the head dimension contiguous");
   TORCH_CHECK((mask.size(0) == B || mask.size(0) == 1) && mask.size(2) == Q && mask.size(3) >= L,
@@ -84,48 +145,65 @@ inline at::Tensor attention(const at::Tensor& query, const at::Tensor& keys, con
   const float* mp = m.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t groups = H / KV, mask_columns = m.size(3);
-  at::parallel_for(0, B * H * Q, 1, [&](int64_t first, int64_t last) {
+  const std::vector<float> zero_key(D, 0.0f);
+  const float* zeros = zero_key.data();
+  // One task per (batch, KV head, query row): the `groups` query heads that read one KV head see the same keys, so
+  // they share the list of keys and each key's bytes while they are in the core's nearest cache.
+  at::parallel_for(0, B * KV * Q, 1, [&](int64_t first, int64_t last) {
     std::vector<int64_t> seen;
     std::vector<float> scores;
     for (int64_t task = first; task < last; ++task) {
-      const int64_t b = task / (H * Q), h = (task / Q) % H, row = task % Q;
+      const int64_t b = task / (KV * Q), g = (task / Q) % KV, row = task % Q;
       const float* mask_row = mp + ((m.size(0) == 1 ? 0 : b) * Q + row) * mask_columns;
-      const float* q = qp + b * query.stride(0) + h * query.stride(1) + row * query.stride(2);
-      const float* k0 = kp + b * keys.stride(0) + (h / groups) * keys.stride(1);
-      const float* v0 = vp + b * values.stride(0) + (h / groups) * values.stride(1);
+      const float* k0 = kp + b * keys.stride(0) + g * keys.stride(1);
+      const float* v0 = vp + b * values.stride(0) + g * values.stride(1);
+      const float* q[MAX_GROUPS];
+      float* o[MAX_GROUPS];
+      for (int64_t t = 0; t < groups; ++t) {
+        const int64_t h = g * groups + t;
+        q[t] = qp + b * query.stride(0) + h * query.stride(1) + row * query.stride(2);
+        o[t] = op + ((b * H + h) * Q + row) * D;
+      }
       seen.clear();
       for (int64_t j = 0; j < L; ++j) {
         if (mask_row[j] > -FLT_MAX) seen.push_back(j);
       }
-      float* o = op + task * D;
       const int64_t count = static_cast<int64_t>(seen.size());
       if (count == 0) {  // nothing visible: zeros (SDPA would give NaN)
-        std::fill(o, o + D, 0.0f);
+        for (int64_t t = 0; t < groups; ++t) std::fill(o[t], o[t] + D, 0.0f);
         continue;
       }
-      scores.resize((count + 7) / 8 * 8);
-      float top = -FLT_MAX;
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t j = seen[i];
-        scores[i] = dot(q, k0 + j * keys.stride(2), D) * static_cast<float>(scaling) + mask_row[j];
-        top = std::max(top, scores[i]);
+      const int64_t padded = (count + 7) / 8 * 8;
+      scores.resize(padded * groups);
+      const __m256 scale = _mm256_set1_ps(static_cast<float>(scaling));
+      for (int64_t i = 0; i < padded; i += 8) {  // keys past `count` read zeros, their scores are never used
+        const float* k[8];
+        float added[8];
+        for (int j = 0; j < 8; ++j) {
+          const bool real = i + j < count;
+          k[j] = real ? k0 + seen[i + j] * keys.stride(2) : zeros;
+          added[j] = real ? mask_row[seen[i + j]] : 0.0f;
+        }
+        for (int64_t t = 0; t < groups; ++t) {
+          _mm256_storeu_ps(&scores[t * padded + i], _mm256_fmadd_ps(dots8(q[t], k, D), scale, _mm256_loadu_ps(added)));
+        }
       }
-      const __m256 shift = _mm256_set1_ps(top);
-      for (int64_t i = 0; i < count; i += 8) {  // the padding lanes are computed and never read
-        _mm256_storeu_ps(&scores[i], exp8(_mm256_sub_ps(_mm256_loadu_ps(&scores[i]), shift)));
+      for (int64_t t = 0; t < groups; ++t) {
+        float* p = &scores[t * padded];
+        float top = -FLT_MAX;
+        for (int64_t i = 0; i < count; ++i) top = std::max(top, p[i]);
+        const __m256 shift = _mm256_set1_ps(top);
+        for (int64_t i = 0; i < count; i += 8) {  // the padding lanes are computed and never read
+          _mm256_storeu_ps(p + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(p + i), shift)));
+        }
       }
-      __m256 acc[MAX_HEAD_DIM / 8];
-      const int64_t chunks = D / 8;
-      for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_setzero_ps();
-      float total = 0.0f;
-      for (int64_t i = 0; i < count; ++i) {
-        const float* v = v0 + seen[i] * values.stride(2);
-        const __m256 p = _mm256_set1_ps(scores[i]);
-        for (int64_t c = 0; c < chunks; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * c), acc[c]);
-        total += scores[i];
+      if (groups == 3 && D == 64) {
+        weighted_sums_of_three(scores.data(), padded, seen.data(), count, v0, values.stride(2), o);
+      } else {
+        for (int64_t t = 0; t < groups; ++t) {
+          weighted_sum(&scores[t * padded], seen.data(), count, v0, values.stride(2), D, o[t]);
+        }
       }
-      const __m256 sum = _mm256_set1_ps(total);
-      for (int64_t c = 0; c < chunks; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_div_ps(acc[c], sum));
     }
   });
   return out;
