@@ -10,7 +10,7 @@ from transformers.cache_utils import DynamicLayer
 
 from dynasd.cache import STOCK_RUNTIME, CachedModel, Runtime, attach_runtime, runtime_of, stock_forward
 from dynasd.decoders import make_decoder
-from dynasd.kernels import KernelPlan, accelerate, accelerate_model, plan_for
+from dynasd.kernels import INT8, KernelPlan, accelerate, accelerate_model, plan_for
 from dynasd.kernels.block_weights import (
     Q8_0,
     BlockLinear,
@@ -65,7 +65,7 @@ def kernels_by_hand(pair, compiled_kernel: bool):
     (the decoders then asked CachedModel for the in-place cache and the lean forward)."""
     for model in models_of(pair):
         if compiled_kernel and model is not pair.target and block_kernel() is not None:
-            use_q8_0_blocks(model, block_kernel())
+            use_q8_0_blocks(model, block_kernel(), INT8)  # accelerate's default arithmetic
         use_packed_gqa(model)
         pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is not pair.target)
         attach_runtime(model, Runtime(forward=lean_forward, new_cache=in_place_cache))
@@ -99,11 +99,13 @@ def with_q8_0_weights(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def test_accelerated_logits_equal_stock_ones_within_rounding():
+@pytest.mark.parametrize("arithmetic", ["float32", "int8"])
+def test_accelerated_logits_equal_stock_ones_within_rounding(arithmetic):
     """The target's within float rounding (packed attention and the linear layouts block their sums differently);
     the drafts' too, against stock drafts holding the 8-bit blocks' values where the drafts read 8-bit blocks,
-    and within float16's rounding where the compiled kernel reads their other weights as float16 panels."""
-    accelerated, stock = accelerate(tiny_random_pair()), tiny_random_pair()
+    and within float16's rounding where the compiled kernel reads their other weights as float16 panels. With
+    8-bit activations (the default) the drafts' blocks round their inputs too: a few tenths of a logit at most."""
+    accelerated, stock = accelerate(tiny_random_pair(), arithmetic=arithmetic), tiny_random_pair()
     if kernel_variant() is not None and block_kernel() is not None:
         for draft in (stock.draft, stock.feature_draft):
             with_q8_0_weights(draft)
@@ -112,6 +114,8 @@ def test_accelerated_logits_equal_stock_ones_within_rounding():
     half_panels = kernel_pays_here() and panel_kernel() is not None
     for model, reference in zip(models_of(accelerated), models_of(stock)):
         tolerance = 5e-2 if half_panels and model is not accelerated.target else 1e-4
+        if arithmetic == "int8" and any(getattr(m, "arithmetic", None) == "int8" for m in model.modules()):
+            tolerance = 0.5
         for (logits, hidden), (stock_logits, stock_hidden) in zip(engine_calls(model), engine_calls(reference)):
             torch.testing.assert_close(logits, stock_logits, rtol=0, atol=tolerance)
             torch.testing.assert_close(hidden, stock_hidden, rtol=0, atol=tolerance)
@@ -211,7 +215,8 @@ def test_the_import_guard_sees_every_spelling_of_a_kernels_import():
     assert {"dynasd.kernels.accelerate", "dynasd.kernels.lean_forward", "dynasd.kernels",
             "dynasd.kernels.fast_linear", "dynasd.cache.x"} <= names
     assert "dynasd.kernels" in imported_modules("from .kernels import accelerate", "dynasd")
-    assert kernel_imports(REPO / "dynasd" / "models.py") == ["dynasd.kernels", "dynasd.kernels.accelerate"]
+    assert kernel_imports(REPO / "dynasd" / "models.py") == ["dynasd.kernels", "dynasd.kernels.ARITHMETICS",
+                                                             "dynasd.kernels.INT8", "dynasd.kernels.accelerate"]
 
 
 def test_kernels_in_use_names_the_weights_and_the_products(monkeypatch):
@@ -224,7 +229,8 @@ def test_kernels_in_use_names_the_weights_and_the_products(monkeypatch):
     pair = accelerate(tiny_random_pair())
     assert kernels_in_use(pair.target) == f"float32, {compiled or 'torch products'}"
     # the draft's layers that fit the panels are 8-bit blocks (block_weights.use_q8_0_blocks)
-    assert kernels_in_use(pair.draft) == (f"8-bit blocks, {compiled}" if compiled else "float32, torch products")
+    eight_bit = f"8-bit blocks, {compiled}, 8-bit activations"
+    assert kernels_in_use(pair.draft) == (eight_bit if compiled else "float32, torch products")
     assert kernels_in_use(accelerate(tiny_random_pair(), compiled_kernel=False).target) == "float32, torch products"
     monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "torch")
     assert kernels_in_use(accelerate(tiny_random_pair()).target) == "float32, torch products"
