@@ -41,7 +41,9 @@ def test_tree_verify_logits_match_stock_sdpa_and_eager():
 
 def test_only_masked_multi_token_forwards_take_the_packed_path(monkeypatch):
     pair = load_pair("tiny-random", device="cpu")
-    assert pair.target.config._attn_implementation == pair.draft.config._attn_implementation == gqa.NAME
+    assert pair.target.config._attn_implementation == gqa.NAME
+    # a draft in 8-bit blocks computes in 8-bit activations, with the exact attention that goes with them
+    assert pair.draft.config._attn_implementation in (gqa.NAME, "dynasd_exact")
     delegated, stacked = [], []
     real_sdpa, real_fallback = torch.nn.functional.scaled_dot_product_attention, gqa.sdpa_attention_forward
 

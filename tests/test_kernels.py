@@ -16,10 +16,13 @@ from dynasd.kernels.block_weights import (
     BlockLinear,
     block_kernel,
     dequantize,
+    exact_attention_op,
     fits_q8_0_blocks,
     use_q8_0_blocks,
 )
 from dynasd.kernels.compile import kernel_variant
+from dynasd.kernels.exact_attention import NAME as EXACT_ATTENTION
+from dynasd.kernels.exact_attention import use_exact_attention
 from dynasd.kernels.fast_linear import PretransposedLinear, kernel_pays_here, panel_kernel, pretranspose_linears
 from dynasd.kernels.gqa_attention import NAME as PACKED_GQA
 from dynasd.kernels.gqa_attention import use_packed_gqa
@@ -66,6 +69,7 @@ def kernels_by_hand(pair, compiled_kernel: bool):
     for model in models_of(pair):
         if compiled_kernel and model is not pair.target and block_kernel() is not None:
             use_q8_0_blocks(model, block_kernel(), INT8)  # accelerate's default arithmetic
+            use_exact_attention(model, exact_attention_op())
         use_packed_gqa(model)
         pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is not pair.target)
         attach_runtime(model, Runtime(forward=lean_forward, new_cache=in_place_cache))
@@ -77,8 +81,8 @@ def test_accelerate_gives_bitwise_the_logits_of_the_kernels_applied_by_hand(comp
     accelerated = accelerate(tiny_random_pair(), compiled_kernel=compiled_kernel)
     reference = kernels_by_hand(tiny_random_pair(), compiled_kernel)
     for model, expected in zip(models_of(accelerated), models_of(reference)):
-        assert model.config._attn_implementation == PACKED_GQA
         eight_bit = compiled_kernel and model is not accelerated.target and block_kernel() is not None
+        assert model.config._attn_implementation == (EXACT_ATTENTION if eight_bit else PACKED_GQA)
         assert isinstance(model.model.layers[0].mlp.down_proj, BlockLinear if eight_bit else PretransposedLinear)
         assert runtime_of(model).forward is lean_forward
         assert isinstance(CachedModel(model).cache.layers[0], InPlaceLayer)

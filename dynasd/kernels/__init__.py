@@ -29,8 +29,18 @@ import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
 from ..shared_module import SharedModule
-from .block_weights import ARITHMETICS, FLOAT32, INT8, BlockLinear, block_kernel, use_gguf_blocks, use_q8_0_blocks
+from .block_weights import (
+    ARITHMETICS,
+    FLOAT32,
+    INT8,
+    BlockLinear,
+    block_kernel,
+    exact_attention_op,
+    use_gguf_blocks,
+    use_q8_0_blocks,
+)
 from .compile import VARIANT_LABELS, kernel_variant
+from .exact_attention import use_exact_attention
 from .fast_linear import PretransposedLinear, pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
@@ -92,6 +102,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
         use_q8_0_blocks(model, block_kernel(plan.variant), plan.arithmetic)
     if plan.packed_gqa:
         use_packed_gqa(model)
+    if any(getattr(module, "arithmetic", None) == INT8 for module in model.modules()):
+        use_exact_attention(model, exact_attention_op(plan.variant))
     if plan.linear_layouts:
         pretranspose_linears(model, compiled=plan.compiled_kernel, half_panels=plan.half_panels,
                              variant=plan.variant)

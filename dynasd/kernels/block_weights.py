@@ -46,6 +46,12 @@ def block_kernel(variant: str | None = None):
                        lambda: getattr(torch.ops, f"dynasd_blocks_{variant}").block_linear, variant)
 
 
+def exact_attention_op(variant: str | None = None):
+    """The compiled exact_attention (exact_attention.h) of the block kernel's library in `variant`."""
+    kernel = block_kernel(variant)
+    return getattr(torch.ops, kernel._qualified_op_name.partition("::")[0]).exact_attention
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the file's blocks
 

@@ -15,12 +15,12 @@ as the layer's weight products for one token (2026-12-05, Intel Xeon, 2 threads:
 """
 from __future__ import annotations
 
-import functools
 import threading
 
 import torch
 
-from .block_weights import INT8_FORMAT_CODE, BlockLinear, FusedBlocks
+from .block_weights import BlockLinear, FusedBlocks
+from .exact_attention import NAME as EXACT_ATTENTION
 from .fast_linear import FusedProjections
 from .gqa_attention import NAME as PACKED_GQA
 from .inplace_cache import InPlaceLayer
@@ -28,7 +28,7 @@ from .inplace_cache import InPlaceLayer
 # Models whose layers this file knows (Llama's: self_attn q/k/v/o, mlp gate/up/down, two RMSNorms); others use
 # model(...).
 _SUPPORTED = ("LlamaForCausalLM",)
-_SUPPORTED_ATTENTION = ("sdpa", "dynasd_sdpa", "eager")
+_SUPPORTED_ATTENTION = ("sdpa", "dynasd_sdpa", "dynasd_exact", "eager")
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -106,7 +106,8 @@ def compiled_layers(model: torch.nn.Module, fused: list[tuple]) -> CompiledLayer
 
 def _compiled_layers_of(model: torch.nn.Module, fused: list[tuple]) -> CompiledLayers | None:
     config = model.config
-    if config._attn_implementation != PACKED_GQA or getattr(config, "hidden_act", None) != "silu":
+    if config._attn_implementation not in (PACKED_GQA, EXACT_ATTENTION) \
+            or getattr(config, "hidden_act", None) != "silu":
         return None
     layers = model.model.layers[: config.num_hidden_layers]
     blocks = all(isinstance(qkv, FusedBlocks) and isinstance(gate_up, FusedBlocks) and len(gate_up.sizes) == 2
@@ -177,24 +178,11 @@ def _rotary_tables(rotary: torch.nn.Module, like: torch.Tensor) -> tuple[torch.T
     return made[place]
 
 
-def _attention_function(model: torch.nn.Module, fused: list[tuple]):
-    """The model's attention; for layers in 8-bit activations, exact_attention.h's (through the block kernel's
-    library), whose rows do not depend on the rows beside them, as block_layers runs it."""
+def _attention_function(model: torch.nn.Module):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
-    qkv = fused[0][0] if fused else None
-    if isinstance(qkv, FusedBlocks) and qkv.format in INT8_FORMAT_CODE.values():
-        return functools.partial(_exact_attention, getattr(torch.ops, qkv.kernel._qualified_op_name.partition("::")[0]))
     return ALL_ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager_attention_forward)
-
-
-def _exact_attention(library, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor, dropout: float = 0.0, scaling: float | None = None,
-                     **kwargs) -> tuple[torch.Tensor, None]:
-    """An attention function of transformers' interface over the compiled exact_attention."""
-    out = library.exact_attention(query, key, value, attention_mask, float(scaling))
-    return out.transpose(1, 2).contiguous(), None
 
 
 @torch.inference_mode()
@@ -223,7 +211,7 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     after_layers = compiled(hidden, cos, sin, attention_mask, cache) if compiled is not None else None
     if after_layers is not None:
         return _head(model, after_layers, logits_to_keep, need_hidden, hidden_to_keep)
-    attention = _attention_function(model, fused)
+    attention = _attention_function(model)
     for layer, (qkv, gate_up) in zip(inner.layers[: model.config.num_hidden_layers], fused):
         attn = layer.self_attn
         x = _rms_norm(layer.input_layernorm, hidden)
