@@ -82,25 +82,25 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
         # the session registry, whose sessions are the only ones that can still be stepped anyway.
         state_session_capacity=2 * state.SESSIONS.max_sessions,
         # Gradio's run history copies every event's inputs and outputs into the browser's storage (the last 100),
-        # read, parsed and written whole at each event: with ~60 kB of figures a Step, ~25 ms of the page's time
-        # per Step, growing with the history (Chromium's profile, 2026-12-05), and a copy of every prompt in the
+        # read, parsed and written whole at each event: with a Step's figures that slows every Step as the history
+        # grows (docs/benchmarks.md, "The explorer in a real browser"), and it keeps a copy of every prompt in the
         # browser. The trace file is this app's way to keep a run.
         run_history=False,
         show_error=True)  # every handler error is already one readable line; gradio's own input checks too
     return demo
 
 
-# How many events the queue hands to handlers at once; the others wait in the queue. Why 4 (scripts/classroom.py:
-# 30 learners on the embedded pair, 2 cores, docs/benchmarks.md): the model steps one at a time anyway (the pair's
-# lock), so more handlers only wait on that lock; 4 still lets a step's figures be built beside the next step's
-# model work. Against 16: a Run's step p50 6.7 s (6.0), max 9.0 s (20.9), the last learner done after 257 s (278),
-# 8 MB a session held (18); against 2: p50 8.5 s, the last learner after 318 s.
+# How many events the queue hands to handlers at once; the others wait in the queue. The model steps one at a time
+# anyway (the pair's lock), so more handlers only wait on that lock and hold a session's memory meanwhile; a few
+# let a step's figures be built beside the next step's model work. 4 served a classroom best of the values measured
+# (scripts/classroom.py; docs/benchmarks.md, "A classroom at once").
 QUEUE_CONCURRENCY = 4
 
 
-# How often an idle queue looks for new events. Gradio's own 1 ms poll keeps an idle app at ~8% of a CPU core
-# (measured in-process on 2 cores: 7.9%; 3.1% at 5 ms, 2.4% at 10 ms), on a Space and beside every test that
-# runs while the app waits; 5 ms adds 2.5 ms on average before a click is handled, against steps of 50 ms and more.
+# How often an idle queue looks for new events. Gradio's own 1 ms poll keeps an idle app busy on a CPU core, on a
+# Space and beside every test that runs while the app waits; 5 ms adds 2.5 ms on average before a click is
+# handled, against steps of 50 ms and more (the idle cost by poll: docs/benchmarks.md, "The explorer in a real
+# browser").
 QUEUE_IDLE_POLL_S = 0.005
 
 

@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,24 @@ DEFAULT_WEIGHTS = "gguf"  # measured faster: docs/benchmarks.md, "Speed by CPU k
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
           "fp16": torch.float16, "float16": torch.float16}
+
+
+# torch has one global random generator per process. A seeded build (tiny_llama) reseeds it and then draws every
+# initial weight from it; another thread drawing in between (building its own seeded model, or any module whose
+# initial weights come from the global generator) would take some of those draws, and each would get other weights.
+# Seeded builds therefore take turns on this lock. (Module builds that overwrite their initial weights should draw
+# nothing instead: DecisionModel.load builds on the meta device.)
+SEEDED_BUILD_LOCK = threading.Lock()
+
+
+def _release_seeded_build_lock_in_child() -> None:
+    """A forked child has only the thread that forked: a build another thread was running cannot end there."""
+    if SEEDED_BUILD_LOCK.locked():
+        SEEDED_BUILD_LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_release_seeded_build_lock_in_child)
 
 
 class ModelLoadError(Exception):
@@ -158,13 +177,14 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_llama(vocab_size: int, seed: int, layers: int = 2, hidden: int = 32, init_std: float = 0.2,
                ) -> LlamaForCausalLM:
-    """A small random Llama; a large init std keeps its next-token distributions far from uniform."""
+    """A small random Llama; a large init std keeps its next-token distributions far from uniform. Its weights
+    are the seed's in any thread: the build holds SEEDED_BUILD_LOCK while it draws from torch's global generator."""
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=1024, initializer_range=init_std, tie_word_embeddings=False,
                          bos_token_id=1, eos_token_id=2, pad_token_id=2)
     config._attn_implementation = "sdpa"
-    with torch.random.fork_rng(devices=[]):
+    with SEEDED_BUILD_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     return model.eval()

@@ -18,7 +18,7 @@ from dynasd.explorer.pairs import PairCache
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import TraceError, run_from_dict, run_to_dict
-from viz.cost import cost_figure, cost_numbers
+from viz.cost import cost_figure
 from viz.guided import guided_figure, step_at_phase, step_phases
 from viz.losslessness import losslessness_figure
 from viz.residual import acceptance_figure, acceptance_rows, residual_figure
@@ -168,7 +168,7 @@ def test_costs_come_from_the_calibration_or_else_from_the_run(runs):
     own = cost.costs_from(shape, None)
     assert own.verify_s(round(shape.rows)) == pytest.approx(sum(shape.verify_seconds) / len(shape.verify_seconds),
                                                             rel=1e-6)
-    numbers = cost_numbers(shape, calibrated)
+    numbers = cost.cost_numbers(shape, calibrated)
     assert numbers["predicted"] == pytest.approx(
         shape.tokens_per_step * 0.010 / calibrated.step_s(numbers["rows"], numbers["draft_forwards"]))
     assert numbers["free_rows"] > numbers["predicted"], "free verify rows can only help"

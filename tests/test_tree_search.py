@@ -98,15 +98,16 @@ def test_the_learn_view_marks_the_runs_tree_against_the_best_for_each_budget(tin
     """Learn → Cost model's second chart: the best expected speed-up for budgets 1..64 never falls, and an mcsd
     run's own tree sits on or under the line at its node count (the search saw that shape too)."""
     from dynasd.decoders import make_decoder
+    from dynasd.explorer.best_trees import BUDGET_NODES, best_trees
     from dynasd.options import DecoderOptions
-    from viz.cost import BUDGET_NODES, budget_figure
+    from viz.cost import budget_figure
 
     run = make_decoder(tiny_pair, DecoderOptions(method="mcsd", k_config=(3, 2))).generate(
         tiny_pair.encode_prompt("Tell me a story about a cat."), 48)
     costs = StepCosts(ar_s=0.01, verify_base_s=0.01, verify_per_row_s=0.001, draft_per_forward_s=0.004)
-    figure = budget_figure(run, costs)
+    figure = budget_figure(best_trees(run, costs))
     line, own = figure.data[0], figure.data[1]
     assert len(line.y) == BUDGET_NODES and all(a <= b for a, b in zip(line.y, line.y[1:]))
     assert own.name == "this run's tree k=3,2" and own.x[0] == 9 and own.y[0] <= line.y[8] + 1e-9
     ar = make_decoder(tiny_pair, DecoderOptions(method="ar")).generate(tiny_pair.encode_prompt("hi"), 8)
-    assert "tested no draft candidate" in budget_figure(ar, costs).layout.annotations[0].text
+    assert "tested no draft candidate" in budget_figure(best_trees(ar, costs)).layout.annotations[0].text

@@ -10,11 +10,12 @@ from dynasd.decoders import make_decoder
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import run_from_dict, run_to_dict
+from dynasd.trace_semantics import drawn_status
 from viz.decisions import no_scores_reason
 from viz.mask import ACCEPTED_ROW, ATTENDS, BLOCKED, UNUSED, mask_view
 from viz.style import ORIGIN_NAMES, STATUS_COLORS, STATUS_NAMES, THIS_STEP
 from viz.text import shown_piece
-from viz.tree import ROOT, drawn_status, tidy_layout, tree_graph
+from viz.tree import ROOT, tidy_layout, tree_graph
 
 PROMPT = "hello there"
 
@@ -367,7 +368,7 @@ def test_the_stop_panel_never_claims_a_draft_where_there_is_none(runs):
 
 
 def test_a_lossy_commit_below_the_target_top_choice_is_called_out(runs):
-    from viz.tree import off_target_commit
+    from dynasd.trace_semantics import off_target_commit
 
     departed = [(s, off_target_commit(s)) for s in runs["ti"].steps if off_target_commit(s)]
     kept = [s for s in runs["ti"].steps if s.nodes and not off_target_commit(s)]

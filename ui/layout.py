@@ -101,9 +101,9 @@ def option_control(o: Option, pair: str) -> gr.Component:
 
 
 # Compares run in a lane of their own, this many at a time (None: in the queue's common lane, app.QUEUE_CONCURRENCY).
-# Why: a Compare runs every method to the end (seconds of CPU for the embedded pair, against ~0.15 s for a Step);
-# in the common lane thirty learners' Compares shared the CPU and all finished late (p50 134 s), and held the
-# lane's handlers; one at a time, the median learner's came after 79 s, the last as before (docs/benchmarks.md).
+# Why: a Compare runs every method to the end (seconds of CPU for the embedded pair, many Steps' worth); in the
+# common lane a classroom's Compares share the CPU, all finish late and hold the handlers Steps need; one at a
+# time, most finish sooner and none later (docs/benchmarks.md, "A classroom at once").
 COMPARE_CONCURRENCY: int | None = 1
 
 

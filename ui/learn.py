@@ -13,13 +13,14 @@ import viz
 from dynasd.device_info import machine_line
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, predict, share, side_by_side
+from dynasd.explorer.best_trees import best_trees
 from dynasd.explorer.both_sides import example_note
 from dynasd.explorer.inputs import UserError, settings_of_trace
 from dynasd.explorer.measured_here import read_compare
 from dynasd.explorer.session import Session, SessionFailed
 from dynasd.options import METHODS, OPTIONS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
-from viz.cost import budget_figure, cost_figure, cost_markdown, cost_numbers, measured_scale
+from viz.cost import budget_figure, cost_figure, cost_markdown
 from viz.guided import guided_figure, step_phases
 from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
@@ -118,10 +119,12 @@ def on_cost(session_id, index, measure_again, **controls):
                 text = ("**Every step of this run verified the same number of rows**, so its own times cannot "
                         "tell the cost of a row from the cost of a forward: the numbers below treat rows as free "
                         "(ar = one verify).\n\n" + text)
-        scale = measured_scale(cost_numbers(shape, costs)) if measured and not _run_elsewhere(run, measured) else 1.0
+        scale = (cost_model.measured_scale(cost_model.cost_numbers(shape, costs))
+                 if measured and not _run_elsewhere(run, measured) else 1.0)
         where = ("costs kept from an earlier measurement of this device" if measured and measured.kept
                  else "costs measured now on this device" if measured else "costs modelled, not measured")
-        return (cost_figure(shape, costs, costs_measured=measured is not None), budget_figure(run, costs, scale),
+        return (cost_figure(shape, costs, costs_measured=measured is not None),
+                budget_figure(best_trees(run, costs, scale)),
                 text, status_line(f"Cost model of this {run.method} run ({where}).", "ok" if measured else "warn"),
                 session.id)
     except ValueError as exc:  # UserError included: a run too short, a bad setting

@@ -3,10 +3,9 @@
 Why: torch's CPU operators split their work with OpenMP, and GNU OpenMP keeps a team of helper threads for every
 thread that starts parallel work. Its helpers wait for the next piece of work spinning, which hands it over in
 ~15 us, but only while the process's OpenMP threads number no more than the CPUs; past that they sleep at once and
-every parallel operator pays a wake-up (~100 us here). Gradio runs each event on whichever worker thread is free, so
-after a few Steps several threads had teams of their own: on 2 cores a one-token forward of the embedded target took
-18-22 ms on a worker thread against 11.5-12.6 ms on one thread alone (2026-12-05, Intel Xeon), and a Step of the
-default tree ~190 ms against ~125. Calls funnelled through one long-lived thread keep one team.
+every parallel operator pays a wake-up (~100 us). Gradio runs each event on whichever worker thread is free, so
+model calls made there give several threads teams of their own, and every forward pays the wake-ups (the cost:
+docs/benchmarks.md, "The explorer in a real browser"). Calls funnelled through one long-lived thread keep one team.
 
 The handlers wait for their call here as before; calls from several sessions run one after another, as they already
 did on the pair's lock. A call made from this thread (a model call that makes another) runs at once, in place.

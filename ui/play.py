@@ -135,8 +135,8 @@ def _run_finished_status(session: Session, run) -> str:
 def on_run_begin(session_id, prompt, tick, **controls):
     """The browser's Run: start (or continue) the run, take its first step and hand the page a new `tick`. The
     page asks for each next step (on_run_next) only after it has applied this one, so a slow page slows the run
-    down instead of falling behind it: the server used to finish a run seconds before the page had drawn it,
-    and Stop arrived after the end. On ZeroGPU the first request computes the whole run in one GPU call and the
+    down instead of falling behind it: the server never finishes a run the page has not drawn, and Stop ends
+    it one step after the one on show. On ZeroGPU the first request computes the whole run in one GPU call and the
     page plays it back: the next requests need no GPU."""
     session = state.SESSIONS.get(session_id)
     try:

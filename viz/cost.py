@@ -5,54 +5,20 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from dynasd.explorer.best_trees import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
 from dynasd.explorer.cost import (
     RunShape,
     StepCosts,
-    break_even_acceptance,
-    break_even_row_cost,
     chain_tokens_per_step,
+    cost_numbers,
     expected_speedup,
-    run_shape,
-    warm_steps,
+    measured_scale,
 )
-from dynasd.options import tree_of_run
-from dynasd.trace import RunTrace
-from dynasd.tree_search import acceptance_vector, best_by_budget, evaluate
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout
 from .timeline import rates_text
 
 CURVE_POINTS = 41
-
-
-def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
-    """Every number the chart and its text show, computed once."""
-    rows = max(round(shape.rows), 1)
-    draft_forwards = round(shape.draft_forwards)
-    step_s = costs.step_s(rows, draft_forwards)
-    free_rows_s = costs.draft_per_forward_s * draft_forwards + costs.ar_s
-    return dict(
-        rows=rows, draft_forwards=draft_forwards, step_s=step_s, free_rows_s=free_rows_s,
-        predicted=expected_speedup(shape.tokens_per_step, step_s, costs.ar_s),
-        measured=shape.tokens_per_s * costs.ar_s,
-        free_rows=expected_speedup(shape.tokens_per_step, free_rows_s, costs.ar_s),
-        break_even_acceptance=break_even_acceptance(shape.depth, step_s, costs.ar_s),
-        break_even_row_cost=break_even_row_cost(shape.tokens_per_step, rows,
-                                                costs.draft_per_forward_s * draft_forwards,
-                                                costs.verify_base_s, costs.ar_s))
-
-
-# A model's expectation counts as contradicted when this run's own measured speed-up falls this far below it.
-CONTRADICTED_BELOW = 0.9
-
-
-def measured_scale(n: dict) -> float:
-    """Measured over expected speed-up when the measurement here is clearly lower (the model over-promises),
-    else 1: the best-tree sweep is scaled by it, so that no chart promises what this machine did not do."""
-    if n["predicted"] <= 0 or n["measured"] <= 0:
-        return 1.0
-    ratio = n["measured"] / n["predicted"]
-    return ratio if ratio < CONTRADICTED_BELOW else 1.0
 
 
 def cost_markdown(shape: RunShape, costs: StepCosts, measured: str | None = None, elsewhere: str = "") -> str:
@@ -141,42 +107,35 @@ def cost_figure(shape: RunShape, costs: StepCosts, costs_measured: bool = True) 
     return go.Figure(data=traces, layout=layout)
 
 
-BUDGET_NODES = 64  # the node budgets the best-tree view sweeps
-BUDGET_MIN_TESTS = 5  # one run is short: a rank counts from 5 tests (`dynasd best-tree` asks for 20 over a set)
-
-
-def budget_figure(run: RunTrace, costs: StepCosts, scale: float = 1.0) -> go.Figure:
-    """Expected speed-up of the best static tree for each node budget, from this run's own acceptance vector (the
-    draft's acceptance by sibling rank, dynasd/tree_search.py) and this device's costs, with the run's own tree
-    marked when it is a static one: how far today's shape is from the best this draft allows here. `scale` (at
-    most 1, measured_scale): a measurement here fell short of the model, and every expectation is cut by it."""
-    p = acceptance_vector(warm_steps(run), min_tests=BUDGET_MIN_TESTS)
-    overhead = run_shape(run).overhead_s
-    if not p:
+def budget_figure(best: BestTrees) -> go.Figure:
+    """Expected speed-up of the best static tree for each node budget (dynasd/explorer/best_trees.py: from the
+    run's own acceptance by sibling rank and this device's costs), with the run's own tree marked when it is a
+    static one: how far today's shape is from the best this draft allows here. Every expectation is drawn cut by
+    `best.scale`."""
+    if not best.p:
         figure = go.Figure(layout=base_layout("Best static tree by node budget", height=200))
         figure.add_annotation(text=f"This run tested no draft candidate {BUDGET_MIN_TESTS} times at any rank: "
                               "run a drafting method (sd, mcsd, dynamic) for more steps.", showarrow=False,
                               x=0.5, y=0.5, xref="paper", yref="paper")
         return figure
-    sweep = best_by_budget(p, costs, BUDGET_NODES, 8, overhead)
+    sweep, scale, p = best.sweep, best.scale, best.p
     traces = [go.Scatter(
         x=list(range(1, len(sweep) + 1)), y=[round(c.speedup * scale, 4) for c in sweep], mode="lines+markers",
         name="best static tree of at most n nodes", line=dict(color=STATUS_COLORS["accepted"], width=2),
         marker=dict(size=4), customdata=[[c.text, c.nodes, round(c.tokens_per_step, 2)] for c in sweep],
         hovertemplate="budget %{x}: k=%{customdata[0]} (%{customdata[1]} nodes, %{customdata[2]} tokens a step), "
                       "%{y:.2f}×<extra></extra>")]
-    tree = tree_of_run(run.method, run.config) if run.method in ("sd", "mcsd") else None  # static draft trees
-    if tree is not None:
-        own = evaluate(tree.branching, p, costs, overhead)
+    own = best.own
+    if own is not None:
         traces.append(go.Scatter(
             x=[own.nodes], y=[round(own.speedup * scale, 4)], mode="markers", name=f"this run's tree k={own.text}",
             marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"], line=dict(color="#000", width=1)),
             hovertemplate=f"k={own.text}: {own.nodes} nodes, expected %{{y:.2f}}×<extra></extra>"))
-    best = max(sweep, key=lambda c: c.speedup)
-    expected = best.speedup * scale
+    top = best.best
+    expected = top.speedup * scale
     scaled = f" (scaled by {scale:.2f}: measured here / expected)" if scale < 1.0 else ""
-    headline = (f"Best static tree here: k={best.text} ({best.nodes} nodes), expected {expected:.2f}×" if expected >= 1
-                else f"No static tree is expected to beat ar here (best k={best.text}: {expected:.2f}×)")
+    headline = (f"Best static tree here: k={top.text} ({top.nodes} nodes), expected {expected:.2f}×" if expected >= 1
+                else f"No static tree is expected to beat ar here (best k={top.text}: {expected:.2f}×)")
     layout = base_layout(f"{headline}{scaled}<br>acceptance by rank p = {rates_text(p)}", height=340)
     layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1, line=dict(color="#666", dash="dot"))],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dynasd.origins import BY_NAME, DRAFT, TARGET_ROOT
 from dynasd.trace import PROPOSED_ORIGINS, RunTrace
+from dynasd.trace_semantics import off_target_commit
 
 from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP, fmt, visible_piece
-from .tree import off_target_commit
 
 
 def shown_piece(token: str) -> str:

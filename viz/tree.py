@@ -10,8 +10,9 @@ from __future__ import annotations
 import networkx as nx
 import plotly.graph_objects as go
 
-from dynasd.origins import ORIGINS, TARGET_ROOT
+from dynasd.origins import ORIGINS
 from dynasd.trace import RunTrace, StepTrace
+from dynasd.trace_semantics import drawn_status, final_token, off_target_commit
 
 from .style import (
     GLYPH_INK,
@@ -43,40 +44,6 @@ def root_token(run: RunTrace, index: int) -> str | None:
     if index < 0 or index >= len(run.steps):
         return None
     return run.steps[index].root_token or None
-
-
-def final_token(step: StepTrace) -> tuple[str, str, int] | None:
-    """(token, origin, parent node) of the token the target sampled after the walk, if it is on the tree."""
-    if step.final_parent is None or not step.committed_origins:
-        return None
-    origin = step.committed_origins[-1]
-    if origin not in ("bonus", "correction", "target"):
-        return None  # cut off by max new tokens or end of sequence
-    return step.committed_tokens[-1], origin, step.final_parent
-
-
-def drawn_status(step: StepTrace, i: int) -> str:
-    """The legend category of node i. The trace calls every untested node `not_reached`; the figure tells apart
-    the two reasons: below a rejected (or untested) node, or a sibling tested after an accepted one, which the walk
-    never needed (`skipped`)."""
-    node = step.nodes[i]
-    if node.status != "not_reached":
-        return node.status
-    siblings = (j for j, other in enumerate(step.nodes) if other.parent == node.parent and j != i)
-    if any(step.nodes[j].status == "accepted" for j in siblings):
-        return "skipped"
-    return "not_reached"
-
-
-def off_target_commit(step: StepTrace) -> tuple[int, int] | None:
-    """(committed target root, the target's top root) when a lossy step committed a root the target ranked below
-    its top choice, else None: the moment a target-initialized tree departs from the target's own text."""
-    roots = [i for i, n in enumerate(step.nodes) if n.origin == TARGET_ROOT.name]
-    if not roots or not step.accepted_path or step.nodes[step.accepted_path[0]].origin != TARGET_ROOT.name:
-        return None
-    chosen = step.accepted_path[0]
-    top = max(roots, key=lambda i: step.nodes[i].p)
-    return (chosen, top) if step.nodes[chosen].p < step.nodes[top].p else None
 
 
 def tree_graph(step: StepTrace) -> nx.DiGraph:

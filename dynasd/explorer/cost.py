@@ -160,6 +160,36 @@ def costs_from(shape: RunShape, calibration: dict[int, float] | None) -> StepCos
                      draft_per_forward_s=shape.draft_per_forward_s or 0.0)
 
 
+def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
+    """Every number the chart and its text show, computed once."""
+    rows = max(round(shape.rows), 1)
+    draft_forwards = round(shape.draft_forwards)
+    step_s = costs.step_s(rows, draft_forwards)
+    free_rows_s = costs.draft_per_forward_s * draft_forwards + costs.ar_s
+    return dict(
+        rows=rows, draft_forwards=draft_forwards, step_s=step_s, free_rows_s=free_rows_s,
+        predicted=expected_speedup(shape.tokens_per_step, step_s, costs.ar_s),
+        measured=shape.tokens_per_s * costs.ar_s,
+        free_rows=expected_speedup(shape.tokens_per_step, free_rows_s, costs.ar_s),
+        break_even_acceptance=break_even_acceptance(shape.depth, step_s, costs.ar_s),
+        break_even_row_cost=break_even_row_cost(shape.tokens_per_step, rows,
+                                                costs.draft_per_forward_s * draft_forwards,
+                                                costs.verify_base_s, costs.ar_s))
+
+
+# A model's expectation counts as contradicted when this run's own measured speed-up falls this far below it.
+CONTRADICTED_BELOW = 0.9
+
+
+def measured_scale(n: dict) -> float:
+    """Measured over expected speed-up when the measurement here is clearly lower (the model over-promises),
+    else 1: the best-tree sweep is scaled by it, so that no chart promises what this machine did not do."""
+    if n["predicted"] <= 0 or n["measured"] <= 0:
+        return 1.0
+    ratio = n["measured"] / n["predicted"]
+    return ratio if ratio < CONTRADICTED_BELOW else 1.0
+
+
 CALIBRATION_ROWS = (1, 2, 4, 8, 16, 32, 64)
 CALIBRATION_CONTEXT = 256  # the run's last tokens the calibration's forwards attend to
 

@@ -102,11 +102,12 @@ class InjectedFaults:
     new run or a follow-up turn) or at the start of its next step (`during="step"`). The engine handles it as any
     failing model: the call's request fails with one line, its decoder is dropped, its session is marked failed.
 
-    Why a hook: the soak (scripts/soak.py) and the robustness tests used to break one session's decoder by
-    replacing a model attribute on it, and a rename of that attribute broke the soak silently (it runs outside the
-    suite). A step's fault follows the decoder being stepped (its run's prompt), not the request, so a decoder
-    handed to the wrong session takes its fault with it, as a broken cache would; tests/test_soak.py holds the
-    hook to this. Nothing is armed outside tests and the soak: the check is one attribute read per step."""
+    Why a hook: a fault made by replacing a model attribute on one session's decoder ties the soak
+    (scripts/soak.py) and the robustness tests to that attribute's name, and a rename would break the soak
+    silently (it runs outside the suite). A step's fault follows the decoder being stepped (its run's prompt),
+    not the request, so a decoder handed to the wrong session takes its fault with it, as a broken cache would;
+    tests/test_soak.py holds the hook to this. Nothing is armed outside tests and the soak: the check is one
+    attribute read per step."""
 
     DURING = ("prefill", "step")
 

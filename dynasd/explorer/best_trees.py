@@ -1,0 +1,46 @@
+"""The best static tree for each node budget, from one run's own acceptance and this device's costs: what
+Learn → Cost model's second chart draws.
+
+Why here: the sweep is a search (dynasd/tree_search.py) over the run's acceptance vector, and a chart module
+must only draw; the page asks for the sweep, then hands it to viz.cost.budget_figure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..options import tree_of_run
+from ..trace import RunTrace
+from ..tree_search import Candidate, acceptance_vector, best_by_budget, evaluate
+from .cost import StepCosts, run_shape, warm_steps
+
+BUDGET_NODES = 64  # the node budgets the best-tree view sweeps
+BUDGET_MIN_TESTS = 5  # one run is short: a rank counts from 5 tests (`dynasd best-tree` asks for 20 over a set)
+
+
+@dataclass
+class BestTrees:
+    """`p`: the run's acceptance by sibling rank (empty: no rank was tested BUDGET_MIN_TESTS times, and there is
+    no sweep); `sweep[n - 1]`: the best tree of at most n nodes; `own`: the run's own static tree evaluated the
+    same way (None for other methods); `scale` (at most 1, cost.measured_scale): every expectation is cut by it
+    where a measurement here fell short of the model."""
+
+    p: list[float]
+    sweep: list[Candidate] = field(default_factory=list)
+    own: Candidate | None = None
+    scale: float = 1.0
+
+    @property
+    def best(self) -> Candidate:
+        return max(self.sweep, key=lambda c: c.speedup)
+
+
+def best_trees(run: RunTrace, costs: StepCosts, scale: float = 1.0) -> BestTrees:
+    """The sweep of budgets 1..BUDGET_NODES for this run on these costs, with the run's own tree when it is a
+    static draft tree (sd, mcsd)."""
+    p = acceptance_vector(warm_steps(run), min_tests=BUDGET_MIN_TESTS)
+    if not p:
+        return BestTrees(p=[], scale=scale)
+    overhead = run_shape(run).overhead_s
+    tree = tree_of_run(run.method, run.config) if run.method in ("sd", "mcsd") else None
+    own = evaluate(tree.branching, p, costs, overhead) if tree is not None else None
+    return BestTrees(p=p, sweep=best_by_budget(p, costs, BUDGET_NODES, 8, overhead), own=own, scale=scale)
