@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ..device_info import device_key, device_line
+from ..device_info import device_key, device_line, emulated
 from ..embedded import cache_dir
 from ..trace import RunTrace, StepTrace
 from .inputs import Settings
@@ -210,11 +210,12 @@ class MeasuredCosts:
     how: str
     device: str
     kept: bool = False          # read back from the cache instead of measured by this call
+    not_kept: str = ""          # why a measurement made now was not kept for the next time
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page."""
         return (f"measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} UTC: "
-                f"{self.how}; {self.device}")
+                f"{self.how}; {self.device}" + (f" (not kept: {self.not_kept})" if self.not_kept else ""))
 
 
 def costs_file(pair) -> Path:
@@ -250,7 +251,8 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     session uses the pair, kept for the next time."""
     pair = pairs.get(settings)
     path = costs_file(pair)
-    kept = None if again else read_kept_costs(path)
+    under_emulation = emulated(pair.device)  # its times are this CPU's under a GPU's name: never kept, never read
+    kept = None if again or under_emulation else read_kept_costs(path)
     if kept is not None:
         return kept
     with pairs.lock_for(pair):
@@ -259,6 +261,8 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
         timings, time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         f"the median of 3 target forwards over {', '.join(map(str, CALIBRATION_ROWS))} rows behind "
         f"{min(len(context_ids), CALIBRATION_CONTEXT)} tokens of context", device_line(pair))
+    if under_emulation:
+        return replace(measured, not_kept="the GPU was emulated on this CPU")
     try:
         keep_costs(path, measured)
     except OSError:  # a read-only cache: measured, not kept
