@@ -62,11 +62,12 @@ def temporary_cache(real: Path, environ=os.environ) -> Path:
     cache = base / "cache"
     cache.mkdir()
     environ["DYNASD_CACHE"] = str(cache)
-    if not environ.get("DYNASD_KERNEL_CACHE"):
+    if not environ.get("DYNASD_KERNEL_CACHE"):  # named, so that a test moving $DYNASD_CACHE still finds them
         kernels = cache / "kernels"
         kernels.mkdir()
         for library in (real / "kernels").glob("*.so"):
             shutil.copy2(library, kernels / library.name)
+        environ["DYNASD_KERNEL_CACHE"] = str(kernels)
     converted = cache / "converted"
     converted.mkdir()
     for folder in (real / "converted").glob("*"):

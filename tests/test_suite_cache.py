@@ -23,7 +23,8 @@ def test_the_session_caches_in_a_temporary_folder_not_the_users():
 
 def test_what_the_explorer_keeps_lands_in_the_session_cache_and_the_users_is_untouched(tiny_pair):
     before = measurements_in(USER_CACHE)
-    measured = cost.MeasuredCosts({1: 0.01, 4: 0.02}, "2026-12-05 03:10", "by hand", "Some CPU")
+    measured = cost.MeasuredCosts({1: 0.01, 4: 0.02}, "2026-12-05 03:10", "by hand", "Some CPU",
+                                  conditions=cost.Conditions(0.1, 1, 1.0, 1.0))
     cost.keep_costs(cost.costs_file(tiny_pair), measured)
     kept = KeptCompare("2026-12-05 03:10", "Some CPU (AVX2), 2 of 2 threads", "tiny-random", {},
                        [Measured("ar", 10.0, 9.0, 11.0)])
