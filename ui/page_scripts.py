@@ -15,6 +15,19 @@ CSS = """
 /* every token is its own span: a hairline between pieces shows where the tokenizer cut ("Ray" + "leigh") */
 #dynasd-text .textfield .token { margin: 1px 1px; box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.35); }
 .explain { font-size: 0.92em; }
+/* every text at least 4.5:1 against its background (WCAG 2.2 AA): the theme's subdued grey (#BBBBC2: the help
+   under every control, the sliders' ends, the footer) read 1.9:1 on white, white on its orange and red buttons
+   2.8-3.8:1 */
+.gradio-container, .gradio-container ~ * {
+  --body-text-color-subdued: #5c5c66; --block-info-text-color: #5c5c66;
+  --button-primary-background-fill: #c2410c; --button-primary-background-fill-hover: #9a3412;
+  --button-primary-text-color: #ffffff; --button-primary-text-color-hover: #ffffff;
+  --button-cancel-background-fill: #b91c1c; --button-cancel-background-fill-hover: #991b1b;
+  --button-cancel-text-color: #ffffff; --button-cancel-text-color-hover: #ffffff;
+}
+.dark .gradio-container, .dark .gradio-container ~ * {
+  --body-text-color-subdued: #b4b4be; --block-info-text-color: #b4b4be;
+}
 /* table headers break between words only ("ste ps" read as two words); a wide table scrolls sideways */
 #summary table { display: block; overflow-x: auto; width: 0; min-width: 100%; }
 #summary th, #summary td { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
