@@ -226,6 +226,12 @@ def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_u
         "return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, right: r.right};", elem_id)
     viewport = browser.execute_script("return window.innerHeight")
     assert rect("step-btn")["bottom"] <= viewport, "Step is above the fold"
+    concept = browser.find_element(By.CSS_SELECTOR, "#intro p")
+    assert concept.is_displayed() and "Speculative decoding in one picture" in concept.text, "collapsed, not gone"
+    closed = concept.size["height"]
+    concept.click()
+    assert concept.size["height"] > closed, "a tap opens the concept paragraph"
+    concept.click()
     step.click()
     wait.until(lambda _: "Step 0:" in browser.find_element(By.ID, "tree-plot").text)
     assert rect("dynasd-text")["top"] - rect("status")["bottom"] < 200, "the results follow the status"
@@ -455,3 +461,13 @@ def test_every_text_on_the_page_is_readable_against_its_background(browser, expl
     wait.until(lambda _: "Step 0:" in browser.find_element(By.ID, "tree-plot").text)
     failures = browser.execute_script(CONTRAST_JS)
     assert not failures, f"{len(failures)} texts under 4.5:1:\n" + "\n".join(sorted(set(failures))[:40])
+
+    # a slider's help spans its control (the prompt-lookup help was squeezed beside the slider's number box)
+    browser.execute_script("[...document.querySelectorAll('button')].find((b) => b.textContent.trim()"
+                           "  .startsWith('Advanced')).click()")
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#lookup .info-text").is_displayed())
+    help_width, head_width = browser.execute_script(
+        "const block = document.getElementById('lookup');"
+        "return [block.querySelector('.info-text').getBoundingClientRect().width,"
+        "        block.querySelector('.head').getBoundingClientRect().width];")
+    assert help_width >= 0.95 * head_width, (help_width, head_width)

@@ -33,6 +33,9 @@ CSS = """
 #summary th, #summary td { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
 .clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
 #run-buttons { flex-wrap: nowrap; gap: 6px; }
+/* a slider's help at the control's width: beside the slider's number box it was a column of 170-210 px */
+.gradio-container .head:has(.info-text) { flex-wrap: wrap; }
+.gradio-container .head:has(.info-text) > label { flex: 1 1 100%; }
 #run-buttons button { min-width: 0; padding-left: 4px; padding-right: 4px; }
 /* every control shows where the keyboard is: Gradio's theme leaves a focused slider without any ring */
 .gradio-container :is(button, input, select, textarea, [role=tab], [tabindex]):focus-visible,
@@ -44,7 +47,10 @@ CSS = """
   .gradio-container { padding: 4px !important; }
   #intro { font-size: 0.85em; }
   #intro h1 { font-size: 1.3em; margin: 0; }
-  #intro p:not(:last-of-type) { display: none; }
+  /* the concept paragraph collapsed to three lines; a tap opens it (INTRO_JS) */
+  #intro p:first-of-type { display: -webkit-box; -webkit-line-clamp: 3; -webkit-box-orient: vertical;
+                           overflow: hidden; cursor: pointer; }
+  #intro p:first-of-type.open { display: block; }
   #main-row { flex-direction: column; }
   #controls-column { display: contents; }
   #top-controls { order: 0; }
@@ -82,6 +88,17 @@ document.addEventListener("change", (event) => {
   const used = Math.min(Math.max(typed, low), high);
   note.textContent = `${typed} is outside ${low} to ${high}: set to ${used}.`;
 }, true);
+</script>
+"""
+
+
+# On a phone the intro's concept paragraph shows three lines (CSS above); a tap opens or closes the rest.
+INTRO_JS = """
+<script>
+document.addEventListener("click", (event) => {
+  const paragraph = event.target instanceof Element && event.target.closest("#intro p:first-of-type");
+  if (paragraph) paragraph.classList.toggle("open");
+});
 </script>
 """
 
