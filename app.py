@@ -28,7 +28,7 @@ from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu
 from ui.layout import QUEUE_PLACE_CSS, build_app
 from ui.model_thread import start_on_the_model_thread
-from ui.page_scripts import CLAMP_NOTE_JS, CSS, PLOTLY_JS
+from ui.page_scripts import CLAMP_NOTE_JS, CSS, INTRO_JS, PLOTLY_JS
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
 
@@ -74,7 +74,8 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     _poll_the_idle_queue_less(demo)
     demo.launch(
-        server_name=host, server_port=port, css=CSS + QUEUE_PLACE_CSS, head=CLAMP_NOTE_JS, max_file_size="20mb",
+        server_name=host, server_port=port, css=CSS + QUEUE_PLACE_CSS, head=CLAMP_NOTE_JS + INTRO_JS,
+        max_file_size="20mb",
         footer_links=["api"],
         prevent_thread_lock=not block, quiet=not block,
         # Gradio keeps each browser session's component values (our figures among them) for its 10,000 most

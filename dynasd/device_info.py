@@ -56,6 +56,18 @@ def machine_line(device: torch.device | str | None = None) -> str:
             f"{os.cpu_count()} threads")
 
 
+def emulated(device: torch.device | str | None) -> bool:
+    """Whether `device` is a GPU that torch only pretends to have: the `spaces` package's CUDA emulation (a ZeroGPU
+    Space's serving process, tests/spaces_emulation.py) names a GPU and keeps its "cuda" tensors in host memory, so
+    what is timed there is this CPU under another name. Its stand-ins for torch.cuda's functions are the package's
+    own (a real ZeroGPU worker restores torch's before it reaches its GPU); a CPU build of torch has no CUDA at
+    all."""
+    if device is None or torch.device(device).type != "cuda":
+        return False
+    stand_in = getattr(torch.cuda.is_available, "__module__", "") or ""
+    return not torch.backends.cuda.is_built() or stand_in.split(".")[0] == "spaces"
+
+
 def device_line(pair=None) -> str:
     """The whole line: the machine, and for a loaded pair (dynasd.models.ModelPair) the weights and kernels each of
     its models runs on (dynasd.kernels.kernels_in_use names them, e.g. "GGUF blocks, AVX2 kernels")."""

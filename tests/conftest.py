@@ -9,11 +9,15 @@ device          every device the engine tests run on: "cpu" always, "cuda" when 
                 pair_on(name, device, dtype, ...) any pair, loaded once per test session
 explorer_url    the app started the way users start it (`python app.py --pair tiny-random`), in a subprocess on a
                 free local port, shared by the API and browser tests
+
+The whole session (and every process it starts) keeps what it caches in a temporary folder (`temporary_cache`), and
+the user's own cache folder is checked at the end to be as it was (`pytest_sessionfinish`).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dynasd.embedded import PACKAGE, VERSION, cache_dir
 from dynasd.models import load_pair
 
 # `make test` runs two pytest-xdist workers on two cores: one torch thread each avoids oversubscription, and so
@@ -39,6 +44,85 @@ else:
     torch.set_num_threads(2)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def temporary_cache(real: Path, environ=os.environ) -> Path:
+    """Point this process's cache folder ($DYNASD_CACHE, inherited by every process a test starts) at a new
+    temporary folder, and return it.
+
+    Why: tests calibrate costs, keep Compares and run under a CUDA emulation; written into the user's folder, they
+    were read back by the app as this machine's measurements (an emulated "GPU" among them). What makes the suite
+    fast is still reused, never written: the compiled kernels are copied in (a few hundred kB; a kernel folder the
+    user names with $DYNASD_KERNEL_CACHE is theirs to share and is used as it is), and the embedded target's
+    conversion (hundreds of MB) and its extracted GGUF are linked to, read only: a conversion or fetch the session
+    needs anew lands in the temporary folder."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="dynasd-tests-"))
+    cache = base / "cache"
+    cache.mkdir()
+    environ["DYNASD_CACHE"] = str(cache)
+    if not environ.get("DYNASD_KERNEL_CACHE"):  # named, so that a test moving $DYNASD_CACHE still finds them
+        kernels = cache / "kernels"
+        kernels.mkdir()
+        for library in (real / "kernels").glob("*.so"):
+            shutil.copy2(library, kernels / library.name)
+        environ["DYNASD_KERNEL_CACHE"] = str(kernels)
+    converted = cache / "converted"
+    converted.mkdir()
+    for folder in (real / "converted").glob("*"):
+        if (folder / "model.safetensors").is_file():  # complete conversions only (dynasd/converted.py)
+            (converted / folder.name).symlink_to(folder.resolve(), target_is_directory=True)
+    extracted = real / f"{PACKAGE}-{VERSION}"
+    if extracted.is_dir():
+        (cache / extracted.name).symlink_to(extracted.resolve(), target_is_directory=True)
+    return base
+
+
+def cache_listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `folder` (links not followed) with its size and modification time."""
+    listing = {}
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        stat = path.lstat()
+        listing[str(path.relative_to(folder))] = (stat.st_size, stat.st_mtime_ns)
+    return listing
+
+
+# What the user's cache folder holds as this machine's measurements (the explorer's kept costs and Compares), which
+# the app reads back as fact; the build products beside them (kernels, conversions) are shared with `make setup`
+# and every other checkout on the machine, which may write them while the suite runs.
+MEASUREMENTS = ("costs", "measured")
+
+
+def measurements_in(cache: Path) -> dict[str, tuple[int, int]]:
+    return {f"{name}/{file}": seen for name in MEASUREMENTS for file, seen in cache_listing(cache / name).items()}
+
+
+# The first process of a session (pytest-xdist's controller, or a plain run) makes the temporary cache; the workers
+# and any pytest a test starts inherit it, and the user's folder's name with it.
+_MADE_HERE = "DYNASD_TEST_CACHE" not in os.environ
+if _MADE_HERE:
+    os.environ["DYNASD_TEST_USER_CACHE"] = str(cache_dir())
+    USER_MEASUREMENTS_BEFORE = measurements_in(cache_dir())
+    os.environ["DYNASD_TEST_CACHE"] = str(temporary_cache(cache_dir()))
+USER_CACHE = Path(os.environ["DYNASD_TEST_USER_CACHE"])
+SESSION_CACHE = Path(os.environ["DYNASD_TEST_CACHE"])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run fails when the measurements in the user's cache folder changed under it (the process that made the
+    temporary cache checks, once for all workers)."""
+    if not _MADE_HERE:
+        return
+    after = measurements_in(USER_CACHE)
+    changed = sorted(name for name in set(USER_MEASUREMENTS_BEFORE) | set(after)
+                     if USER_MEASUREMENTS_BEFORE.get(name) != after.get(name))
+    if changed:
+        session.config.get_terminal_writer().line(
+            f"\nthe test session changed the measurements kept in the user's cache folder {USER_CACHE}: "
+            f"{', '.join(changed[:10])}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 APP_START_TIMEOUT_S = 180  # importing torch + transformers + gradio on a loaded 2-core machine is slow
 
 

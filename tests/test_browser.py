@@ -226,6 +226,12 @@ def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_u
         "return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, right: r.right};", elem_id)
     viewport = browser.execute_script("return window.innerHeight")
     assert rect("step-btn")["bottom"] <= viewport, "Step is above the fold"
+    concept = browser.find_element(By.CSS_SELECTOR, "#intro p")
+    assert concept.is_displayed() and "Speculative decoding in one picture" in concept.text, "collapsed, not gone"
+    closed = concept.size["height"]
+    concept.click()
+    assert concept.size["height"] > closed, "a tap opens the concept paragraph"
+    concept.click()
     step.click()
     wait.until(lambda _: "Step 0:" in browser.find_element(By.ID, "tree-plot").text)
     assert rect("dynasd-text")["top"] - rect("status")["bottom"] < 200, "the results follow the status"
@@ -392,3 +398,76 @@ def test_a_long_new_prompt_is_announced_as_read_before_the_first_step(browser, e
     assert f"Reading the prompt ({len(long_prompt):,} characters)" in said(long_prompt)
     assert "Working on the next step" in said(long_prompt)
     assert "Working on the next step" in said("a short prompt")
+
+
+# Every element that shows text of its own, with the ratio of its colour's luminance to its background's (WCAG 2.2
+# contrast, the background found by walking up to the first opaque one, translucent layers blended on the way);
+# text in a figure's SVG (Plotly's own colours), over an image or gradient (no single background) and colour swatches
+# (a symbol whose label beside it is the text) are left out.
+CONTRAST_JS = """
+const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+  const v = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+const lum = (c) => {
+  const f = (x) => { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); };
+  return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+const over = (top, below) => { const a = top[3];
+  return [0, 1, 2].map((i) => top[i] * a + below[i] * (1 - a)).concat([1]); };
+function background(el) {
+  const layers = [];
+  for (let e = el; e; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    if (s.backgroundImage !== "none") return null;
+    const c = parse(s.backgroundColor);
+    if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+  }
+  let colour = [255, 255, 255, 1];
+  for (const layer of layers.reverse()) colour = over(layer, colour);
+  return colour;
+}
+const failures = [];
+for (const el of document.querySelectorAll("body *")) {
+  if (el.closest("svg, script, style, noscript, option")) continue;
+  const own = [...el.childNodes].filter((n) => n.nodeType === 3 && n.textContent.trim())
+    .map((n) => n.textContent.trim());
+  // a swatch (a coloured ● or ■ with no letter or digit) shows the colour that the label beside it names
+  if (!own.length || !/[\\p{L}\\p{N}]/u.test(own.join(""))) continue;
+  const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+  if (r.width === 0 || r.height === 0 || s.visibility === "hidden" || el.closest("[hidden]")) continue;
+  let opacity = 1;
+  for (let e = el; e; e = e.parentElement) opacity *= Number(getComputedStyle(e).opacity);
+  if (opacity === 0 || el.closest("button:disabled, input:disabled, [aria-disabled=true]")) continue;
+  const bg = background(el); if (!bg) continue;
+  const fg = over(parse(s.color), bg);
+  const a = lum(fg), b = lum(bg), ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < 4.5) failures.push(`${ratio.toFixed(2)}:1 ${s.color} on rgb(${bg.slice(0, 3).join(",")}) ` +
+    `<${el.tagName.toLowerCase()}${el.id ? "#" + el.id : ""} class="${el.className}"> "${own.join(" ").slice(0, 60)}"`);
+}
+return failures;
+"""
+
+
+@pytest.mark.parametrize("width, height", [(1600, 1800), (412, 915)], ids=["desktop", "phone"])
+def test_every_text_on_the_page_is_readable_against_its_background(browser, explorer_url, width, height):
+    """WCAG 2.2 AA: every text at least 4.5:1 against what is behind it, on the page as it opens and after a Step
+    (the Play tab's results and every control's help), at a desktop's width and a phone's."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.set_window_size(width, height)
+    wait = WebDriverWait(browser, WAIT_S)
+    browser.get(explorer_url)
+    wait.until(ready.element_to_be_clickable((By.ID, "step-btn"))).click()
+    wait.until(lambda _: "Step 0:" in browser.find_element(By.ID, "tree-plot").text)
+    failures = browser.execute_script(CONTRAST_JS)
+    assert not failures, f"{len(failures)} texts under 4.5:1:\n" + "\n".join(sorted(set(failures))[:40])
+
+    # a slider's help spans its control (the prompt-lookup help was squeezed beside the slider's number box)
+    browser.execute_script("[...document.querySelectorAll('button')].find((b) => b.textContent.trim()"
+                           "  .startsWith('Advanced')).click()")
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#lookup .info-text").is_displayed())
+    help_width, head_width = browser.execute_script(
+        "const block = document.getElementById('lookup');"
+        "return [block.querySelector('.info-text').getBoundingClientRect().width,"
+        "        block.querySelector('.head').getBoundingClientRect().width];")
+    assert help_width >= 0.95 * head_width, (help_width, head_width)

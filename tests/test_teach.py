@@ -120,6 +120,15 @@ def test_the_residual_figure_marks_the_correction_and_greedy_says_why_there_is_n
 
 # -- the guided step ------------------------------------------------------------------------------------------------
 
+def test_a_tested_token_is_quoted_so_punctuation_reads_as_the_token(runs):
+    """A comma printed bare read "(,, level 1)"; quoted it reads "(‘,’, level 1)"."""
+    step = copy.deepcopy(runs["sampled"].steps[1])
+    first = step.tested[0]
+    step.nodes[first].token = ","
+    test = next(p for p in step_phases(step) if p.kind == "test")
+    assert f"Node {first} (‘,’, level {step.nodes[first].level})" in test.text, test.text
+
+
 def test_phases_come_in_order_and_each_shows_only_what_existed_then(runs):
     step = runs["sampled"].steps[1]
     phases = step_phases(step)

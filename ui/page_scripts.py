@@ -15,11 +15,27 @@ CSS = """
 /* every token is its own span: a hairline between pieces shows where the tokenizer cut ("Ray" + "leigh") */
 #dynasd-text .textfield .token { margin: 1px 1px; box-shadow: inset -1px 0 0 rgba(0, 0, 0, 0.35); }
 .explain { font-size: 0.92em; }
+/* every text at least 4.5:1 against its background (WCAG 2.2 AA): the theme's subdued grey (#BBBBC2: the help
+   under every control, the sliders' ends, the footer) read 1.9:1 on white, white on its orange and red buttons
+   2.8-3.8:1 */
+.gradio-container, .gradio-container ~ * {
+  --body-text-color-subdued: #5c5c66; --block-info-text-color: #5c5c66;
+  --button-primary-background-fill: #c2410c; --button-primary-background-fill-hover: #9a3412;
+  --button-primary-text-color: #ffffff; --button-primary-text-color-hover: #ffffff;
+  --button-cancel-background-fill: #b91c1c; --button-cancel-background-fill-hover: #991b1b;
+  --button-cancel-text-color: #ffffff; --button-cancel-text-color-hover: #ffffff;
+}
+.dark .gradio-container, .dark .gradio-container ~ * {
+  --body-text-color-subdued: #b4b4be; --block-info-text-color: #b4b4be;
+}
 /* table headers break between words only ("ste ps" read as two words); a wide table scrolls sideways */
 #summary table { display: block; overflow-x: auto; width: 0; min-width: 100%; }
 #summary th, #summary td { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
 .clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
 #run-buttons { flex-wrap: nowrap; gap: 6px; }
+/* a slider's help at the control's width: beside the slider's number box it was a column of 170-210 px */
+.gradio-container .head:has(.info-text) { flex-wrap: wrap; }
+.gradio-container .head:has(.info-text) > label { flex: 1 1 100%; }
 #run-buttons button { min-width: 0; padding-left: 4px; padding-right: 4px; }
 /* every control shows where the keyboard is: Gradio's theme leaves a focused slider without any ring */
 .gradio-container :is(button, input, select, textarea, [role=tab], [tabindex]):focus-visible,
@@ -31,7 +47,10 @@ CSS = """
   .gradio-container { padding: 4px !important; }
   #intro { font-size: 0.85em; }
   #intro h1 { font-size: 1.3em; margin: 0; }
-  #intro p:not(:last-of-type) { display: none; }
+  /* the concept paragraph collapsed to three lines; a tap opens it (INTRO_JS) */
+  #intro p:first-of-type { display: -webkit-box; -webkit-line-clamp: 3; -webkit-box-orient: vertical;
+                           overflow: hidden; cursor: pointer; }
+  #intro p:first-of-type.open { display: block; }
   #main-row { flex-direction: column; }
   #controls-column { display: contents; }
   #top-controls { order: 0; }
@@ -69,6 +88,17 @@ document.addEventListener("change", (event) => {
   const used = Math.min(Math.max(typed, low), high);
   note.textContent = `${typed} is outside ${low} to ${high}: set to ${used}.`;
 }, true);
+</script>
+"""
+
+
+# On a phone the intro's concept paragraph shows three lines (CSS above); a tap opens or closes the rest.
+INTRO_JS = """
+<script>
+document.addEventListener("click", (event) => {
+  const paragraph = event.target instanceof Element && event.target.closest("#intro p:first-of-type");
+  if (paragraph) paragraph.classList.toggle("open");
+});
 </script>
 """
 

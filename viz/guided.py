@@ -69,7 +69,7 @@ def step_phases(step: StepTrace) -> list[Phase]:
         else:
             rule = "it is the target's argmax" if kept else "it is not the target's argmax"
         phases.append(Phase("test", f"Test {count} of {len(tested)}: node {i}",
-                            f"Node {i} ({show_token(node.token, 16)}, level {node.level}) is "
+                            f"Node {i} (‘{show_token(node.token, 16)}’, level {node.level}) is "
                             f"{'accepted' if kept else 'rejected'}: {rule}.", level=depth, tests=count))
     # one quoted piece per token: joined, "␣in" + "␣two" read as one word
     tokens = " · ".join(f"‘{show_token(token, 16)}’" for token in step.committed_tokens[:12])

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from ..device_info import device_key, device_line
+from ..device_info import device_key, device_line, emulated
 from ..embedded import cache_dir
 from ..trace import RunTrace, StepTrace
 from .inputs import Settings
@@ -192,37 +192,91 @@ def measured_scale(n: dict) -> float:
 
 CALIBRATION_ROWS = (1, 2, 4, 8, 16, 32, 64)
 CALIBRATION_CONTEXT = 256  # the run's last tokens the calibration's forwards attend to
+# Rounds of a calibration, each timing every row count once in turn: load that comes and goes falls on every row
+# count alike instead of on the few measured while it lasted, and the median of 5 outlasts two bad rounds.
+CALIBRATION_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The machine while a measurement ran, recorded beside it: the 1-minute load average (the larger of before
+    and after; None where the system has none), the threads the measurement used, and this process's CPU time
+    against the wall time it took."""
+
+    load_average: float | None
+    threads: int
+    cpu_s: float
+    wall_s: float
+    on_cpu: bool = True
+
+    def busy_because(self) -> str:
+        """Why the machine was too busy for the measurement to stand for this device, or "" when it was not.
+
+        More runnable threads than the measurement's own (the load average above its threads) means other work
+        shared its cores; a CPU measurement whose process ran less than half of its wall time waited for them.
+        (Its CPU time can exceed the wall time: torch's threads add up.)"""
+        plural = "s" if self.threads != 1 else ""
+        if self.load_average is not None and self.load_average > self.threads:
+            return f"measured on a busy machine: load {self.load_average:.1f} on {self.threads} thread{plural}"
+        if self.on_cpu and self.wall_s > 0 and self.cpu_s < 0.5 * self.wall_s:
+            return (f"measured on a busy machine: this process ran {self.cpu_s / self.wall_s:.0%} of the "
+                    f"{self.wall_s:.2f} s it took, on {self.threads} thread{plural}")
+        return ""
+
+    def said(self) -> str:
+        load = f"load {self.load_average:.1f}" if self.load_average is not None else "load unknown"
+        return (f"{load} on {self.threads} thread{'s' if self.threads != 1 else ''}, process CPU "
+                f"{self.cpu_s:.2f} s in {self.wall_s:.2f} s")
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average: runnable (and, on Linux, waiting) threads, averaged."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def calibrate(model: torch.nn.Module, context_ids: list[int], rows: tuple[int, ...] = CALIBRATION_ROWS,
-              repeats: int = 3) -> dict[int, float]:
+              repeats: int = CALIBRATION_ROUNDS) -> dict[int, float]:
     """Median seconds of one target forward over `rows` new positions behind a cached context, per row count:
     the verify forward's cost as a function of its rows, measured on this device and these kernels."""
+    return measure_forwards(model, context_ids, rows, repeats)[0]
+
+
+def measure_forwards(model: torch.nn.Module, context_ids: list[int], rows: tuple[int, ...] = CALIBRATION_ROWS,
+                     rounds: int = CALIBRATION_ROUNDS) -> tuple[dict[int, float], Conditions]:
+    """`calibrate`'s timings, taken in `rounds` interleaved rounds (each times every row count once), and the
+    conditions they were taken in."""
     from ..cache import CachedModel
 
     if not context_ids:
         raise ValueError("calibration needs a context of at least one token")
     cached = CachedModel(model)
     device = cached.device
+    on_cuda = device.type == "cuda"
     with torch.inference_mode():
         cached.forward(list(context_ids), [], None, [], keep_logits=1)
         base = cached.cached_len
         token = context_ids[-1]
-        timings: dict[int, float] = {}
-        for n in rows:
-            mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
-            runs = []
-            for _ in range(repeats):
-                if device.type == "cuda":
+        masks = {n: torch.tril(torch.ones(n, n, dtype=torch.bool)) for n in rows}
+        runs: dict[int, list[float]] = {n: [] for n in rows}
+        load_before, cpu_started, wall_started = load_average(), time.process_time(), time.perf_counter()
+        for _ in range(rounds):
+            for n in rows:
+                if on_cuda:
                     torch.cuda.synchronize()
                 started = time.perf_counter()
-                cached.forward([], [token] * n, mask, list(range(base, base + n)), keep_logits=n)
-                if device.type == "cuda":
+                cached.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n)
+                if on_cuda:
                     torch.cuda.synchronize()
-                runs.append(time.perf_counter() - started)
+                runs[n].append(time.perf_counter() - started)
                 cached.keep_path([], base)
-            timings[n] = sorted(runs)[len(runs) // 2]
-    return timings
+        cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
+    loads = [load for load in (load_before, load_average()) if load is not None]
+    conditions = Conditions(max(loads) if loads else None, torch.get_num_threads(), cpu_s, wall_s,
+                            on_cpu=device.type == "cpu")
+    return {n: sorted(times)[len(times) // 2] for n, times in runs.items()}, conditions
 
 
 def calibration_context(run: RunTrace) -> list[int]:
@@ -233,18 +287,25 @@ def calibration_context(run: RunTrace) -> list[int]:
 @dataclass(frozen=True)
 class MeasuredCosts:
     """A calibration kept for one device and pair: the seconds of one target forward per row count, when and how
-    they were measured, and on which machine (dynasd/device_info.py)."""
+    they were measured, on which machine (dynasd/device_info.py) and in what conditions."""
 
     timings: dict[int, float]
     measured_at: str            # UTC, "2026-12-05 03:10"
     how: str
     device: str
     kept: bool = False          # read back from the cache instead of measured by this call
+    not_kept: str = ""          # why a measurement made now was not kept for the next time
+    conditions: Conditions | None = None
+    contradicted: str = ""      # kept costs a step of this device has since shown wrong (check_kept_costs)
+    again_because: str = ""     # why this measurement replaced kept costs
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page."""
-        return (f"measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} UTC: "
-                f"{self.how}; {self.device}")
+        again = f"measured again because {self.again_because}; " if self.again_because else ""
+        conditions = f" ({self.conditions.said()})" if self.conditions else ""
+        return (f"{again}measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} "
+                f"UTC: {self.how}{conditions}; {self.device}" + (f" (not kept: {self.not_kept})"
+                                                                  if self.not_kept else ""))
 
 
 def costs_file(pair) -> Path:
@@ -253,13 +314,19 @@ def costs_file(pair) -> Path:
 
 
 def read_kept_costs(path: Path) -> MeasuredCosts | None:
-    """A kept measurement, or None when there is none or it cannot be read (it is then measured again)."""
+    """A kept measurement, or None when there is none or it cannot be read, or it does not say the conditions it
+    was measured in (kept before they were recorded: it is then measured again)."""
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
         timings = {int(rows): float(seconds) for rows, seconds in obj["timings"].items()}
         if not timings or any(not 0 < s < 3600 for s in timings.values()):
             return None
-        return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True)
+        seen = obj["conditions"]
+        conditions = Conditions(None if seen["load_average"] is None else float(seen["load_average"]),
+                                int(seen["threads"]), float(seen["cpu_s"]), float(seen["wall_s"]),
+                                bool(seen.get("on_cpu", True)))
+        return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
+                             conditions=conditions, contradicted=str(obj.get("contradicted", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -268,27 +335,95 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
     """Write atomically (a rename), so that two processes measuring at once never leave half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.part")
+    conditions = costs.conditions.__dict__ if costs.conditions else None
     partial.write_text(json.dumps({"timings": {str(r): s for r, s in costs.timings.items()},
-                                   "measured_at": costs.measured_at, "how": costs.how, "device": costs.device}))
+                                   "measured_at": costs.measured_at, "how": costs.how, "device": costs.device,
+                                   "conditions": conditions, "contradicted": costs.contradicted}))
     partial.replace(path)
+
+
+# A kept forward time this many times a step's own verify is wrong (check_kept_costs says why only this direction).
+DISAGREEMENT = 1.5
+
+
+def kept_forward_s(timings: dict[int, float], rows: int) -> float | None:
+    """The kept forward time over `rows` rows, read on the line between the measured row counts around it; None
+    outside the measured row counts."""
+    measured = sorted(timings)
+    if not measured or not measured[0] <= rows <= measured[-1]:
+        return None
+    below = max(r for r in measured if r <= rows)
+    above = min(r for r in measured if r >= rows)
+    if above == below:
+        return timings[below]
+    return timings[below] + (timings[above] - timings[below]) * (rows - below) / (above - below)
+
+
+def disagreement(timings: dict[int, float], steps: list[StepTrace]) -> str:
+    """The first of `steps` whose own verify forward ran more than DISAGREEMENT times faster than the kept
+    timings say a forward over its rows takes, as a sentence; "" when none did.
+
+    Why only faster: a step's verify pays all that the calibration's bare forward pays and more (its tree mask, a
+    longer context, reading the logits, the warm-up of a run's first step, load that comes and goes), so a step
+    slower than the kept line says nothing against it; but no step can run a forward 1.5 times faster than this
+    device does, so one that did shows the kept figure was measured slower than the device runs (under load, on
+    other kernels)."""
+    for step in steps:
+        rows = step.root_rows + len(step.nodes)
+        kept = kept_forward_s(timings, rows)
+        if kept is None or step.verify_seconds <= 0 or kept <= DISAGREEMENT * step.verify_seconds:
+            continue
+        return (f"step {step.index}'s own verify over {rows} rows took {step.verify_seconds * 1e3:.2f} ms where "
+                f"they say one forward over {rows} rows takes {kept * 1e3:.2f} ms "
+                f"({kept / step.verify_seconds:.1f}x)")
+    return ""
+
+
+def check_kept_costs(pair, steps: list[StepTrace]) -> str:
+    """Check this device's kept costs for `pair` against steps it has just taken (at every Step: engine.py), and
+    mark them contradicted when a step disagrees, so that the next view of them measures again and says why
+    instead of showing them. Returns the disagreement ("" when there was none to find)."""
+    if not steps:
+        return ""
+    path = costs_file(pair)
+    kept = read_kept_costs(path)
+    if kept is None or kept.contradicted:
+        return ""
+    found = disagreement(kept.timings, steps)
+    if found:
+        try:
+            keep_costs(path, replace(kept, contradicted=found))
+        except OSError:  # a read-only cache: nothing kept can be corrected, nor shown as kept
+            pass
+    return found
 
 
 def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[int],
                       again: bool = False) -> MeasuredCosts:
     """This device's costs for the settings' pair: the kept measurement (once per device and pair), or, when there
-    is none or `again`, `calibrate` on its target behind `context_ids` (calibration_context), while no other
-    session uses the pair, kept for the next time."""
+    is none, it was contradicted by a step since, or `again`, `measure_forwards` on its target behind `context_ids`
+    (calibration_context), while no other session uses the pair, kept for the next time unless the machine was
+    busy or the device emulated."""
     pair = pairs.get(settings)
     path = costs_file(pair)
-    kept = None if again else read_kept_costs(path)
-    if kept is not None:
+    under_emulation = emulated(pair.device)  # its times are this CPU's under a GPU's name: never kept, never read
+    kept = None if again or under_emulation else read_kept_costs(path)
+    if kept is not None and not kept.contradicted:
         return kept
     with pairs.lock_for(pair):
-        timings = calibrate(pair.target, list(context_ids)[-CALIBRATION_CONTEXT:])
+        timings, conditions = measure_forwards(pair.target, list(context_ids)[-CALIBRATION_CONTEXT:])
     measured = MeasuredCosts(
         timings, time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        f"the median of 3 target forwards over {', '.join(map(str, CALIBRATION_ROWS))} rows behind "
-        f"{min(len(context_ids), CALIBRATION_CONTEXT)} tokens of context", device_line(pair))
+        f"the median of {CALIBRATION_ROUNDS} interleaved rounds of target forwards over "
+        f"{', '.join(map(str, CALIBRATION_ROWS))} rows behind {min(len(context_ids), CALIBRATION_CONTEXT)} tokens "
+        f"of context", device_line(pair), conditions=conditions,
+        again_because=(f"the costs kept from {kept.measured_at} UTC disagreed with this device's own steps: "
+                       f"{kept.contradicted}") if kept is not None else "")
+    if under_emulation:
+        return replace(measured, not_kept="the GPU was emulated on this CPU")
+    busy = conditions.busy_because()
+    if busy:
+        return replace(measured, not_kept=busy)
     try:
         keep_costs(path, measured)
     except OSError:  # a read-only cache: measured, not kept

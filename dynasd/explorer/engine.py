@@ -29,6 +29,7 @@ from ..options import DecoderOptions
 from ..prompts import follow_up_ids
 from ..stopping import READS_DECISION_MODEL, load_decision_model
 from ..trace import RunTrace, StepTrace
+from .cost import check_kept_costs
 from .inputs import Settings, UserError, check_prompt, one_line
 from .pairs import MODEL_BUILD_LOCK, PairCache
 
@@ -298,7 +299,8 @@ def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, 
 
 def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progress) -> None:
     """Take up to `steps` steps, each under the pair's lock (other sessions' steps interleave), recording the
-    run's text after each; then the snapshot, and the decoder kept live unless its run is over. A step that
+    run's text after each; check this device's kept costs against the steps' own times (cost.py); then the
+    snapshot, and the decoder kept live unless its run is over. A step that
     fails leaves the decoder half way through it: no snapshot then, the steps before it still come back."""
     run = decoder.run
     for _ in range(steps):
@@ -308,6 +310,7 @@ def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progr
             FAULTS.raise_if_armed("step", run.prompt)
             step = decoder.step()  # a failure leaves the decoder half way: no snapshot, the session fails
         progress.steps.append(RecordedStep(step, run.text, run.finished))
+    check_kept_costs(pair, [recorded.step for recorded in progress.steps])
     progress.snapshot = decoder.snapshot()
     if not decoder.done:
         LIVE.keep(progress.snapshot.fingerprint, decoder)

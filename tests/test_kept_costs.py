@@ -1,0 +1,99 @@
+"""This device's costs check themselves: a calibration takes more than three rounds, interleaved over its row
+counts, with the machine's load and the process's CPU time against wall time recorded beside it; one taken on a
+busy machine is shown and not kept; and the first Step whose own verify ran far faster than the kept costs say
+marks them contradicted, so the cost view measures again and says why instead of showing them."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from dynasd.cache import CachedModel
+from dynasd.explorer import cost, engine
+from dynasd.explorer.inputs import Settings
+from dynasd.explorer.pairs import PairCache
+
+PROMPT = "Count to ten: one, two, three"
+QUIET = cost.Conditions(load_average=0.2, threads=1, cpu_s=1.0, wall_s=1.0)
+
+
+@pytest.fixture()
+def pairs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNASD_CACHE", str(tmp_path))
+    return PairCache(device="cpu")
+
+
+SETTINGS = Settings(pair="tiny-random", method="mcsd", max_new_tokens=12)
+
+
+def test_a_kept_cost_100x_too_slow_is_caught_by_the_first_step(pairs):
+    pair = pairs.get(SETTINGS)
+    ids = pair.encode_prompt(PROMPT)
+    timings, _ = cost.measure_forwards(pair.target, ids)
+    planted = cost.MeasuredCosts({rows: 100 * seconds for rows, seconds in timings.items()}, "2026-12-05 12:42",
+                                 "planted", "this machine", conditions=QUIET)
+    path = cost.costs_file(pair)
+    cost.keep_costs(path, planted)
+    assert cost.calibrate_context(pairs, SETTINGS, ids).timings == planted.timings, "kept, and so shown"
+
+    progress = engine.start_run(pairs, SETTINGS, PROMPT, steps=1)
+    assert not progress.error and len(progress.steps) == 1
+    assert cost.read_kept_costs(path).contradicted.startswith("step 0's own verify over ")
+
+    shown = cost.calibrate_context(pairs, SETTINGS, ids)
+    assert not shown.kept and shown.timings[1] < planted.timings[1] / 10, "measured again, not the kept figure"
+    assert shown.said().startswith("measured again because the costs kept from 2026-12-05 12:42 UTC disagreed "
+                                   "with this device's own steps: step 0's own verify"), shown.said()
+
+
+def test_a_step_slower_than_the_kept_line_or_outside_it_says_nothing_a_faster_one_does():
+    timings = {1: 0.010, 4: 0.016, 16: 0.040}
+    step = lambda index, rows, seconds: SimpleNamespace(index=index, root_rows=1, nodes=[None] * (rows - 1),  # noqa: E731
+                                                        verify_seconds=seconds)
+    assert cost.kept_forward_s(timings, 2) == pytest.approx(0.012)
+    assert cost.disagreement(timings, [step(0, 4, 0.030), step(1, 40, 0.001)]) == ""
+    assert cost.disagreement(timings, [step(2, 4, 0.012)]) == "", "within 1.5x"
+    found = cost.disagreement(timings, [step(2, 4, 0.030), step(3, 2, 0.004)])
+    assert found == "step 3's own verify over 2 rows took 4.00 ms where they say one forward over 2 rows takes " \
+                    "12.00 ms (3.0x)"
+
+
+def test_the_rounds_are_interleaved_over_the_row_counts_and_their_conditions_recorded(pairs, monkeypatch):
+    pair = pairs.get(SETTINGS)
+    forward, seen = CachedModel.forward, []
+
+    def recording(self, committed, nodes, *args, **kwargs):
+        seen.append(len(nodes))
+        return forward(self, committed, nodes, *args, **kwargs)
+
+    monkeypatch.setattr(CachedModel, "forward", recording)
+    timings, conditions = cost.measure_forwards(pair.target, pair.encode_prompt(PROMPT), rows=(1, 4, 16))
+    assert cost.CALIBRATION_ROUNDS > 3
+    assert seen == [0] + [1, 4, 16] * cost.CALIBRATION_ROUNDS, "the context once, then round after round"
+    assert sorted(timings) == [1, 4, 16]
+    assert conditions.wall_s > 0 and conditions.cpu_s > 0 and conditions.threads >= 1
+
+
+def test_a_measurement_on_a_busy_machine_is_shown_and_not_kept(pairs, monkeypatch):
+    monkeypatch.setattr(cost, "load_average", lambda: 27.0)
+    pair = pairs.get(SETTINGS)
+    measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    assert measured.not_kept.startswith("measured on a busy machine: load 27.0 on ")
+    assert "(not kept: measured on a busy machine" in measured.said()
+    assert not cost.costs_file(pair).exists()
+
+
+def test_what_makes_a_machine_busy():
+    assert cost.Conditions(2.7, 2, 3.0, 2.0).busy_because() == "measured on a busy machine: load 2.7 on 2 threads"
+    assert cost.Conditions(1.9, 2, 3.0, 2.0).busy_because() == ""
+    assert cost.Conditions(None, 1, 0.3, 1.0).busy_because().startswith("measured on a busy machine: this process "
+                                                                        "ran 30% of the 1.00 s")
+    assert cost.Conditions(None, 1, 0.3, 1.0, on_cpu=False).busy_because() == "", "a GPU's host thread may wait"
+
+
+def test_costs_kept_without_their_conditions_are_measured_again(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text('{"timings": {"1": 1.05834}, "measured_at": "2026-12-05 12:42", "how": "x", "device": "y"}')
+    assert cost.read_kept_costs(path) is None
+    cost.keep_costs(path, cost.MeasuredCosts({1: 0.011}, "2026-12-05 13:00", "x", "y", conditions=QUIET))
+    assert cost.read_kept_costs(path).conditions == QUIET
