@@ -10,16 +10,22 @@
     it then uses,
   - on CPU only, linear layers with few-row weight layouts and, where it pays, the compiled kernel
     (fast_linear.py); the drafts' layers in 8-bit blocks where a kernel variant runs (block_weights.py), their
-    other layers in half-precision panels.
+    other layers in half-precision panels;
+  - block layers computing in 8-bit activations (`arithmetic="int8"`, the default: block_int8.h, each row
+    quantized to blocks of 32 and multiplied in exact integers) with the exact attention that goes with them
+    (exact_attention.py), so a verify row is bitwise what the same token gets alone; `arithmetic="float32"`
+    multiplies the expanded weights by the float rows instead.
 Which of these a model gets is decided in one place, `plan_for`, from its device; which variant of the compiled
 kernels (AVX-512, AVX2, or none: ARM gets float32 weights and torch's products) in another, compile.kernel_variant,
 from the CPU's features. `kernels_in_use(model)` names the outcome in a few words.
 
-What changes: the GGUF blocks expand to exactly the float32 weights (checked per layer at load), so only the
-order of sums changes (~1e-5); the target's logits equal stock transformers' within float rounding (packed
+What changes: the GGUF blocks expand to exactly the float32 weights (checked per layer at load); in float32
+arithmetic only the order of sums changes (~1e-5), in 8-bit activations the rounding of each row's inputs too
+(the embedded target's next-token distributions ~0.006 nats from float32's, tests/test_block_weights.py); the
+target's logits in float32 arithmetic equal stock transformers' within float rounding (packed
 attention and the linear layouts block their sums differently; ~1e-5 on the tiny pair, tests/test_kernels.py),
 the lean forward and the in-place cache change nothing bitwise; the drafts' 8-bit blocks and half-precision panels
-round their weights, which may change their proposals, never the output.
+round their weights, which may change their proposals, never a lossless method's output.
 """
 from __future__ import annotations
 

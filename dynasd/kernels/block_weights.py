@@ -314,7 +314,7 @@ def use_q8_0_blocks(model: torch.nn.Module, kernel, arithmetic: str = FLOAT32) -
     """Swap every bias-free nn.Linear of `model` whose shape fits the kernel's panels for a Q8_0 `BlockLinear`
     quantized by gguf's own Q8_0 quantizer (llama.cpp's rule: per block of 32 inputs, d = max |w| / 127, q = round(w
     / d)); returns how many were swapped. For drafts only: a draft proposes, the target decides, so rounding a
-    draft's weights can change its proposals, never the output.
+    draft's weights can change its proposals, never a lossless method's output.
 
     Why: a one-row draft forward is bound by the bytes it reads, and the embedded draft's float16 panels are 40 MB
     (half of them its 16,384-token head) against the target's 96 MB of blocks; as Q8_0 they are 21 MB."""

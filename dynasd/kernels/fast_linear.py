@@ -2,30 +2,23 @@
 
 Why: a verify pass multiplies a handful of rows (the tree's nodes) by every weight matrix, and reading the weights
 from memory is the real cost, the same for 1 row as for 16. MKL's `F.linear(x, W)` runs near that bound for one
-row (and up to 3), but jumps 2-3x from 4 rows on (a different kernel); `x @ W.T` on a contiguous transposed copy
-grows slowly with the rows and is the fastest layout for 32 rows and more (prefill). For 2-24 rows the compiled
-kernel in panel_linear.cpp, which streams the weight once whatever the row count, beats both: whole target, two
-threads, weights from memory (docs/benchmarks.md, Intel Xeon, 2026-12-01): 4 rows 37 -> 27 ms, 8 rows 45 -> 28 ms,
-16 rows
-48 -> 44 ms of linear layers; 1 row stays with MKL (25 ms, the kernel 27). With AVX-512 one pass over the weights
-takes up to 14 rows (2026-12-01: a verify of 9-14 rows, tree nodes + the root token, 10-13% faster than
-in passes of 8 + the rest). Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs MKL is
-far slower and the kernel takes every row count (`mkl_is_tuned_here`).
+row (and up to 3) but jumps from 4 rows on (a different kernel); `x @ W.T` on a contiguous transposed copy grows
+slowly with the rows and is the fastest layout for 32 rows and more (prefill). For 2-24 rows the compiled kernel
+in panel_linear.cpp, which streams the weight once whatever the row count, beats both; one pass over the weights
+takes up to 14 rows with AVX-512. Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs the
+kernel takes every row count (`mkl_is_tuned_here`). docs/benchmarks.md holds the measurements.
 
 The kernel also takes float16 panels (summing in float32): a draft's layers that are not 8-bit blocks
-(block_weights.use_q8_0_blocks) use them for every row count, reading
-half the bytes (draft forward ~9 -> ~7 ms), and keep nothing else (no float32 weight, no transpose); its weights are
-stored in fp16 anyway, and the draft only proposes, so rounding its shared output layer to fp16 can change its
-proposals, never the output.
+(block_weights.use_q8_0_blocks) use them for every row count, reading half the bytes, and keep nothing else (no
+float32 weight, no transpose). A draft only proposes, so rounding its weights can change its proposals and never
+a lossless method's output (a lossy one, ti-mcsd wider than 1, follows its draft's proposals).
 
-The kernel is compiled on first use or by `dynasd build-kernels` (compile.py, ~15 s once, cached under
-~/.cache/dynasd/kernels); without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU
-with neither AVX-512 nor AVX2 (`kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch
-layouts (the engine as of 2026-11-30). The price is memory: up to two
-more copies of the linear weights (~540 MB each for the target). The layouts change speed only: the values are the
-same products up to float rounding (the draft's fp16 panels aside).
-MKL's packed weights (`torch.ops.mkl._mkl_linear`) were tried too: faster only when the row count equals the
-packed size (docs/benchmarks.md, 2026-11-30).
+The kernel is compiled on first use or by `dynasd build-kernels` (compile.py, cached under ~/.cache/dynasd/kernels);
+without a compiler, ninja or float32 weights with a multiple of 32 outputs, on a CPU with neither AVX-512 nor AVX2
+(`kernel_pays_here`), or with DYNASD_COMPILE=0, layers keep the two torch layouts. The price is memory: up to two
+more copies of the linear weights. The layouts change speed only: the values are the same products up to float
+rounding (the draft's fp16 panels aside). MKL's packed weights (`torch.ops.mkl._mkl_linear`) were measured and not
+adopted (docs/benchmarks.md).
 """
 from __future__ import annotations
 
