@@ -194,9 +194,7 @@ void all_panels(const float* x, const uint8_t* weights, float* y, int64_t M, int
   QuantizedRows xq;
   quantize_rows(x, M, K, /*widen=*/!Q4, xq);
   const int64_t panel_bytes = (K / BLOCK) * (Q4 ? Q4_1_BYTES : Q8_0_BYTES);
-  // Equal passes (6 rows: 3 + 3): a pass's cost barely grows with its rows, so fewer, fuller passes win.
-  const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-  const int64_t per_pass = (M + passes - 1) / passes;
+  const int64_t per_pass = dynasd_kernels::rows_per_pass(M, ROWS_PER_PASS);
   at::parallel_for(0, N / PANEL, 1, [&](int64_t first, int64_t last) {
     for (int64_t p = first; p < last; ++p) {
       for (int64_t m = 0; m < M; m += per_pass) {

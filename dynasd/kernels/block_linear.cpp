@@ -24,22 +24,7 @@
 //    the expanded weights fit in 16 registers.
 // Both sum every output in the same order (k ascending, one fused multiply-add per input), so the two variants
 // give bitwise the same results, and neither depends on the number of rows.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-#if defined(__AVX2__) && !defined(__AVX512F__)
-#if !defined(__FMA__) || !defined(__F16C__)
-#error "the AVX2 variant needs FMA and F16C (x86-64-v3)"
-#endif
-#define DYNASD_AVX2 1
-#endif
+#include "kernel_common.h"
 #include "block_int8.h"
 #include "exact_attention.h"
 
@@ -179,9 +164,7 @@ void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const uint8_t
 
 template <typename F>
 void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const uint8_t* panel, float* yp, int64_t N) {
-  // More rows go in equal passes (20: 10 + 10, not 12 + 8): a pass of one or two rows runs at the FMA latency.
-  const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-  const int64_t per_pass = (M + passes - 1) / passes;
+  const int64_t per_pass = dynasd_kernels::rows_per_pass(M, ROWS_PER_PASS);
   for (int64_t m = 0; m < M; m += per_pass) {
     rows_times_panel_any<F>(std::min(per_pass, M - m), xp + m * K, K, panel, yp + m * N, N);
   }
@@ -286,10 +269,9 @@ void rows_times_half(int64_t rows, const float* x, int64_t K, const uint8_t* pan
 template <typename F>
 void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const uint8_t* panel, float* yp, int64_t N) {
   if (M == 1) return rows_times_columns<F, 1, 0, 4>(xp, K, panel, yp, N);  // four chains: past the FMA latency
-  // More rows go in equal passes (6: 3 + 3, not 4 + 2), each pass over both halves of the panel (the second reads
-  // the panel's bytes again, from the core's cache).
-  const int64_t passes = (M + F::half_rows - 1) / F::half_rows;
-  const int64_t per_pass = (M + passes - 1) / passes;
+  // More rows go in equal passes, each over both halves of the panel (the second reads the panel's bytes again,
+  // from the core's cache).
+  const int64_t per_pass = dynasd_kernels::rows_per_pass(M, F::half_rows);
   for (int64_t m = 0; m < M; m += per_pass) {
     const int64_t rows = std::min(per_pass, M - m);
     rows_times_half<F, 0>(rows, xp + m * K, K, panel, yp + m * N, N);
@@ -352,92 +334,10 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& panels, int64_t f
 }
 
 
-// ---------------------------------------------------------------------------------------------------------------
-// A Llama model's decoder layers over block weights in one call: lean_forward.py's layer loop, op for op.
-//
-// Why: a one-token forward of the embedded target spends about as long in Python, between its 30 layers' ~45
-// small operations each, as in the weight products (2026-12-05, Intel Xeon: 16.6 ms a forward, its block products
-// 9.7). Here the same ATen operations run in the same order on the same tensors, so every value is bitwise what
-// the Python loop gives (tests/test_lean_forward.py compares the two); only the interpreter between them is gone.
-// lean_forward.py calls this where every layer's projections are block layers, the attention is the packed
-// grouped-query SDPA (gqa_attention.py) and the caches grow in place (inplace_cache.py, whose buffers this writes
-// into); every other model keeps the Python loop.
-
-// LlamaRMSNorm on float32 (lean_forward._rms_norm).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor variance = x.pow(2).mean({-1}, /*keepdim=*/true);
-  return weight * (x * variance.add_(eps).rsqrt_());
-}
-
-// x * cos + rotate_half(x) * sin with rotate_half's sign on the sine (lean_forward._rotary).
-at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin) {
-  const int64_t half = x.size(-1) / 2;
-  return x * cos + at::cat({x.slice(-1, half), x.slice(-1, 0, half)}, -1) * signed_sin;
-}
-
-// hidden: (batch, q, hidden) float32; cos, signed_sin: (batch, q, 1, head_dim); mask: (1, 1, q, past + q) additive;
-// per layer: norms [input, post-attention], panels [q/k/v fused, o, gate/up fused, down] with their formats, and
-// the key/value buffers (batch, kv_heads, capacity, head_dim) holding `filled` positions, written at
-// [filled, filled + q). Returns the last layer's hidden states.
-at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, const at::Tensor& signed_sin,
-                        const at::Tensor& mask, at::TensorList norms, at::TensorList panels, at::IntArrayRef formats,
-                        at::TensorList key_buffers, at::TensorList value_buffers, int64_t filled, int64_t heads,
-                        int64_t kv_heads, int64_t head_dim, int64_t intermediate, double eps, double scaling) {
-  const int64_t layers = key_buffers.size();
-  TORCH_CHECK(norms.size() == 2 * layers && panels.size() == 4 * layers && formats.size() == 4 * layers &&
-              value_buffers.size() == layers, "block_layers needs 2 norms, 4 panels and 4 formats per layer");
-  const int64_t batch = hidden_in.size(0), q_len = hidden_in.size(1), needed = filled + q_len;
-  const int64_t groups = heads / kv_heads, q_size = heads * head_dim, kv_size = kv_heads * head_dim;
-  // packed_gqa_sdpa's mask: tiled once per forward for several query rows; one row (or no grouping) keeps it.
-  const bool packed = groups > 1 && q_len > 1;
-  const at::Tensor attention_mask = packed ? mask.slice(3, 0, needed).repeat({1, 1, groups, 1}) : mask;
-  at::Tensor hidden = hidden_in;
-  for (int64_t i = 0; i < layers; ++i) {
-    at::Tensor x = rms_norm(hidden, norms[2 * i], eps);
-    const std::vector<at::Tensor> qkv =
-        at::split_with_sizes(block_linear(x, panels[4 * i], formats[4 * i]), {q_size, kv_size, kv_size}, -1);
-    const at::Tensor query = rotary(qkv[0].view({batch, q_len, -1, head_dim}), cos, signed_sin).transpose(1, 2);
-    const at::Tensor key = rotary(qkv[1].view({batch, q_len, -1, head_dim}), cos, signed_sin).transpose(1, 2);
-    const at::Tensor value = qkv[2].view({batch, q_len, -1, head_dim}).transpose(1, 2);
-    key_buffers[i].slice(2, filled, needed).copy_(key);
-    value_buffers[i].slice(2, filled, needed).copy_(value);
-    const at::Tensor keys = key_buffers[i].slice(2, 0, needed), values = value_buffers[i].slice(2, 0, needed);
-    at::Tensor out;
-#if defined(__AVX2__)
-    if (formats[4 * i] >= 2) {  // 8-bit activations: every row exactly what it would be alone (exact_attention.h)
-      out = exact_attention_impl::attention(query, keys, values, mask, scaling);
-    } else
-#endif
-    if (groups == 1) {  // transformers' sdpa_attention_forward: no grouping to pack
-      out = at::scaled_dot_product_attention(query, keys, values, attention_mask, 0.0, false, scaling)
-                .reshape({batch, -1, q_len, head_dim});
-    } else {  // one row: transformers' pack_gqa; several: packed_gqa_sdpa's stacked rows (the same reshape)
-      out = at::scaled_dot_product_attention(query.reshape({batch, kv_heads, groups * q_len, head_dim}), keys,
-                                             values, attention_mask, 0.0, false, scaling)
-                .reshape({batch, heads, q_len, head_dim});
-    }
-    out = out.transpose(1, 2).contiguous();
-    hidden = hidden + block_linear(out.reshape({batch, q_len, -1}).contiguous(), panels[4 * i + 1], formats[4 * i + 1]);
-    x = rms_norm(hidden, norms[2 * i + 1], eps);
-    const std::vector<at::Tensor> gate_up =
-        at::split_with_sizes(block_linear(x, panels[4 * i + 2], formats[4 * i + 2]), {intermediate, intermediate}, -1);
-    hidden = hidden + block_linear(at::silu(gate_up[0]) * gate_up[1], panels[4 * i + 3], formats[4 * i + 3]);
-  }
-  return hidden;
-}
+#include "block_layers.h"
 
 }  // namespace
 
-// The namespace names the variant (dynasd_blocks_avx512, dynasd_blocks_avx2: compile.py defines DYNASD_VARIANT), so
-// one process can load both (the tests compare them); the extra macro levels expand the name before TORCH_LIBRARY
-// pastes it.
-#ifndef DYNASD_VARIANT
-#define DYNASD_VARIANT generic
-#endif
-#define DYNASD_PASTE2(a, b) a##_##b
-#define DYNASD_PASTE(a, b) DYNASD_PASTE2(a, b)
-#define DYNASD_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-#define DYNASD_LIBRARY_IMPL(ns, m) TORCH_LIBRARY_IMPL(ns, CPU, m)
 DYNASD_LIBRARY(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) {
   m.def("block_linear(Tensor x, Tensor panels, int format) -> Tensor");
   m.def("block_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor mask, Tensor[] norms, Tensor[] panels, "

@@ -14,21 +14,7 @@
 // vector code spilled its accumulators there, an 8-row verify ~730 ms instead of ~45). The AVX2 variant covers the
 // whole panel for 1-2 rows, and one 16-column half of it (one cache line of a float32 panel) for 3-6 rows a pass.
 // Both sum every output in the same order, so they give bitwise the same results.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-
-#include <algorithm>
-#include <cstring>
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
-#if defined(__AVX2__) && !defined(__AVX512F__)
-#if !defined(__FMA__) || !defined(__F16C__)
-#error "the AVX2 variant needs FMA and F16C (x86-64-v3)"
-#endif
-#define DYNASD_AVX2 1
-#endif
+#include "kernel_common.h"
 
 namespace {
 
@@ -108,8 +94,7 @@ void rows_times_panel_any(int64_t rows, const float* x, int64_t K, const W* pane
 
 template <typename W>
 void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const W* panel, float* yp, int64_t N) {
-  const int64_t passes = (M + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-  const int64_t per_pass = (M + passes - 1) / passes;
+  const int64_t per_pass = dynasd_kernels::rows_per_pass(M, ROWS_PER_PASS);
   for (int64_t m = 0; m < M; m += per_pass) {
     rows_times_panel_any(std::min(per_pass, M - m), xp + m * K, K, panel, yp + m * N, N);
   }
@@ -168,8 +153,7 @@ void rows_times_panel_passes(const float* xp, int64_t M, int64_t K, const W* pan
   // One or two rows: the whole panel in one pass (four or eight chains of sums: past the FMA latency).
   if (M == 1) return rows_times_columns<1, 0, 4>(xp, K, panel, yp, N);
   if (M == 2) return rows_times_columns<2, 0, 4>(xp, K, panel, yp, N);
-  const int64_t passes = (M + HALF_ROWS - 1) / HALF_ROWS;
-  const int64_t per_pass = (M + passes - 1) / passes;
+  const int64_t per_pass = dynasd_kernels::rows_per_pass(M, HALF_ROWS);
   for (int64_t m = 0; m < M; m += per_pass) {
     const int64_t rows = std::min(per_pass, M - m);
     rows_times_half<0>(rows, xp + m * K, K, panel, yp + m * N, N);
@@ -212,14 +196,5 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
 
 }  // namespace
 
-// The namespace names the variant (dynasd_avx512, dynasd_avx2: compile.py defines DYNASD_VARIANT), so one process
-// can load both (the tests compare them); the extra macro levels expand the name before TORCH_LIBRARY pastes it.
-#ifndef DYNASD_VARIANT
-#define DYNASD_VARIANT generic
-#endif
-#define DYNASD_PASTE2(a, b) a##_##b
-#define DYNASD_PASTE(a, b) DYNASD_PASTE2(a, b)
-#define DYNASD_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-#define DYNASD_LIBRARY_IMPL(ns, m) TORCH_LIBRARY_IMPL(ns, CPU, m)
 DYNASD_LIBRARY(DYNASD_PASTE(dynasd, DYNASD_VARIANT), m) { m.def("panel_linear(Tensor x, Tensor panels) -> Tensor"); }
 DYNASD_LIBRARY_IMPL(DYNASD_PASTE(dynasd, DYNASD_VARIANT), m) { m.impl("panel_linear", panel_linear); }
