@@ -1,14 +1,15 @@
 """Cost of one target and one draft forward over q tree rows, per kernel variant, side by side (CPU).
 
-Why: a draft pays when its forward costs a small share of the target's for the same rows (docs/benchmarks.md,
-"Kernel variants"). The embedded pair is loaded once per entry of `--variants` (a DYNASD_KERNEL_VARIANT,
-compile.kernel_variant, and optionally `:fp32`, the target's float32 weights instead of its GGUF blocks) in one
-process, a prompt cached, then every (variant, model, rows) forward timed in interleaved rounds, so machine
-noise falls on all alike; each forward's rows are dropped again, so every one sees the same cache.
+Why: a draft pays when its forward costs a small share of the target's for the same rows, and a tree when a row
+costs a small share of a forward (docs/benchmarks.md). The embedded pair is loaded once per entry of `--variants`
+(a DYNASD_KERNEL_VARIANT, compile.kernel_variant; optionally `:fp32`, the target's float32 weights instead of its
+GGUF blocks; optionally `/float32`, the blocks' float32 arithmetic instead of 8-bit activations) in one process, a
+prompt cached, then every (variant, model, rows) forward timed in interleaved rounds, so machine noise falls on all
+alike; each forward's rows are dropped again, so every one sees the same cache.
 `--cpu-time` times one thread's CPU time instead of the wall clock (one thread): on a machine other jobs share, it
 leaves out the time the process waited for a core.
 
-    .venv/bin/python scripts/forward_cost.py --threads 2 --rounds 13 --variants avx512,avx2,avx2:fp32,torch
+    .venv/bin/python scripts/forward_cost.py --threads 2 --rounds 13 --variants avx512,avx2,avx2/float32,avx2:fp32,torch
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from verify_cost import repeated, time_chain_forwards  # this folder (a script's
 
 from dynasd.cache import CachedModel
 from dynasd.kernels.compile import VARIANT_ENV
-from dynasd.models import load_pair
+from dynasd.models import DEFAULT_ARITHMETIC, load_pair
 
-ROWS = (1, 4, 8, 16)
+ROWS = (1, 2, 4, 8, 16, 32)
 ROLES = ("target", "draft")
 
 
@@ -42,8 +43,10 @@ def main() -> int:
     variants = args.variants.split(",")
     pairs = {}
     for variant in variants:
-        os.environ[VARIANT_ENV], _, weights = variant.partition(":")
-        pairs[variant] = load_pair(args.pair, device="cpu", weights=weights or "gguf")
+        named, _, arithmetic = variant.partition("/")
+        os.environ[VARIANT_ENV], _, weights = named.partition(":")
+        pairs[variant] = load_pair(args.pair, device="cpu", weights=weights or "gguf",
+                                   arithmetic=arithmetic or DEFAULT_ARITHMETIC)
     sentence = pairs[variants[0]].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
     models = {(variant, role): CachedModel(getattr(pair, role)) for variant, pair in pairs.items() for role in ROLES}

@@ -51,16 +51,17 @@ def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
 def test_forward_cost_prints_each_model_and_variant_and_their_ratio():
     from dynasd.kernels.compile import runnable_variants
 
-    variants = ",".join([*runnable_variants(), "torch"])
+    variants = ",".join([*runnable_variants(), *[f"{v}/float32" for v in runnable_variants()], "torch"])
     out = run_script("forward_cost.py", "--pair", "tiny-random", "--rounds", "1", "--context", "8",
                      "--variants", variants, "--threads", "1")
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split(" | ")[0].removeprefix("| ") for line in out.stdout.splitlines() if line.count("|") == 6]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in out.stdout.splitlines()
+            if line.count("|") == 8]  # a name and 6 row counts
     expected = [f"{role}, {v}" for role in ("target", "draft") for v in variants.split(",")]
     assert rows[2:] == expected + [f"draft / target, {v}" for v in variants.split(",")], rows
     ratios = [float(x) for line in out.stdout.splitlines() if line.startswith("| draft / target")
               for x in line.strip(" |").split(" | ")[1:]]
-    assert len(ratios) == 4 * len(variants.split(",")) and all(ratio > 0 for ratio in ratios)
+    assert len(ratios) == 6 * len(variants.split(",")) and all(ratio > 0 for ratio in ratios)
 
 
 @pytest.mark.slow

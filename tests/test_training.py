@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import pair_on
 from scipy.stats import chisquare
 
 from dynasd.cli import main
@@ -297,8 +298,11 @@ def test_embedded_pair_uses_the_shipped_draft_and_stays_greedy_identical(embedde
 
 
 @pytest.mark.slow
-def test_shipped_draft_agrees_with_the_target_above_the_measured_bar(embedded_pair):
-    pair = embedded_pair
+def test_shipped_draft_agrees_with_the_target_above_the_measured_bar():
+    """On the float32 arithmetic's greedy texts, where the bar was measured (the 8-bit activations' texts of these
+    few prompts differ after a few tokens, and the draft agrees with its labels at 0.39 there; over the bench's 13
+    prompts its acceptance is 0.39 in either arithmetic: docs/benchmarks.md)."""
+    pair = pair_on("embedded", "cpu", arithmetic="float32")
     seqs = []
     for text in FIXED_PROMPTS:
         ids = pair.encode_prompt(text)

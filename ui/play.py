@@ -67,7 +67,7 @@ def _ensure_run(session: Session, settings: Settings, prompt: str, steps: int) -
     return f"{reason}; {_start_costs(session)}{_wide_tree_on_a_cpu(settings)}"
 
 
-WIDE_TREE_NODES = 8  # the narrow recipe's (2, 1, 1, 1) tree; wider ones lost to ar on both CPUs measured
+WIDE_TREE_NODES = 8  # the narrow recipe's (2, 1, 1, 1) tree; wider ones lost to ar on every CPU measured
 
 
 def _wide_tree_on_a_cpu(settings: Settings) -> str:
@@ -80,9 +80,8 @@ def _wide_tree_on_a_cpu(settings: Settings) -> str:
     if nodes <= WIDE_TREE_NODES or pick_device(None).type != "cpu":
         return ""
     return (f". On a CPU this {nodes}-node tree is expected to be slower than ar: each step verifies {nodes + 1} "
-            "rows and a CPU's forward grows with its rows (Learn → Cost model measures it here). Prompt lookup and "
-            "the narrow tree are the fastest lossless methods measured on a CPU (Recipe menu); trees this wide pay "
-            "on a GPU")
+            f"rows and runs {len(branching)} draft forwards, which cost more here than the tokens they win (Learn → "
+            "Cost model measures both on this machine)")
 
 
 def _start_costs(session: Session) -> str:
