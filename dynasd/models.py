@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from .converted import converted_weights, load_converted, saved_rows
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
-from .kernels import ARITHMETICS, INT8, accelerate  # noqa: F401 (ARITHMETICS: the options' choices)
+from .kernels import ARITHMETICS, INT8, accelerate
 from .shared_module import SharedModule
 
 

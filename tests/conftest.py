@@ -7,6 +7,7 @@ embedded_pair   the embedded SmolLM2 pair (~15-30 s to load on CPU), one per tes
 device          every device the engine tests run on: "cpu" always, "cuda" when a GPU is present (skipped otherwise,
                 with one reason); tiny_pair_on_device / embedded_pair_on_device are the pairs loaded there (fp32),
                 pair_on(name, device, dtype, ...) any pair, loaded once per test session
+kernel          the compiled block kernel (block_weights.block_kernel) in every variant this CPU executes, per module
 explorer_url    the app started the way users start it (`python app.py --pair tiny-random`), in a subprocess on a
                 free local port, shared by the API and browser tests
 
@@ -29,6 +30,8 @@ import pytest
 import torch
 
 from dynasd.embedded import PACKAGE, VERSION, cache_dir
+from dynasd.kernels.block_weights import block_kernel
+from dynasd.kernels.compile import runnable_variants
 from dynasd.models import load_pair
 
 # `make test` runs two pytest-xdist workers on two cores: one torch thread each avoids oversubscription, and so
@@ -201,6 +204,15 @@ def pair_on(name: str, device: str = "cpu", dtype: str | None = None, **load_opt
 @pytest.fixture(scope="session", params=DEVICES)
 def device(request) -> str:
     return request.param
+
+
+@pytest.fixture(scope="module", params=runnable_variants() or [None])
+def kernel(request):
+    """The block kernel in every variant this CPU executes (AVX-512 and AVX2 on an AVX-512 machine)."""
+    op = block_kernel(request.param) if request.param else None
+    if op is None:
+        pytest.skip("no block kernel here (no variant for this CPU, or no compiler)")
+    return op
 
 
 @pytest.fixture(scope="session")

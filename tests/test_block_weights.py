@@ -29,15 +29,6 @@ from dynasd.models import ModelLoadError, load_pair
 QTYPE = {Q4_1: GGMLQuantizationType.Q4_1, Q8_0: GGMLQuantizationType.Q8_0}
 
 
-@pytest.fixture(scope="module", params=runnable_variants() or [None])
-def kernel(request):
-    """The block kernel in every variant this CPU executes (AVX-512 and AVX2 on an AVX-512 machine)."""
-    op = block_kernel(request.param) if request.param else None
-    if op is None:
-        pytest.skip("no block kernel here (no variant for this CPU, or no compiler)")
-    return op
-
-
 def quantized(kind: str, weight: torch.Tensor) -> torch.Tensor:
     """The (rows, blocks, bytes) GGUF blocks of `weight`, made by the gguf package's own quantizer."""
     raw = quants.quantize(weight.numpy(), QTYPE[kind])
@@ -101,9 +92,11 @@ def test_fused_projections_are_bitwise_the_separate_layers(kernel):
     assert FusedBlocks.of(mixed) is None and FusedBlocks.of([torch.nn.Linear(64, 32)]) is None
 
 
-def test_the_embedding_rows_come_out_exact(kernel):
+@pytest.mark.parametrize("arithmetic", ["float32", "int8"])
+def test_the_embedding_rows_come_out_exact(kernel, arithmetic):
+    """From either arithmetic's panel layout (32 columns an input, or 8 columns two inputs at a time)."""
     raw = quantized(Q8_0, torch.randn(96, 64, generator=torch.Generator().manual_seed(3)))
-    embedding = BlockEmbedding(BlockLinear(Q8_0, raw, kernel))
+    embedding = BlockEmbedding(BlockLinear(Q8_0, raw, kernel, arithmetic))
     ids = torch.tensor([[0, 31, 32, 95, 7], [95, 95, 1, 64, 33]])
     assert torch.equal(embedding(ids), dequantize(Q8_0, raw)[ids])
     with pytest.raises(ValueError):

@@ -9,17 +9,7 @@ from test_block_weights import quantized, small_llama, write_gguf
 
 from dynasd.cache import CachedModel
 from dynasd.kernels import accelerate_model, plan_for
-from dynasd.kernels.block_weights import BLOCK, INT8, Q4_1, Q8_0, BlockLinear, block_kernel, dequantize
-from dynasd.kernels.compile import runnable_variants
-
-
-@pytest.fixture(scope="module", params=runnable_variants() or [None])
-def kernel(request):
-    """The block kernel in every variant this CPU executes."""
-    op = block_kernel(request.param) if request.param else None
-    if op is None:
-        pytest.skip("no block kernel here (no variant for this CPU, or no compiler)")
-    return op
+from dynasd.kernels.block_weights import BLOCK, INT8, Q4_1, Q8_0, BlockLinear, dequantize, kernel_library
 
 
 def rows_alone_and_together(product, x: torch.Tensor) -> list[int]:
@@ -70,12 +60,8 @@ def test_the_row_check_catches_a_product_whose_rows_share_a_scale(kernel):
     assert rows_alone_and_together(shared_scale, x) != []
 
 
-def exact_attention_op(kernel):
-    return getattr(torch.ops, kernel._qualified_op_name.partition("::")[0]).exact_attention
-
-
 def test_exact_attention_is_attention_and_ignores_masked_keys(kernel):
-    attention = exact_attention_op(kernel)
+    attention = kernel_library(kernel).exact_attention
     gen = torch.Generator().manual_seed(3)
     for heads, kv_heads, head_dim in [(9, 3, 64), (4, 2, 16), (2, 2, 8), (6, 3, 24)]:
         q = torch.randn(1, heads, 5, head_dim, generator=gen)

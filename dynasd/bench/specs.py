@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..models import ARITHMETICS, WEIGHT_MODES
+from ..models import ARITHMETICS, DEFAULT_ARITHMETIC, WEIGHT_MODES
 from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
 from ..recipes import BY_KEY as RECIPES_BY_KEY
 
@@ -86,7 +86,7 @@ class MethodSpec:
     def option(self, key: str, default=None):
         return dict(self.options).get(key, default)
 
-    def pair_key(self, weights: str, arithmetic: str = ARITHMETICS[0]) -> str:
+    def pair_key(self, weights: str, arithmetic: str = DEFAULT_ARITHMETIC) -> str:
         """Which loaded pair runs this method: its `kernels`, and its `weights` and `arithmetic` where they differ
         from the run's defaults ("fast", "torch", "fast/weights=fp32", "fast/arithmetic=float32", ...)."""
         key = self.option("kernels", "fast")

@@ -31,7 +31,7 @@
 namespace int8_blocks {
 
 constexpr int64_t PANEL = 8;   // output columns per panel: one vector of 8 int32 or float lanes
-constexpr int64_t BLOCK = 32;  // inputs per quantization block
+constexpr int64_t BLOCK = dynasd_kernels::QUANT_BLOCK;
 constexpr int64_t Q4_1_BYTES = 16 + 16 + BLOCK * PANEL / 2;  // d, m, codes: 160 per (panel, block)
 constexpr int64_t Q8_0_BYTES = 16 + BLOCK * PANEL;           // d, codes: 272 per (panel, block)
 constexpr int64_t PREFETCH_BLOCKS = 8;

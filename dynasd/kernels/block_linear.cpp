@@ -31,7 +31,7 @@
 namespace {
 
 constexpr int64_t PANEL = 32;  // output columns per panel: two 16-float vectors
-constexpr int64_t BLOCK = 32;  // inputs per quantization block (GGUF's QK4_1 and QK8_0)
+constexpr int64_t BLOCK = dynasd_kernels::QUANT_BLOCK;
 constexpr int64_t Q4_1_BYTES = 2 * PANEL * 2 + BLOCK * PANEL / 2;  // d, m, codes: 640 per (panel, block)
 constexpr int64_t Q8_0_BYTES = PANEL * 2 + BLOCK * PANEL;          // d, codes: 1088 per (panel, block)
 // Reading 5-9 KB ahead keeps the weights streaming from memory: one block ahead, a whole target's layers took 15.0 ms

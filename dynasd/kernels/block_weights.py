@@ -46,10 +46,15 @@ def block_kernel(variant: str | None = None):
                        lambda: getattr(torch.ops, f"dynasd_blocks_{variant}").block_linear, variant)
 
 
+def kernel_library(kernel):
+    """The torch.ops namespace a compiled block kernel was registered in (one per variant): its library's other
+    operators (block_layers, exact_attention) are read from there."""
+    return getattr(torch.ops, kernel._qualified_op_name.partition("::")[0])
+
+
 def exact_attention_op(variant: str | None = None):
     """The compiled exact_attention (exact_attention.h) of the block kernel's library in `variant`."""
-    kernel = block_kernel(variant)
-    return getattr(torch.ops, kernel._qualified_op_name.partition("::")[0]).exact_attention
+    return kernel_library(block_kernel(variant)).exact_attention
 
 
 # ---------------------------------------------------------------------------------------------------------------

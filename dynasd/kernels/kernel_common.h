@@ -21,6 +21,8 @@
 
 namespace dynasd_kernels {
 
+constexpr int64_t QUANT_BLOCK = 32;  // inputs per quantization block (GGUF's QK4_1 and QK8_0)
+
 // The rows of one pass when `rows` go in passes of at most `most`, as equal as they can be (6 rows, 4 at most:
 // 3 + 3, not 4 + 2): a pass of one or two rows runs at its multiply-adds' latency, not at their throughput.
 inline int64_t rows_per_pass(int64_t rows, int64_t most) {

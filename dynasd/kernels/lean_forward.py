@@ -19,7 +19,7 @@ import threading
 
 import torch
 
-from .block_weights import BlockLinear, FusedBlocks
+from .block_weights import BlockLinear, FusedBlocks, kernel_library
 from .exact_attention import NAME as EXACT_ATTENTION
 from .fast_linear import FusedProjections
 from .gqa_attention import NAME as PACKED_GQA
@@ -62,8 +62,7 @@ class CompiledLayers:
 
     def __init__(self, model: torch.nn.Module, fused: list[tuple]) -> None:
         config, layers = model.config, model.model.layers[: model.config.num_hidden_layers]
-        namespace = fused[0][0].kernel._qualified_op_name.partition("::")[0]
-        self.op = getattr(torch.ops, namespace).block_layers  # AttributeError: a library built before it existed
+        self.op = kernel_library(fused[0][0].kernel).block_layers  # AttributeError: a library built before it existed
         self.norms, self.panels, self.formats = [], [], []
         for layer, (qkv, gate_up) in zip(layers, fused):
             self.norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
