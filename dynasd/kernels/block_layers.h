@@ -36,7 +36,10 @@ at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, cons
   const int64_t batch = hidden_in.size(0), q_len = hidden_in.size(1), needed = filled + q_len;
   const int64_t groups = heads / kv_heads, q_size = heads * head_dim, kv_size = kv_heads * head_dim;
   // packed_gqa_sdpa's mask: tiled once per forward for several query rows; one row (or no grouping) keeps it.
-  const bool packed = groups > 1 && q_len > 1;
+  // Layers in 8-bit activations take the exact attention and the mask as it is: tiled only where SDPA reads it.
+  bool sdpa = false;
+  for (int64_t i = 0; i < layers; ++i) sdpa = sdpa || formats[4 * i] < 2;
+  const bool packed = sdpa && groups > 1 && q_len > 1;
   const at::Tensor attention_mask = packed ? mask.slice(3, 0, needed).repeat({1, 1, groups, 1}) : mask;
   at::Tensor hidden = hidden_in;
   for (int64_t i = 0; i < layers; ++i) {

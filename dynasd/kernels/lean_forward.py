@@ -55,10 +55,10 @@ def fused_projections(model: torch.nn.Module) -> list[tuple]:
 
 
 class CompiledLayers:
-    """A model's decoder layers as one call of the compiled `block_layers` (block_linear.cpp): the layer loop of
+    """A model's decoder layers as one call of the compiled `block_layers` (block_layers.h): the layer loop of
     `lean_forward`, op for op, in C++, so the values are bitwise the same. Made by `compiled_layers` where every
-    layer's projections are block layers of one kernel variant, the attention is the packed grouped-query SDPA and
-    the MLP's activation SiLU."""
+    layer's projections are block layers of one kernel variant, the attention is the packed grouped-query SDPA (or
+    the exact attention, for 8-bit activations) and the MLP's activation SiLU."""
 
     def __init__(self, model: torch.nn.Module, fused: list[tuple]) -> None:
         config, layers = model.config, model.model.layers[: model.config.num_hidden_layers]
