@@ -2,7 +2,7 @@
 // 8-bit weight blocks, and a fixed float epilogue per block. Included by block_linear.cpp (formats 2 and 3).
 //
 // Why: a tree verify multiplies every weight by each of its rows. In float32 (the expanded weight times the row's
-// float) that is ~2 ms of arithmetic per extra row on two cores (docs/benchmarks.md, "Verify rows"), so a wide tree
+// float) that is ~2 ms of arithmetic per extra row on two cores (docs/benchmarks.md, "Speed by CPU kind"), so a wide tree
 // loses to ar on a CPU. As 8-bit integers, `vpmaddubsw` multiplies 32 pairs an instruction and the sums are exact,
 // so a row costs a fraction of that and many verify rows cost about one ar step.
 //
