@@ -216,7 +216,7 @@ def test_pq_bars_follow_the_nodes(runs):
     p_bars, q_bars = fig.data[0], fig.data[1]
     assert list(p_bars.y) == [n.p for n in step.nodes]
     assert list(q_bars.y) == [n.q for n in step.nodes]
-    assert list(p_bars.marker.color) == [STATUS_COLORS[n.status] for n in step.nodes]
+    assert list(p_bars.marker.color) == [STATUS_COLORS[drawn_status(step, i)] for i in range(len(step.nodes))]
 
 
 def test_stop_scores_are_drawn_against_the_threshold(runs):
@@ -353,6 +353,23 @@ def test_siblings_after_an_accepted_node_are_not_called_below_a_rejection(runs):
             found += expected == "skipped"
     assert found, "the greedy runs leave untested siblings of accepted nodes"
     assert "below" not in STATUS_NAMES["skipped"]
+
+
+def test_a_node_drawn_not_tested_is_called_not_tested_in_every_hover(runs):
+    """The tree's glyph, the tree's hover and the p-vs-q bar's hover name one status for a node."""
+    checked = 0
+    for _, step in all_steps(runs):
+        skipped = [i for i in range(len(step.nodes)) if drawn_status(step, i) == "skipped"]
+        if not skipped:
+            continue
+        tree_hovers = {int(h.split("node ")[1].split("<")[0]): h
+                       for trace in node_traces(viz.tree_figure(step, "root")) for h in trace.hovertext}
+        bar_hovers = viz.pq_figure(step).data[0].hovertext
+        for i in skipped:
+            for hover in (tree_hovers[i], bar_hovers[i]):
+                assert "not tested" in hover and "not reached" not in hover
+            checked += 1
+    assert checked
 
 
 def test_the_stop_panel_never_claims_a_draft_where_there_is_none(runs):

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 
 from dynasd.origins import BY_NAME
 from dynasd.trace import StepTrace
+from dynasd.trace_semantics import drawn_status
 
 from .labels import label_width, strided
 from .style import (
@@ -32,19 +33,20 @@ def pq_figure(step: StepTrace) -> go.Figure:
     n = len(step.nodes)
     xs = list(range(n))
     labels = [f"{i}·{show_token(node.token, 6)}" for i, node in enumerate(step.nodes)]
+    shown = [drawn_status(step, i) for i in range(n)]  # the tree's statuses: an untested sibling is "not tested"
     hover = []
     for i, node in enumerate(step.nodes):
         ratio = "–" if not node.q else f"{node.p / node.q:.3f}"
         hover.append("<br>".join([f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}",
                                   f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *test_lines(node),
-                                  STATUS_SHORT[node.status]]))
+                                  STATUS_SHORT[shown[i]]]))
     # the status also as a glyph over each bar (where they fit: the page measures each bar's text on a redraw)
     # and a fill pattern: never by colour alone
-    glyphs = [STATUS_GLYPHS[node.status] for node in step.nodes] if n <= TOKEN_LABELS_UP_TO_NODES else None
+    glyphs = [STATUS_GLYPHS[status] for status in shown] if n <= TOKEN_LABELS_UP_TO_NODES else None
     traces = [go.Bar(x=xs, y=[node.p for node in step.nodes], name="p: target probability",
-                     marker=dict(color=[STATUS_COLORS[node.status] for node in step.nodes],
+                     marker=dict(color=[STATUS_COLORS[status] for status in shown],
                                  line=dict(color="#333", width=0.5),
-                                 pattern=dict(shape=[STATUS_PATTERNS[node.status] for node in step.nodes],
+                                 pattern=dict(shape=[STATUS_PATTERNS[status] for status in shown],
                                               fgcolor="#222", size=6, solidity=0.3)),
                      text=glyphs,
                      textposition="outside", cliponaxis=False, textfont=dict(size=11), hovertext=hover,
