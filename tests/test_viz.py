@@ -510,3 +510,12 @@ def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_m
     assert row[0][CONDITIONAL] == rates_text(acceptance.conditional)
     assert row[1][PER_POSITION] == "–" and row[1][CONDITIONAL] == "–"
     assert "steps by candidates accepted" not in {t.name for t in viz.timeline_figure(runs["ar"]).data}
+
+
+def test_the_summary_names_a_draft_model_only_where_one_ran(runs, tiny_pair):
+    pld = run_of(tiny_pair, "pld", max_new_tokens=6)
+    for run in (pld, runs["ar"]):
+        assert tiny_pair.draft_label not in viz.summary_markdown(run)
+        assert "draft: none" in viz.summary_markdown(run)
+    for name in ("mcsd", "ti", "dynamic"):
+        assert f"draft: {tiny_pair.draft_label}" in viz.summary_markdown(runs[name])

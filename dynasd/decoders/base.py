@@ -13,6 +13,9 @@ from ..options import DecoderOptions
 from ..trace import RunTrace, StepTrace
 from .snapshot import SNAPSHOT_FORMAT, DecoderSnapshot, state_fingerprint
 
+# The "draft:" of a run that ran no draft model (ar, prompt lookup, token recycling)
+NO_DRAFT_MODEL = "none (no draft model runs)"
+
 
 class RequestError(ValueError):
     """A request the decoder refuses (empty prompt, too long, ...); the message is meant for the user."""
@@ -45,7 +48,8 @@ class Decoder(ABC):
 
     @property
     def draft_label(self) -> str:
-        return self.pair.draft_label
+        """The draft model a run used, as its trace names it: none for a method that runs none."""
+        return NO_DRAFT_MODEL
 
     def max_step_tokens(self) -> int:
         """Most positions one step can add beyond the committed tokens (for the context-limit check)."""

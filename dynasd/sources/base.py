@@ -147,6 +147,7 @@ class CandidateSource(ABC):
     target_rooted = False       # level 1 comes from the target itself: it must read the whole prompt at prefill
     reads_target_hidden = False  # needs the target's final hidden states with every reading
     reads_prompt_logits = False  # needs the target's logits at every prompt position, not just the last
+    reads_draft_model = False    # runs the pair's draft model: a run's "draft:" label names it only then
     kind = "source"             # names it in its snapshot, so that a state is never given to another kind
 
     @property
@@ -205,6 +206,7 @@ class Fallback(CandidateSource):
         self.target_rooted = any(s.target_rooted for s in sources)
         self.reads_target_hidden = any(s.reads_target_hidden for s in sources)
         self.reads_prompt_logits = any(s.reads_prompt_logits for s in sources)
+        self.reads_draft_model = any(s.reads_draft_model for s in sources)
         self.chosen: CandidateSource | None = None
 
     @property

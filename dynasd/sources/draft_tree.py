@@ -29,6 +29,7 @@ def mask_of(shape: TreeShape, device: torch.device) -> tuple[torch.Tensor, list[
 
 class DraftTree(CandidateSource):
     kind = "draft_tree"
+    reads_draft_model = True
 
     def __init__(self, pair: ModelPair, model: torch.nn.Module, shape: TreeShape, sampling: SamplingConfig,
                  without_replacement: bool = True, dynamic_depth: bool = False,

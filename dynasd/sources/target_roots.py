@@ -39,6 +39,7 @@ class TargetRootedTree(CandidateSource):
         self.width = draft.shape.branching[0]
         self.lossless = self.width == 1
         self.reads_target_hidden = draft.reads_target_hidden
+        self.reads_draft_model = draft.reads_draft_model
         self.root_logits: torch.Tensor | None = None  # the target's distribution after the committed text
         self.root_probs: torch.Tensor | None = None   # warped, after the last step's rejections (T > 0)
         self.generator: torch.Generator | None = None
