@@ -178,8 +178,10 @@ def save_trace(session: Session) -> Path:
     if session.run is None or not session.run.steps:
         raise UserError("Nothing to save yet: press Step or Run first.")
     with session.lock:
-        folder = Path(tempfile.mkdtemp(prefix="dynasd-trace-"))
-        return save_run(session.run, folder / f"dynasd-{session.run.method}-{len(session.run.steps)}steps.json")
+        path = Path(tempfile.mkdtemp(prefix="dynasd-trace-")) / (f"dynasd-{session.run.method}-"
+                                                                 f"{len(session.run.steps)}steps.json")
+        save_run(session.run, path)
+        return path
 
 
 @handler(LoadViews)

@@ -129,8 +129,14 @@ class LoadViews(StepViews):
 
 @dataclass
 class StopViews(Views):
+    """Stop's reply: the status line only (left out when the page has said it already)."""
+
     status: Any = left_out()
     session_id: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session, outcome: Outcome) -> "StopViews":
+        return cls(gr.skip() if outcome.said is None else status_line(outcome.said, outcome.kind), session.id)
 
 
 @dataclass

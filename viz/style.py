@@ -11,7 +11,7 @@ stay apart in greyscale and for deuteranopes and protanopes (tests/test_colour_v
 """
 from __future__ import annotations
 
-from dynasd.explorer.labels import MAX_LABEL_CHARS, show_token, visible_piece
+from dynasd.explorer.labels import MAX_LABEL_CHARS, show_token, visible_piece  # noqa: F401 - the views read them here
 from dynasd.origins import ORIGINS
 from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 

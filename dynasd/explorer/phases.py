@@ -133,10 +133,16 @@ def guided_view(run: RunTrace, index: int, at) -> GuidedView:
     at = max(0, min(int(at or 0), len(phases) - 1))
     phase = phases[at]
     pending = pending_test(run, index, phase.tests) if phase.kind == "test" else None
-    if pending is None:  # the Verify phase draws the whole mask, the accepted path marked
-        return GuidedView(step if phase.kind == "mask" else step_at_phase(step, phase), phase, at, len(phases))
+    if pending is None:
+        return GuidedView(shown_at(step, phase), phase, at, len(phases))
     asked = replace(phase, tests=phase.tests - 1, text=node_question(step, pending))
     return GuidedView(_before_the_answer(step, step_at_phase(step, asked)), asked, at, len(phases), asks=True)
+
+
+def shown_at(step: StepTrace, phase: Phase) -> StepTrace:
+    """The step the guided figure draws at `phase`: as it stood then, but at the Verify phase the whole step (its
+    mask, the accepted path marked)."""
+    return step if phase.kind == "mask" else step_at_phase(step, phase)
 
 
 def _before_the_answer(step: StepTrace, shown: StepTrace) -> StepTrace:

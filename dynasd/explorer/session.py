@@ -228,7 +228,7 @@ class Session:
             if not self.ahead:
                 self._raise(progress, self.settings, self.prompt, started=True)
         shown = self._reveal()
-        if self.mode is Mode.FAILED:  # the call failed after computing this step: it is on show, and the session says so
+        if self.mode is Mode.FAILED:  # failed after computing this step: on show, and said
             raise SessionFailed(self.error)
         return shown
 
