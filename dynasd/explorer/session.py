@@ -113,12 +113,13 @@ class Session:
 
     @classmethod
     def from_state(cls, state: bytes) -> "Session":
-        """A session made whole from state(); what the page was sent is not known here, so updates send in
-        full."""
+        """A session made whole from state(), a Run in progress settled (its page's requests go to the process
+        that began it); what the page was sent is not known here, so updates send in full."""
         fields = pickle.loads(state)
         session = cls(fields["id"])
         for name in STATE_FIELDS:
             setattr(session, name, fields[name])
+        session.mode = session.settled()  # a Run is served where it began: here the run goes on with Step or Run
         return session
 
     def touch(self) -> None:
