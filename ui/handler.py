@@ -42,15 +42,22 @@ def handler(views: type[Views]) -> Callable:
 
 
 def _answer(views: type[Views], session_id, produce: Callable) -> Iterator[tuple]:
+    """The body's views as outputs; on a failure, the failure in the views (`Views.failure`), or where even those
+    cannot be drawn (a run on show that a bug stops drawing), in the bare views (`Views.bare`)."""
     session = state.SESSIONS.get(session_id)
-    try:
-        for sent in produce(session):
-            yield sent.outputs() if isinstance(sent, Views) else sent
-    except Exception as exc:  # the one place a handler's failure becomes words for the learner
-        message, kind = said(exc)
-        if views.TOAST:
-            gr.Warning(message)
-        yield views.failure(session, message, kind).outputs()
+    words = None
+    for attempt in (produce, views.failure, views.bare):
+        try:
+            for sent in attempt(session) if words is None else (attempt(session, *words),):
+                yield sent.outputs() if isinstance(sent, Views) else sent
+            return
+        except Exception as exc:  # the one place a handler's failure becomes words for the learner
+            if words is not None:  # the failure cannot be drawn either: logged, then said in the bare views
+                unexpected(exc)
+                continue
+            words = said(exc)
+            if views.TOAST:
+                gr.Warning(words[0])
 
 
 def said(exc: Exception) -> tuple[str, str]:

@@ -247,14 +247,20 @@ def on_open_link(request: gr.Request):
 
 
 def opened_link(query: dict) -> tuple:
+    """The prompt box, every control, the linked step, the status and whether a link was opened."""
     try:
         prompt, settings, step = share.settings_of_query(query)
     except UserError as exc:
-        return (*control_updates(), gr.update(), status_line(str(exc), "warn"), False)
+        return (*_flat(control_updates()), gr.update(), status_line(str(exc), "warn"), False)
     if prompt is None and settings is None:
-        return (*control_updates(), gr.update(), gr.update(), False)
-    return (*control_updates(prompt, settings), gr.update(value=step or 0),
+        return (*_flat(control_updates()), gr.update(), gr.update(), False)
+    return (*_flat(control_updates(prompt, settings)), gr.update(value=step or 0),
             status_line(f"Opened a shared link: running to its step {step or 0}…", "ok"), True)
+
+
+def _flat(updates: tuple) -> tuple:
+    prompt, controls = updates
+    return (prompt, *controls)
 
 
 @handler(StepViews)

@@ -57,6 +57,11 @@ class Views:
         said = f"{'✗' if kind == 'error' else '⚠'} {message}" if cls.MARKED else status_line(message, kind)
         return cls(**{**cls.CLEARED, cls.SAID_IN: said, "session_id": session.id})
 
+    @classmethod
+    def bare(cls, session: Session, message: str, kind: str) -> "Views":
+        """The failure where its own views cannot be drawn."""
+        return Views.failure.__func__(cls, session, message, kind)
+
 
 # -- the step's views ------------------------------------------------------------------------------------------------
 
@@ -99,9 +104,13 @@ class StepViews(Views):
 
     @classmethod
     def failure(cls, session: Session, message: str, kind: str) -> "StepViews":
-        """The run on show stays (a replayed one was drawn whole before it was taken: `drawable`), the message in
-        the status line."""
+        """The run on show stays, the message in the status line."""
         return cls(**step_on_page(session, None, status_line(message, kind)))
+
+    @classmethod
+    def bare(cls, session: Session, message: str, kind: str) -> "StepViews":
+        """The run on show cannot be drawn (a bug in a figure builder): empty views, the message in the status."""
+        return cls(**empty_views(session, status_line(message, kind)))
 
 
 @dataclass
