@@ -10,7 +10,7 @@ from dynasd.decoders import Decoder
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.registry import SessionRegistry
-from dynasd.explorer.session import SessionFailed, compare_methods
+from dynasd.explorer.session import Mode, SessionFailed, compare_methods
 from dynasd.models import ModelLoadError, tiny_random_pair
 from dynasd.options import OPTIONS, DecoderOptions
 
@@ -61,7 +61,7 @@ def test_registry_is_bounded_and_evicts_the_longest_idle_session():
 def test_registry_refuses_when_every_session_is_busy():
     registry = SessionRegistry(max_sessions=1)
     busy = registry.get(None)
-    busy.running = True
+    busy.mode = Mode.RUNNING  # a Run streamed to an API client
     with pytest.raises(UserError, match="busy"):
         registry.get(None)
 
@@ -114,7 +114,7 @@ def test_sent_outputs_leave_out_what_the_page_holds_until_a_failure_or_a_wait():
     to wait for another update of the session (the two may reach the page in either order), all is sent."""
     import threading
 
-    from dynasd.explorer.shown import SentOutputs
+    from ui.sent import SentOutputs
 
     sent = SentOutputs()
     with sent.update() as page:
@@ -301,7 +301,7 @@ def test_a_stopped_paced_run_ends_without_sending_its_figures_again():
     from ui import play
 
     session, tick = paced_run(2)
-    assert play.on_stop(session.id)[0] == gr.skip() and session.stop_requested
+    assert play.on_stop(session.id)[0] == gr.skip() and session.mode is Mode.STOPPING
     stopped = play.on_run_next(session.id, tick, False)
     assert "Stopped after 2 steps" in stopped[OUT["status"]]
     assert sent_figures(stopped) == set(), "the step on show is unchanged: no figure is sent again"
@@ -633,15 +633,15 @@ def test_no_progress_overlay_covers_a_status_line_or_the_guided_figure():
 def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar(monkeypatch):
     from dataclasses import replace
 
-    import ui.play
+    import dynasd.explorer.controller
+    from dynasd.explorer.controller import wide_tree_on_a_cpu as _wide_tree_on_a_cpu
     from dynasd.explorer.inputs import Settings
-    from ui.play import _wide_tree_on_a_cpu
 
     default = Settings().normalised()
     assert default.method == "mcsd"
-    monkeypatch.setattr(ui.play, "pick_device", lambda _: torch.device("cuda"))
+    monkeypatch.setattr(dynasd.explorer.controller, "pick_device", lambda _: torch.device("cuda"))
     assert _wide_tree_on_a_cpu(default) == "", "on a GPU the paper's tree is the right first sight"
-    monkeypatch.setattr(ui.play, "pick_device", lambda _: torch.device("cpu"))
+    monkeypatch.setattr(dynasd.explorer.controller, "pick_device", lambda _: torch.device("cpu"))
     note = _wide_tree_on_a_cpu(default)
     assert "44-node tree is expected to be slower than ar" in note and "45 rows" in note
     narrow = replace(Settings(), k_config="2,1,1,1").normalised()

@@ -9,7 +9,7 @@ from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.memory import process_rss_mb
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.registry import SessionRegistry
-from dynasd.explorer.session import build_decoder
+from dynasd.explorer.session import Mode, build_decoder
 from viz.text import shown_piece
 
 OUT = dict(text=0, status=7, scrubber=9)
@@ -140,7 +140,7 @@ def test_eviction_takes_the_oldest_idle_session_and_never_a_busy_one():
     now = [0.0]
     registry = SessionRegistry(max_sessions=3, ttl_s=100, clock=lambda: now[0])
     running, idle_old, idle_new = (registry.get(None) for _ in range(3))
-    running.running = True
+    running.mode = Mode.RUNNING  # a Run streamed to an API client
     running.last_used = -50  # the oldest of all, but busy
     idle_old.last_used, idle_new.last_used = 1, 2
     now[0] = 3
@@ -155,12 +155,12 @@ def test_eviction_takes_the_oldest_idle_session_and_never_a_busy_one():
     now[0] = 500  # past the time-to-live: expired, but never while running
     registry.get(None)
     assert running.id in registry and holder.id not in registry
-    running.running = False
+    running.mode = Mode.STEPPING
     for _ in range(3):
         registry.get(None)
     assert running.id not in registry
     busy = SessionRegistry(max_sessions=1)
-    busy.get(None).running = True
+    busy.get(None).mode = Mode.RUNNING
     with pytest.raises(UserError, match="busy"):
         busy.get(None)
 

@@ -113,7 +113,7 @@ def test_the_guided_step_replays_a_dynamic_tree_wave_by_wave(tiny_pair):
     """Learn → guided step: one draft phase per wave (a later wave may add a sibling at level 1), each showing the
     nodes drawn so far with the ones the draft had read by then ringed."""
     import viz
-    from viz.guided import step_at_phase, step_phases
+    from dynasd.explorer.phases import step_at_phase, step_phases
 
     step = next(s for s in grown_steps(tiny_pair, nodes=12, depth=4, expand=4) if max(s.growth.waves) > 1)
     drafts = [p for p in step_phases(step) if p.kind == "draft"]
@@ -122,4 +122,4 @@ def test_the_guided_step_replays_a_dynamic_tree_wave_by_wave(tiny_pair):
     assert len(first.nodes) == step.growth.waves.count(1) and not first.growth.expanded
     second = step_at_phase(step, drafts[1])
     assert second.growth.expanded == first.growth.nodes and not second.growth.left_out
-    viz.guided.guided_figure(step, drafts[1], "t")
+    viz.guided.guided_figure(second, drafts[1], "t")

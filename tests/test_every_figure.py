@@ -17,13 +17,14 @@ import pytest
 import viz
 from dynasd.decoders import make_decoder
 from dynasd.explorer import cost as cost_model
+from dynasd.explorer.phases import shown_at, step_phases
 from dynasd.options import METHODS, DecoderOptions
 from dynasd.origins import BY_NAME, ORIGINS
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import NODE_ORIGINS, PROPOSED_ORIGINS, TOKEN_ORIGINS, RunTrace
 from ui.views import step_views
 from viz.cost import cost_figure, cost_markdown
-from viz.guided import guided_figure, step_phases
+from viz.guided import guided_figure
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
 from viz.style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP
 from viz.tree import NODE_ORIGIN_NAMES, NODE_SYMBOLS
@@ -63,7 +64,7 @@ def draw_every_view(run: RunTrace, index: int) -> None:
     greedy = float(run.config.get("temperature", 0.0)) == 0.0
     root = viz.root_token(run, index)
     for phase in step_phases(step):
-        guided_figure(step, phase, root, lossy=not run.lossless)
+        guided_figure(shown_at(step, phase), phase, root, lossy=not run.lossless)
     residual_figure(step, greedy)
     residual_explanation(step, greedy)
     acceptance_figure(step, greedy)

@@ -15,11 +15,12 @@ from dynasd.decoders import make_decoder
 from dynasd.explorer import cost, losslessness, share, side_by_side
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.phases import shown_at, step_at_phase, step_phases
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import TraceError, run_from_dict, run_to_dict
 from viz.cost import cost_figure
-from viz.guided import guided_figure, step_at_phase, step_phases
+from viz.guided import guided_figure
 from viz.losslessness import losslessness_figure
 from viz.residual import acceptance_figure, acceptance_rows, residual_figure
 
@@ -139,7 +140,7 @@ def test_phases_come_in_order_and_each_shows_only_what_existed_then(runs):
         assert {n.level for n in view.nodes} == set(range(1, phase.level + 1))
         assert all(n.status == "pending" for n in view.nodes) and view.final_parent is None
         # drawn as drafted and waiting, not as "not reached", which would say the walk stopped above them
-        assert "not reached" not in json.dumps(guided_figure(step, phase, None).to_plotly_json())
+        assert "not reached" not in json.dumps(guided_figure(shown_at(step, phase), phase, None).to_plotly_json())
     for phase in phases[depth + 1:-1]:
         view = step_at_phase(step, phase)
         decided = {i for i, n in enumerate(view.nodes) if n.status != "pending"}
@@ -147,7 +148,7 @@ def test_phases_come_in_order_and_each_shows_only_what_existed_then(runs):
     assert step_at_phase(step, phases[-1]) is step
     mask = guided_figure(step, phases[depth], None)
     assert mask.data[0].type == "heatmap"
-    assert all(size(guided_figure(step, p, None)) < FIGURE_BYTES for p in phases)
+    assert all(size(guided_figure(shown_at(step, p), p, None)) < FIGURE_BYTES for p in phases)
 
 
 # -- the cost model's arithmetic ------------------------------------------------------------------------------------

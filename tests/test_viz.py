@@ -426,8 +426,8 @@ def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
 def test_every_view_names_the_acceptance_test_alike_and_agrees_with_the_walk(runs):
     """p′ and q′ (what a test used), one comparison (u < min(1, p′/q′)), and the verdict the walk recorded: the
     tree's hover, the p/q bars' hover, the Acceptance test view and the guided step say the same for every test."""
+    from dynasd.explorer.phases import step_phases
     from dynasd.sampling import ACCEPT_RULE, REJECT_RULE
-    from viz.guided import step_phases
     from viz.residual import acceptance_figure
     from viz.tree import _hover
 

@@ -12,7 +12,7 @@ from viz.batching import batching_figure
 
 from . import gpu, state
 from .controls import settings_from
-from .views import unexpected
+from .handler import unexpected
 
 
 def on_rows_and_batches(session_id, index, **controls):

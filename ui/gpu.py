@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import gradio as gr
+
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import engine, losslessness, side_by_side
 from dynasd.explorer.engine import UNTIL_DONE, Progress
@@ -292,8 +294,21 @@ def _through(function: Callable) -> Callable:
 
 def compute() -> Compute:
     """Where a session's runs are computed: in place (one step per Step), or on ZeroGPU in chunks."""
-    return Compute(start=_through(gpu_start), advance=_through(gpu_advance), follow_up=_through(gpu_follow_up),
-                   chunk=GPU_STEP_CHUNK if on_zero_gpu() else 1)
+    zero = on_zero_gpu()
+    return Compute(start=_announced(_through(gpu_start)), advance=_through(gpu_advance),
+                   follow_up=_through(gpu_follow_up), chunk=GPU_STEP_CHUNK if zero else 1, run_chunk=run_steps(),
+                   gpu=zero)
+
+
+def _announced(start: Callable) -> Callable:
+    """A run's start that first says, in a toast, when its pair is loading (tens of seconds on a CPU): the toast
+    goes at once, in the event's own stream and so before its update, which a separate status event could not
+    promise."""
+    def announced(settings, *args, **kwargs):
+        if settings.pair_key not in state.PAIRS.loaded():
+            gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
+        return start(settings, *args, **kwargs)
+    return announced
 
 
 def run_steps() -> int:

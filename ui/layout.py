@@ -2,6 +2,10 @@
 ui/learn.py). Each decoder option's control is built from its entry in dynasd/options.py."""
 from __future__ import annotations
 
+import contextlib
+from types import SimpleNamespace
+from typing import Iterator
+
 import gradio as gr
 
 import viz
@@ -17,7 +21,7 @@ from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_ME
 from .export import export_controls
 from .gpu import on_zero_gpu
 from .learn import learn_section
-from .lecture import lecture_buttons, lecture_toggle, wire_lecture
+from .lecture import STEP_KEYS_HELP, lecture_buttons, lecture_toggle, wire_lecture
 from .ledger import ledger_section
 from .page_scripts import (
     NEXT_STEP_JS,
@@ -60,6 +64,7 @@ from .texts import (
     TREE_HELP,
     device_note,
 )
+from .views import LoadViews, RunViews, SaveViews, StepViews, StopViews
 
 
 def options_in(group: str) -> list[str]:
@@ -136,177 +141,204 @@ QUEUE_PLACE_CSS = """
 
 def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
     with gr.Blocks(title="DynaSD Explorer") as demo:
-        session_id = gr.State(None)
+        w = SimpleNamespace(session_id=gr.State(None), controls={}, pair=default_pair)
         gr.Markdown(INTRO, elem_id="intro")
         gr.Markdown(device_note(on_zero_gpu()), elem_id="device-line")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=1, min_width=320, elem_id="controls-column"):
                 # two columns inside: on a phone (CSS) the first stays on top, the results come next and the
                 # settings last, so Step and the figures are in reach without scrolling past every control
-                with gr.Column(elem_id="top-controls"):
-                    prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], lines=3, max_lines=8, elem_id="prompt-box")
-                    # one row of four, on a phone too (CSS), right under the prompt: Step must not need a scroll
-                    with gr.Row(elem_id="run-buttons"):
-                        step_btn = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=60)
-                        run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=60)
-                        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=60)
-                        reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn", min_width=60)
-                    with gr.Row(equal_height=True, elem_id="follow-up-row"):
-                        follow_up = gr.Textbox(label="Follow-up message (after a finished run)", lines=1,
-                                               scale=3, elem_id="follow-up")
-                        follow_up_btn = gr.Button("Send follow-up", scale=1, elem_id="follow-up-btn")
-                    status = gr.Markdown(status_line("Press **Step** or **Run** to start."), elem_id="status",
-                                         label="status")
-                    scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show",
-                                         interactive=False, elem_id="scrubber")
-                    play_predict = predict_ui.play_controls()  # hidden until predictions are on
-                    lecture = lecture_buttons()  # hidden until lecture mode
-                    gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[prompt], label="Example prompts")
-                with gr.Column(elem_id="settings-column"):
-                    with gr.Accordion("Learning modes", open=True, elem_id="learning-modes"):
-                        predict_first, lecture_mode = predict_ui.play_toggle(), lecture_toggle()
-                    controls: dict[str, gr.Component] = {}
-                    with gr.Accordion("Model and method", open=True):
-                        controls["pair"] = gr.Dropdown(
-                            pair_choices(), value=default_pair, label="Model pair (target + draft)",
-                            info="tiny-random: instant toy pair; presets need the Hugging Face hub")
-                        controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)",
-                                                        value=default_target, visible=default_pair == CUSTOM)
-                        controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
-                                                       visible=default_pair == CUSTOM)
-                        recipe = gr.Dropdown([CUSTOM_RECIPE, *RECIPES], value=CUSTOM_RECIPE, label="Recipe",
-                                             elem_id="recipe",
-                                             info="set the method controls to a paper's configuration or the fastest "
-                                                  "one measured on a CPU")
-                        for name in options_in("method"):
-                            controls[name] = option_control(OPTIONS[name], default_pair)
-                            if name == "method":
-                                method_help = gr.Markdown(METHOD_HELP[OPTIONS["method"].default],
-                                                          elem_classes="explain")
-                    with gr.Accordion("Dynamic depth", open=False) as dynamic_section:
-                        for name in options_in("dynamic"):
-                            controls[name] = option_control(OPTIONS[name], default_pair)
-                    with gr.Accordion("Sampling", open=False):
-                        for name in options_in("sampling"):
-                            controls[name] = option_control(OPTIONS[name], default_pair)
-                        controls["max_new_tokens"] = checked_by_the_handler(gr.Slider(
-                            1, MAX_NEW_TOKENS_LIMIT, value=RUN_FIELDS["max_new_tokens"], step=1,
-                            label="Max new tokens", elem_id="max-new-tokens"))
-                    with gr.Accordion("Advanced", open=False):
-                        for name in options_in("advanced"):
-                            controls[name] = option_control(OPTIONS[name], default_pair)
+                _play_controls(w)
+                _settings(w, default_target, default_draft)
             with gr.Column(scale=3, elem_id="results-column"):
-                text = gr.HighlightedText(label="Generated text (colour = where each token came from)",
-                                          color_map=viz.text_color_map(), show_legend=True,
-                                          show_inline_category=False, combine_adjacent=False,
-                                          elem_id="dynasd-text")
-                story = gr.Markdown("", elem_id="story", label="story")
-                with gr.Row(equal_height=False):
-                    with gr.Column(scale=1, min_width=360):
-                        tree_plot = figure_view("Candidate tree", "tree-plot")
-                        with gr.Accordion("What am I seeing? (tree)", open=True):
-                            gr.Markdown(TREE_HELP, elem_classes="explain")
-                    with gr.Column(scale=1, min_width=360):
-                        mask_plot = figure_view("Verify mask", "mask-plot")
-                        with gr.Accordion("What am I seeing? (mask)", open=True):
-                            gr.Markdown(MASK_HELP, elem_classes="explain")
-                with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays a button
-                    with gr.Tab("Decisions"):
-                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
-                            with gr.Column(scale=3):
-                                pq_plot = figure_view("p vs q per candidate", "pq-plot")
-                                stop_plot = figure_view("Early-stop scores", "stop-plot")
-                            gr.Markdown(DECISIONS_HELP, elem_classes="explain")
-                    with gr.Tab("Summary"):
-                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
-                            with gr.Column(scale=3):
-                                summary = gr.Markdown("", elem_id="summary", label="summary")
-                                timeline_plot = figure_view("Run timeline", "timeline-plot")
-                            gr.Markdown(SUMMARY_HELP, elem_classes="explain")
-                    with gr.Tab("Compare"):
-                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
-                            with gr.Column(scale=3):
-                                compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' "
-                                                        "assisted generation on this prompt", elem_id="compare-btn")
-                                compare_status = gr.Markdown("", label="compare status", elem_id="compare-status")
-                                compare_table = gr.Dataframe(label="Methods side by side", interactive=False)
-                                compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
-                            gr.Markdown(COMPARE_HELP, elem_classes="explain")
-                    with gr.Tab("Trace"):
-                        with gr.Row(equal_height=False, elem_classes="figure-with-help"):
-                            with gr.Column(scale=3):
-                                save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
-                                saved_file = gr.File(label="Trace file to download", interactive=False)
-                                load_file = gr.File(label="Load a trace file (.json) to replay",
-                                                    file_types=[".json"], type="filepath")
-                                export_controls(session_id, status)  # the run as one HTML file
-                            gr.Markdown(TRACE_HELP, elem_classes="explain")
-
-        shown = [controls[name] for name in CONTROL_NAMES]
-        views = [text, tree_plot, mask_plot, pq_plot, stop_plot, timeline_plot, summary, status, story, scrubber,
-                 session_id]
-        # No progress overlay on a Step, a Run's steps or a scrub: its animation kept a core of this 2-core machine
-        # busy while the model stepped (the step took ~25% longer); the status line says at once that work began,
-        # and its small runtime display the event's place in the queue while it waits (queue_place).
-        working = WAITING_FOR_GPU_JS if on_zero_gpu() else WORKING_JS
-        starting = WAITING_FOR_GPU_JS if on_zero_gpu() else READING_PROMPT_JS  # Step and Run may read a new prompt
-        step_btn.click(None, [prompt], [status], js=starting, queue=False, api_visibility="private")
-        step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
-                       **queue_place(status))
-        # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
-        # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
-        # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
-        run_tick = gr.State(0)
-        stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
-        run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
-        # on ZeroGPU the whole Run is one GPU call, which may first wait in ZeroGPU's queue
-        run_btn.click(None, [prompt], [status], js=starting, queue=False, api_visibility="private")
-        run_btn.click(on_run_begin, [session_id, prompt, run_tick], views + [run_tick], inputs_kwargs=controls,
-                      api_visibility="private", **queue_place(status))
-        run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], views + [run_tick], js=NEXT_STEP_JS,
-                        api_visibility="private", **queue_place(status))
-        # Run for API clients: a stream of updates (there is no page to pace it)
-        run_api = gr.Button("Run (API)", visible=False)
-        run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run",
-                      show_progress="hidden")
-        follow_up_btn.click(None, None, [status], js=working, queue=False, api_visibility="private")
-        follow_up_btn.click(on_follow_up, [session_id, follow_up], views, api_name="follow_up", **queue_place(status))
-        stop_btn.click(None, [status], [status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
-        stop_btn.click(on_stop, [session_id], [status, session_id], api_name="stop", queue=False,
-                       show_progress="hidden")
-        reset_btn.click(on_reset, [session_id], views, api_name="reset", show_progress="hidden")
-        # input: dragging (always_last keeps only the latest position) or typing a step number
-        scrubber.input(on_show_step, [session_id, scrubber], views, api_name="show_step", trigger_mode="always_last",
-                       show_progress="hidden")
-        compare_btn.click(None, None, [compare_status], js=saying("Comparing the methods on this prompt…"),
-                          queue=False, api_visibility="private")
-        compare_btn.click(on_compare, [session_id, prompt], [compare_table, compare_plot, compare_status, session_id],
-                          inputs_kwargs=controls, api_name="compare", **queue_place(compare_status),
-                          **compare_lane())
-        save_btn.click(on_save, [session_id], [saved_file, status, session_id], api_name="save_trace",
-                       show_progress="hidden")
-        load_file.upload(on_load, [session_id, load_file], views + [prompt, *shown], api_name="load_trace",
-                         show_progress="hidden")
-        ledger_section(tabs, session_id, scrubber)
-        learn_section(demo, tabs, session_id, prompt, scrubber, controls, views)
-        predict_ui.wire_play(predict_first, play_predict, session_id, scrubber, views)
-        wire_lecture(lecture_mode, lecture, session_id, scrubber, views)
-        recipe.input(on_recipe, [recipe], [*shown, status, dynamic_section], api_visibility="private", queue=False,
-                     show_progress="hidden")
-        # the menu names this machine and marks the recipe measured fastest here (a kept Compare), if any
-        for refresh in (demo.load, compare_status.change, controls["pair"].change):
-            refresh(on_recipe_menu, [controls["pair"]], [recipe], api_visibility="private", queue=False,
-                    show_progress="hidden")
-        for name in RECIPE_CONTROLS:
-            controls[name].input(on_control_edited, None, recipe, api_visibility="private", queue=False)
-        controls["method"].change(on_method_change, [controls["method"], controls["k_config"]],
-                                  [method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
-                                  api_visibility="private")
-        # a recipe's or a typed k-config: the help counts that tree's candidates, not the default's
-        controls["k_config"].change(lambda method, k_config: on_method_change(method, k_config)[0],
-                                    [controls["method"], controls["k_config"]], [method_help],
-                                    api_visibility="private", queue=False, show_progress="hidden")
-        controls["pair"].change(on_pair_change, [controls["pair"]],
-                                [controls["target"], controls["draft"], controls["draft_kind"]],
-                                api_visibility="private")
+                _step_figures(w)
+                with gr.Tabs(overflow_behavior="wrap") as w.tabs:  # on a phone every tab stays a button
+                    _figure_tabs(w)
+        w.views = StepViews(w.text, w.tree_plot, w.mask_plot, w.pq_plot, w.stop_plot, w.timeline_plot, w.summary,
+                            w.status, w.story, w.scrubber, w.session_id)
+        _wire_play(w)
+        _wire_trace_and_compare(w)
+        ledger_section(w.tabs, w.session_id, w.scrubber)
+        learn_section(demo, w.tabs, w.session_id, w.prompt, w.scrubber, w.controls, w.views)
+        predict_ui.wire_play(w.predict_first, w.play_predict, w.session_id, w.scrubber, w.views)
+        wire_lecture(w.lecture_mode, w.lecture, w.session_id, w.scrubber, w.views)
+        _wire_settings(demo, w)
     return demo
+
+
+def _play_controls(w: SimpleNamespace) -> None:
+    with gr.Column(elem_id="top-controls"):
+        w.prompt = gr.Textbox(label="Prompt", value=EXAMPLES[0], lines=3, max_lines=8, elem_id="prompt-box")
+        # one row of four, on a phone too (CSS), right under the prompt: Step must not need a scroll
+        with gr.Row(elem_id="run-buttons"):
+            w.step_btn = gr.Button("Step", variant="primary", elem_id="step-btn", min_width=60)
+            w.run_btn = gr.Button("Run", variant="primary", elem_id="run-btn", min_width=60)
+            w.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn", min_width=60)
+            w.reset_btn = gr.Button("Reset", variant="secondary", elem_id="reset-btn", min_width=60)
+        with gr.Row(equal_height=True, elem_id="follow-up-row"):
+            w.follow_up = gr.Textbox(label="Follow-up message (after a finished run)", lines=1, scale=3,
+                                     elem_id="follow-up")
+            w.follow_up_btn = gr.Button("Send follow-up", scale=1, elem_id="follow-up-btn")
+        w.status = gr.Markdown(status_line("Press **Step** or **Run** to start."), elem_id="status", label="status")
+        w.scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show", interactive=False,
+                               elem_id="scrubber")
+        gr.Markdown(STEP_KEYS_HELP, elem_id="step-keys", elem_classes="explain")
+        w.play_predict = predict_ui.play_controls()  # hidden until predictions are on
+        w.lecture = lecture_buttons()  # hidden until lecture mode
+        gr.Examples(examples=[[e] for e in EXAMPLES], inputs=[w.prompt], label="Example prompts")
+
+
+def _settings(w: SimpleNamespace, default_target: str, default_draft: str) -> None:
+    controls = w.controls
+    with gr.Column(elem_id="settings-column"):
+        with gr.Accordion("Learning modes", open=True, elem_id="learning-modes"):
+            w.predict_first, w.lecture_mode = predict_ui.play_toggle(), lecture_toggle()
+        with gr.Accordion("Model and method", open=True):
+            controls["pair"] = gr.Dropdown(pair_choices(), value=w.pair, label="Model pair (target + draft)",
+                                           info="tiny-random: instant toy pair; presets need the Hugging Face hub")
+            controls["target"] = gr.Textbox(label="Target model (hub id, folder or .gguf)", value=default_target,
+                                            visible=w.pair == CUSTOM)
+            controls["draft"] = gr.Textbox(label="Draft model (same tokenizer)", value=default_draft,
+                                           visible=w.pair == CUSTOM)
+            w.recipe = gr.Dropdown([CUSTOM_RECIPE, *RECIPES], value=CUSTOM_RECIPE, label="Recipe", elem_id="recipe",
+                                   info="set the method controls to a paper's configuration or the fastest one "
+                                        "measured on a CPU")
+            for name in options_in("method"):
+                controls[name] = option_control(OPTIONS[name], w.pair)
+                if name == "method":
+                    w.method_help = gr.Markdown(METHOD_HELP[OPTIONS["method"].default], elem_classes="explain")
+        with gr.Accordion("Dynamic depth", open=False) as w.dynamic_section:
+            _option_controls(w, "dynamic")
+        with gr.Accordion("Sampling", open=False):
+            _option_controls(w, "sampling")
+            controls["max_new_tokens"] = checked_by_the_handler(gr.Slider(
+                1, MAX_NEW_TOKENS_LIMIT, value=RUN_FIELDS["max_new_tokens"], step=1, label="Max new tokens",
+                elem_id="max-new-tokens"))
+        with gr.Accordion("Advanced", open=False):
+            _option_controls(w, "advanced")
+
+
+def _option_controls(w: SimpleNamespace, group: str) -> None:
+    for name in options_in(group):
+        w.controls[name] = option_control(OPTIONS[name], w.pair)
+
+
+def _step_figures(w: SimpleNamespace) -> None:
+    w.text = gr.HighlightedText(label="Generated text (colour = where each token came from)",
+                                color_map=viz.text_color_map(), show_legend=True, show_inline_category=False,
+                                combine_adjacent=False, elem_id="dynasd-text")
+    w.story = gr.Markdown("", elem_id="story", label="story")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=360):
+            w.tree_plot = figure_view("Candidate tree", "tree-plot")
+            with gr.Accordion("What am I seeing? (tree)", open=True):
+                gr.Markdown(TREE_HELP, elem_classes="explain")
+        with gr.Column(scale=1, min_width=360):
+            w.mask_plot = figure_view("Verify mask", "mask-plot")
+            with gr.Accordion("What am I seeing? (mask)", open=True):
+                gr.Markdown(MASK_HELP, elem_classes="explain")
+
+
+@contextlib.contextmanager
+def _tab_with_help(name: str, help_text: str) -> Iterator[None]:
+    """A tab of the step's views: its widgets in a column, its help beside them."""
+    with gr.Tab(name), gr.Row(equal_height=False, elem_classes="figure-with-help"):
+        with gr.Column(scale=3):
+            yield
+        gr.Markdown(help_text, elem_classes="explain")
+
+
+def _figure_tabs(w: SimpleNamespace) -> None:
+    with _tab_with_help("Decisions", DECISIONS_HELP):
+        w.pq_plot = figure_view("p vs q per candidate", "pq-plot")
+        w.stop_plot = figure_view("Early-stop scores", "stop-plot")
+    with _tab_with_help("Summary", SUMMARY_HELP):
+        w.summary = gr.Markdown("", elem_id="summary", label="summary")
+        w.timeline_plot = figure_view("Run timeline", "timeline-plot")
+    with _tab_with_help("Compare", COMPARE_HELP):
+        w.compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' assisted generation on this "
+                                  "prompt", elem_id="compare-btn")
+        w.compare_status = gr.Markdown("", label="compare status", elem_id="compare-status")
+        w.compare_table = gr.Dataframe(label="Methods side by side", interactive=False)
+        w.compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
+    with _tab_with_help("Trace", TRACE_HELP):
+        w.save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")
+        w.saved_file = gr.File(label="Trace file to download", interactive=False)
+        w.load_file = gr.File(label="Load a trace file (.json) to replay", file_types=[".json"], type="filepath")
+        export_controls(w.session_id, w.status)  # the run as one HTML file
+
+
+def _wire_play(w: SimpleNamespace) -> None:
+    """Step, Run, Stop, Reset, the follow-up and the step slider. No progress overlay on a Step, a Run's steps or
+    a scrub: its animation kept a core of this 2-core machine busy while the model stepped (the step took ~25%
+    longer); the status line says at once that work began, and its small runtime display the event's place in the
+    queue while it waits (queue_place)."""
+    views, session_id, prompt, controls = w.views.outputs(), w.session_id, w.prompt, w.controls
+    working = WAITING_FOR_GPU_JS if on_zero_gpu() else WORKING_JS
+    starting = WAITING_FOR_GPU_JS if on_zero_gpu() else READING_PROMPT_JS  # Step and Run may read a new prompt
+    w.step_btn.click(None, [prompt], [w.status], js=starting, queue=False, api_visibility="private")
+    w.step_btn.click(on_step, [session_id, prompt], views, inputs_kwargs=controls, api_name="step",
+                     **queue_place(w.status))
+    # Run in the page: one step per event, the next asked for (a tick State whose change is the request) once
+    # the page has drawn the last, with whether Stop was pressed meanwhile (NEXT_STEP_JS), so the display
+    # keeps pace and no step begins after a Stop the page has seen, however long the drawing takes.
+    run_tick = gr.State(0)
+    stop_pressed = gr.Checkbox(False, visible=False, label="Stop pressed during the Run")
+    run_views = RunViews(**vars(w.views), tick=run_tick).outputs()
+    w.run_btn.click(None, js=RUN_PRESSED_JS, queue=False, api_visibility="private")
+    # on ZeroGPU the whole Run is one GPU call, which may first wait in ZeroGPU's queue
+    w.run_btn.click(None, [prompt], [w.status], js=starting, queue=False, api_visibility="private")
+    w.run_btn.click(on_run_begin, [session_id, prompt, run_tick], run_views, inputs_kwargs=controls,
+                    api_visibility="private", **queue_place(w.status))
+    run_tick.change(on_run_next, [session_id, run_tick, stop_pressed], run_views, js=NEXT_STEP_JS,
+                    api_visibility="private", **queue_place(w.status))
+    # Run for API clients: a stream of updates (there is no page to pace it)
+    run_api = gr.Button("Run (API)", visible=False)
+    run_api.click(on_run, [session_id, prompt], views, inputs_kwargs=controls, api_name="run", show_progress="hidden")
+    w.follow_up_btn.click(None, None, [w.status], js=working, queue=False, api_visibility="private")
+    w.follow_up_btn.click(on_follow_up, [session_id, w.follow_up], views, api_name="follow_up",
+                          **queue_place(w.status))
+    w.stop_btn.click(None, [w.status], [w.status], js=STOP_PRESSED_JS, queue=False, api_visibility="private")
+    w.stop_btn.click(on_stop, [session_id], StopViews(w.status, session_id).outputs(), api_name="stop", queue=False,
+                     show_progress="hidden")
+    w.reset_btn.click(on_reset, [session_id], views, api_name="reset", show_progress="hidden")
+    # input: dragging (always_last keeps only the latest position) or typing a step number
+    w.scrubber.input(on_show_step, [session_id, w.scrubber], views, api_name="show_step", trigger_mode="always_last",
+                     show_progress="hidden")
+
+
+def _wire_trace_and_compare(w: SimpleNamespace) -> None:
+    session_id, shown = w.session_id, tuple(w.controls[name] for name in CONTROL_NAMES)
+    w.compare_btn.click(None, None, [w.compare_status], js=saying("Comparing the methods on this prompt…"),
+                        queue=False, api_visibility="private")
+    w.compare_btn.click(on_compare, [session_id, w.prompt], [w.compare_table, w.compare_plot, w.compare_status,
+                                                             session_id],
+                        inputs_kwargs=w.controls, api_name="compare", **queue_place(w.compare_status),
+                        **compare_lane())
+    w.save_btn.click(on_save, [session_id], SaveViews(w.saved_file, w.status, session_id).outputs(),
+                     api_name="save_trace", show_progress="hidden")
+    w.load_file.upload(on_load, [session_id, w.load_file],
+                       LoadViews(**vars(w.views), prompt=w.prompt, controls=shown).outputs(), api_name="load_trace",
+                       show_progress="hidden")
+
+
+def _wire_settings(demo: gr.Blocks, w: SimpleNamespace) -> None:
+    """Recipes, and the controls that follow the method and the pair."""
+    controls, shown = w.controls, [w.controls[name] for name in CONTROL_NAMES]
+    w.recipe.input(on_recipe, [w.recipe], [*shown, w.status, w.dynamic_section], api_visibility="private",
+                   queue=False, show_progress="hidden")
+    # the menu names this machine and marks the recipe measured fastest here (a kept Compare), if any
+    for refresh in (demo.load, w.compare_status.change, controls["pair"].change):
+        refresh(on_recipe_menu, [controls["pair"]], [w.recipe], api_visibility="private", queue=False,
+                show_progress="hidden")
+    for name in RECIPE_CONTROLS:
+        controls[name].input(on_control_edited, None, w.recipe, api_visibility="private", queue=False)
+    controls["method"].change(on_method_change, [controls["method"], controls["k_config"]],
+                              [w.method_help, *(controls[name] for name in SHOWN_BY_METHOD)],
+                              api_visibility="private")
+    # a recipe's or a typed k-config: the help counts that tree's candidates, not the default's
+    controls["k_config"].change(lambda method, k_config: on_method_change(method, k_config)[0],
+                                [controls["method"], controls["k_config"]], [w.method_help],
+                                api_visibility="private", queue=False, show_progress="hidden")
+    controls["pair"].change(on_pair_change, [controls["pair"]],
+                            [controls["target"], controls["draft"], controls["draft_kind"]], api_visibility="private")

@@ -7,22 +7,24 @@ import json
 
 import gradio as gr
 
-from dynasd.explorer import predict
-from dynasd.explorer.inputs import UserError
-
-from . import state
-from .status import status_line
-from .views import failed, render
+from .handler import handler
+from .play import controller
+from .views import LectureViews, StepViews
 
 KEYS = (("→ or N", "Step (a new step, its verdicts hidden)"), ("V", "reveal the step on show"),
         ("←", "back one step"), ("R", "Run to the end"), ("Esc", "leave lecture mode"))
 KEYS_HELP = "**Lecture keys:** " + " · ".join(f"**{key}** {what}" for key, what in KEYS)
+# Outside lecture mode ← and → belong to the guided step's phases (ui/page_scripts.py LEARN_KEYS_JS): the main view
+# says so, and how to step and go back there, so a ← that moves no step is not a silent one.
+STEP_KEYS = (("Shift+→", "Step"), ("← →", "the guided step's phases (Learn)"),
+             ("the slider", "back to an earlier step"), ("Lecture mode", "→ steps, ← goes back"))
+STEP_KEYS_HELP = "Keys: " + " · ".join(f"**{key}** {what}" for key, what in STEP_KEYS)
 
 LECTURE_CSS = """
 body.dynasd-lecture .gradio-container { zoom: 1.2; }
 body.dynasd-lecture #intro, body.dynasd-lecture #settings-column, body.dynasd-lecture #follow-up-row,
 body.dynasd-lecture #prompt-box, body.dynasd-lecture #top-controls .gallery, body.dynasd-lecture .explain,
-body.dynasd-lecture #predict-first, body.dynasd-lecture #predict-panel,
+body.dynasd-lecture #predict-first, body.dynasd-lecture #predict-panel, body.dynasd-lecture #step-keys,
 body.dynasd-lecture #top-controls .block:has(.gallery) { display: none !important; }
 body.dynasd-lecture #main-row { flex-direction: column; }
 body.dynasd-lecture #controls-column { max-width: none !important; width: 100%; }
@@ -66,31 +68,21 @@ LECTURE_TOGGLE_JS = """
 """ % json.dumps(LECTURE_CSS)
 
 
-def on_lecture(session_id, on, index):
+@handler(LectureViews)
+def on_lecture(session, on, index):
     """Lecture mode on: the step on show hides its verdicts until revealed; off: shown as usual."""
-    session = state.SESSIONS.get(session_id)
-    session.predict_first = bool(on)
-    shown = index if session.run is not None and session.run.steps else None
-    said = ("Lecture mode: → steps, V reveals, ← goes back, R runs, Esc leaves." if on else "Lecture mode off.")
-    return render(session, shown, status=status_line(said, "ok")) + (gr.Column(visible=bool(on)),)
+    said = "Lecture mode: → steps, V reveals, ← goes back, R runs, Esc leaves." if on else "Lecture mode off."
+    return LectureViews.of(session, controller(session).predict_first(on, index, said), box=gr.Column(visible=bool(on)))
 
 
-def on_back(session_id, index):
-    session = state.SESSIONS.get(session_id)
-    if session.run is None or not session.run.steps:
-        return render(session, status=status_line("Nothing to go back to yet: press → to take a step.", "warn"))
-    shown = max(0, int(index or 0) - 1)
-    return render(session, shown, status=status_line(f"Back to step {shown}.", "ok"))
+@handler(StepViews)
+def on_back(session, index):
+    return StepViews.of(session, controller(session).back(index))
 
 
-def on_reveal(session_id, index):
-    session = state.SESSIONS.get(session_id)
-    try:
-        with session.lock:
-            predict.reveal(session.run, int(index or 0))
-        return render(session, int(index or 0), status=status_line(f"Step {int(index or 0)} revealed.", "ok"))
-    except UserError as exc:
-        return failed(session, exc)
+@handler(StepViews)
+def on_reveal(session, index):
+    return StepViews.of(session, controller(session).reveal(index))
 
 
 def lecture_toggle() -> gr.Checkbox:
@@ -111,10 +103,10 @@ def lecture_buttons() -> tuple[gr.Column, gr.Button, gr.Button]:
     return box, back, reveal
 
 
-def wire_lecture(toggle: gr.Checkbox, buttons: tuple, session_id, scrubber, views: list) -> None:
+def wire_lecture(toggle: gr.Checkbox, buttons: tuple, session_id, scrubber, views: StepViews) -> None:
     box, back, reveal = buttons
     toggle.change(None, [toggle], None, js=LECTURE_TOGGLE_JS, queue=False, api_visibility="private")
-    toggle.change(on_lecture, [session_id, toggle, scrubber], views + [box], api_visibility="private",
-                  show_progress="hidden")
-    back.click(on_back, [session_id, scrubber], views, api_visibility="private", show_progress="hidden")
-    reveal.click(on_reveal, [session_id, scrubber], views, api_name="reveal", show_progress="hidden")
+    toggle.change(on_lecture, [session_id, toggle, scrubber], LectureViews(**vars(views), box=box).outputs(),
+                  api_visibility="private", show_progress="hidden")
+    back.click(on_back, [session_id, scrubber], views.outputs(), api_visibility="private", show_progress="hidden")
+    reveal.click(on_reveal, [session_id, scrubber], views.outputs(), api_name="reveal", show_progress="hidden")

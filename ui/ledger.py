@@ -4,16 +4,18 @@ does (not during a Run)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from dynasd.explorer.inputs import UserError
 from dynasd.explorer.ledger import ledger_markdown, run_ledger
+from dynasd.explorer.session import Session
 from viz.ledger import ledger_figure
 
-from . import state
+from .handler import handler
 from .status import RUNNING, status_line
-from .views import step_on_show, unexpected
+from .views import Views, left_out, step_on_show
 
 LEDGER_HELP = ("**Where do the rejected branches' keys and values go?** Each model keeps a KV cache: one row per "
                "position it has read. A verify forward writes a row for every tree node after the committed text; "
@@ -33,17 +35,29 @@ LEDGER_FOLLOWS_JS = """
 """ % json.dumps(status_line(RUNNING))
 
 
-def on_ledger(session_id, index):
+@dataclass
+class FigureViews(Views):
+    """A figure and its words (a failure's message goes in the words, the figure cleared)."""
+
+    SAID_IN = "text"
+    MARKED = True
+    TOAST = False
+    CLEARED = {"figure": None}
+    figure: Any = left_out()
+    text: Any = left_out()
+    session_id: Any = left_out()
+
+
+@handler(FigureViews)
+def on_ledger(session, index):
     """The ledger figure and its words for the step on show."""
-    session = state.SESSIONS.get(session_id)
-    try:
-        run, index, _ = step_on_show(session, index, "no step to show yet")
-        ledger = run_ledger(run)
-        return ledger_figure(run, ledger, index), ledger_markdown(ledger[index]), session.id
-    except UserError as exc:
-        return None, f"⚠ {exc}", session.id
-    except Exception as exc:
-        return None, f"✗ {unexpected(exc)}", session.id
+    return ledger_views(session, index)
+
+
+def ledger_views(session: Session, index) -> FigureViews:
+    run, index, _ = step_on_show(session, index, "no step to show yet")
+    ledger = run_ledger(run)
+    return FigureViews(ledger_figure(run, ledger, index), ledger_markdown(ledger[index]), session.id)
 
 
 def ledger_section(tabs: gr.Tabs, session_id, scrubber) -> None:

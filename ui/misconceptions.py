@@ -6,26 +6,24 @@ from __future__ import annotations
 import gradio as gr
 
 from dynasd.explorer import misconceptions as lab
-from dynasd.explorer.inputs import UserError
+from dynasd.explorer.session import Session
 from viz.misconceptions import lab_figure, lab_markdown
 
-from . import state
-from .views import unexpected
+from .handler import handler
+from .ledger import FigureViews
 
 
-def on_lab(session_id, index, samples):
-    session = state.SESSIONS.get(session_id)
-    try:
-        run = session.run
-        samples = int(samples or lab.DEFAULT_SAMPLES)
-        position = lab.lab_position(run, index, samples)
-        results = lab.run_lab(position, samples)
-        return (lab_figure(position, results, samples),
-                lab_markdown(position, results, samples, lab.clearest_step(run)), session.id)
-    except UserError as exc:
-        return None, f"⚠ {exc}", session.id
-    except Exception as exc:
-        return None, f"✗ {unexpected(exc)}", session.id
+@handler(FigureViews)
+def on_lab(session, index, samples):
+    return lab_views(session, index, int(samples or lab.DEFAULT_SAMPLES))
+
+
+def lab_views(session: Session, index, samples: int) -> FigureViews:
+    """Every rule sampled at the rejection nearest the step on show, drawn against p, and in words."""
+    position = lab.lab_position(session.run, index, samples)
+    results = lab.run_lab(position, samples)
+    return FigureViews(lab_figure(position, results, samples),
+                       lab_markdown(position, results, samples, lab.clearest_step(session.run)), session.id)
 
 
 def misconception_lab(session_id, scrubber) -> None:

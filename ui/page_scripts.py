@@ -57,6 +57,7 @@ CSS = """
   #results-column { order: 1; }
   #settings-column { order: 2; }
   #example-prompts, #top-controls .gallery { display: none; }
+  #step-keys { display: none; }  /* keys need a keyboard; the results come first */
   .js-plotly-plot .modebar { display: none !important; }
   /* the help beside a figure goes under it, full width: beside it, it was a 12 px column of single letters */
   .figure-with-help { flex-direction: column !important; flex-wrap: nowrap !important; }

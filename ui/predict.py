@@ -5,16 +5,17 @@ dynasd/explorer/predict.py, the hidden views viz/predict.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from dynasd.explorer import predict
+from dynasd.explorer import phases, predict
 from dynasd.explorer.inputs import UserError
-from viz.guided import step_phases
+from dynasd.explorer.session import Session
 
-from . import state
-from .status import status_line
-from .views import failed, render, step_on_show, unexpected
+from .handler import handler
+from .play import controller
+from .views import PhaseViews, PredictViews, StepViews, ToggleViews, left_out, step_on_show
 
 
 @dataclass
@@ -46,36 +47,29 @@ def play_controls() -> PlayPredict:
     return PlayPredict(panel, guess, reveal_btn, reveal, score)
 
 
-def on_toggle(session_id, on, index):
+@handler(ToggleViews)
+def on_toggle(session, on, index):
     """The toggle turned on or off: the step on show is drawn again, hidden or revealed."""
-    session = state.SESSIONS.get(session_id)
-    session.predict_first = bool(on)
-    views = render(session, index if session.run is not None and session.run.steps else None,
-                   status=status_line("Predict first: Step, guess, Reveal." if on else "Predictions off.", "ok"))
-    return views + (gr.Column(visible=bool(on)), predict.score_markdown(session.run))
+    said = "Predict first: Step, guess, Reveal." if on else "Predictions off."
+    return ToggleViews.of(session, controller(session).predict_first(on, index, said), panel=gr.Column(
+        visible=bool(on)), score=predict.score_markdown(session.run))
 
 
-def on_predict(session_id, step, node, guess):
+@handler(PredictViews)
+def on_predict(session, step, node, guess):
     """The API's and Play's reveal: score `guess` about step `step` (node -1: how many tokens it commits; a
     node: whether it passes, 1 or 0), then show the step. Returns the views, the reveal and the score."""
-    session = state.SESSIONS.get(session_id)
-    try:
-        if guess is None or guess == "":
-            raise UserError("type your guess first")
-        with session.lock:
-            reveal = predict.predict(session.run, int(step or 0), int(node if node is not None else -1), int(guess))
-        return (render(session, int(step or 0), status=status_line(f"Step {int(step or 0)} revealed.", "ok"))
-                + (reveal.markdown(), predict.score_markdown(session.run)))
-    except Exception as exc:
-        return failed(session, exc) + (f"⚠ {exc}" if isinstance(exc, UserError) else "", gr.skip())
+    return PredictViews.of(session, controller(session).predict(step, node, guess))
 
 
-def wire_play(toggle: gr.Checkbox, play: PlayPredict, session_id, scrubber, views: list) -> None:
+def wire_play(toggle: gr.Checkbox, play: PlayPredict, session_id, scrubber, views: StepViews) -> None:
     """Play's events; the reveal is the `predict` API endpoint."""
-    toggle.input(on_toggle, [session_id, toggle, scrubber], views + [play.panel, play.score],
-                      api_visibility="private", show_progress="hidden")
+    toggle.input(on_toggle, [session_id, toggle, scrubber],
+                 ToggleViews(**vars(views), panel=play.panel, score=play.score).outputs(),
+                 api_visibility="private", show_progress="hidden")
     commit = gr.Number(predict.COMMIT, visible=False)
-    play.reveal_btn.click(on_predict, [session_id, scrubber, commit, play.guess], views + [play.reveal, play.score],
+    play.reveal_btn.click(on_predict, [session_id, scrubber, commit, play.guess],
+                          PredictViews(**vars(views), reveal=play.reveal, score=play.score).outputs(),
                           api_name="predict", show_progress="hidden")
 
 
@@ -88,34 +82,36 @@ def guided_controls() -> tuple[gr.Button, gr.Button, gr.Markdown]:
     return passes, fails, reveal
 
 
-def wire_guided(buttons: tuple, session_id, scrubber, phase, phase_views: list, guided_views) -> None:
-    """A guess about the test on show in the guided step; `guided_views(run, index, phase)` draws the phase."""
+@dataclass
+class GuessViews(PhaseViews):
+    """The guided step after a guess about its test on show, and the reveal's words."""
+
+    SAID_IN = "reveal"
+    MARKED = True
+    CLEARED = {}
+    reveal: Any = left_out()
+
+
+def guess_views(session: Session, index, at, guess: int) -> GuessViews:
+    """Score a guess about the test at guided phase `at` of the step on show, then draw that phase again."""
+    run, index, _ = step_on_show(session, index, "nothing to predict yet")
+    node = phases.test_node(run, index, int(at or 0))
+    if node is None:
+        raise UserError("this phase is not a test: go to a Test phase (next phase →) to predict it")
+    with session.lock:
+        said = predict.predict(run, index, node, guess)
+    return GuessViews(**vars(PhaseViews.of(session, index, at)),
+                      reveal=said.markdown() + " " + predict.score_markdown(run))
+
+
+@handler(GuessViews)
+def on_guess(session, index, at, guess):
+    return guess_views(session, index, at, guess)
+
+
+def wire_guided(buttons: tuple, session_id, scrubber, phase, phase_views: list) -> None:
+    """A guess about the test on show in the guided step."""
     passes, fails, reveal = buttons
-
-    def on_guess(session_id, index, at, guess):
-        session = state.SESSIONS.get(session_id)
-        try:
-            run, index, _ = step_on_show(session, index, "nothing to predict yet")
-            node = guided_test_node(run, index, int(at or 0))
-            if node is None:
-                raise UserError("this phase is not a test: go to a Test phase (next phase →) to predict it")
-            with session.lock:
-                said = predict.predict(run, index, node, guess)
-            return (*guided_views(run, index, at), session.id,
-                    said.markdown() + " " + predict.score_markdown(run))
-        except UserError as exc:
-            return (gr.skip(), gr.skip(), gr.skip(), session.id, f"⚠ {exc}")
-        except Exception as exc:
-            return (gr.skip(), gr.skip(), gr.skip(), session.id, f"⚠ {unexpected(exc)}")
-
     for button, guess in ((passes, 1), (fails, 0)):
         button.click(lambda sid, i, at, g=guess: on_guess(sid, i, at, g), [session_id, scrubber, phase],
                      phase_views + [reveal], api_visibility="private", show_progress="hidden")
-
-
-def guided_test_node(run, index: int, at: int) -> int | None:
-    """The node tested at guided phase `at` of step `index`, or None when that phase is not a test."""
-    phases = step_phases(run.steps[index])
-    if not 0 <= at < len(phases) or phases[at].kind != "test":
-        return None
-    return predict.tested_nodes(run.steps[index])[phases[at].tests - 1]

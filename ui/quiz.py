@@ -2,41 +2,60 @@
 the `quiz` (build) and `quiz_check` (answers in, marks and score out) API endpoints."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import gradio as gr
 
 from dynasd.explorer import quiz
-from dynasd.explorer.inputs import UserError
+from dynasd.explorer.session import Session
 
-from . import state
-from .views import unexpected
+from .handler import handler
+from .views import Views, left_out
 
 
-def on_build(session_id):
-    """The questions of the run on show, one radio each (unused radios hidden)."""
-    session = state.SESSIONS.get(session_id)
-    try:
+@dataclass
+class QuizViews(Views):
+    """One radio per question (unused ones hidden), what the quiz says, the marks."""
+
+    SAID_IN = "said"
+    MARKED = True
+    TOAST = False
+    radios: tuple = field(default_factory=lambda: tuple(gr.skip() for _ in range(quiz.QUESTIONS)))
+    said: Any = left_out()
+    marks: Any = ""
+    session_id: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session) -> "QuizViews":
         questions = quiz.build_quiz(session.run)
         radios = [gr.Radio(choices=q.choices, value=None, label=f"{i}. {q.text}", visible=True)
                   for i, q in enumerate(questions, start=1)]
         radios += [gr.Radio(visible=False, value=None)] * (quiz.QUESTIONS - len(questions))
         said = (f"{len(questions)} questions about this {session.run.method} run of {len(session.run.steps)} steps: "
                 "answer from the figures, then press **Check my answers**.")
-        return (*radios, said, "", session.id)
-    except UserError as exc:
-        return (*[gr.skip()] * quiz.QUESTIONS, f"⚠ {exc}", "", session.id)
-    except Exception as exc:
-        return (*[gr.skip()] * quiz.QUESTIONS, f"✗ {unexpected(exc)}", "", session.id)
+        return cls(tuple(radios), said, "", session.id)
 
 
-def on_check(session_id, *answers):
-    session = state.SESSIONS.get(session_id)
-    try:
-        questions = quiz.build_quiz(session.run)
-        return quiz.marked_markdown(quiz.mark(questions, [a or None for a in answers])), session.id
-    except UserError as exc:
-        return f"⚠ {exc}", session.id
-    except Exception as exc:
-        return f"✗ {unexpected(exc)}", session.id
+@dataclass
+class MarksViews(Views):
+    SAID_IN = "marks"
+    MARKED = True
+    TOAST = False
+    marks: Any = left_out()
+    session_id: Any = left_out()
+
+
+@handler(QuizViews)
+def on_build(session):
+    """The questions of the run on show, one radio each (unused radios hidden)."""
+    return QuizViews.of(session)
+
+
+@handler(MarksViews)
+def on_check(session, *answers):
+    marks = quiz.mark(quiz.build_quiz(session.run), [a or None for a in answers])
+    return MarksViews(quiz.marked_markdown(marks), session.id)
 
 
 def quiz_section(session_id) -> None:
@@ -49,5 +68,7 @@ def quiz_section(session_id) -> None:
               for i in range(1, quiz.QUESTIONS + 1)]
     check = gr.Button("Check my answers", variant="primary", elem_id="quiz-check")
     marks = gr.Markdown("", elem_id="quiz-marks", label="quiz marks")
-    build.click(on_build, [session_id], [*radios, said, marks, session_id], api_name="quiz", show_progress="hidden")
-    check.click(on_check, [session_id, *radios], [marks, session_id], api_name="quiz_check", show_progress="hidden")
+    build.click(on_build, [session_id], QuizViews(tuple(radios), said, marks, session_id).outputs(), api_name="quiz",
+                show_progress="hidden")
+    check.click(on_check, [session_id, *radios], MarksViews(marks, session_id).outputs(), api_name="quiz_check",
+                show_progress="hidden")

@@ -2,7 +2,9 @@
 scripts read them too, ui/page_scripts.py)."""
 from __future__ import annotations
 
-RUNNING, STOPPING = "Running…", "Stopping after the current step…"  # statuses of a Run (the page reads RUNNING)
+from dynasd.explorer.controller import RUNNING, STOPPING  # statuses of a Run (the page reads RUNNING)
+
+__all__ = ["RUNNING", "STOPPING", "status_line"]
 
 
 def status_line(message: str, kind: str = "info") -> str:

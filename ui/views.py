@@ -1,118 +1,271 @@
-"""What a handler sends to the page: every view of one step of a session's run (a figure the page shows already is
-left out), the empty views, a failure's message, and the controls set to a loaded run's prompt and settings."""
+"""What a handler sends to the page, as named views: one dataclass per set of outputs, its fields in the order of
+the event's output components (the same dataclass names the components in ui/layout.py, so no count is kept by
+hand). A field left at its default is left out of the update (Gradio's skip): the page keeps what it shows.
+
+Each class also says how a failure is shown in it (`failure`): where the message goes, which views it clears,
+and whether a toast says it too (ui/handler.py encodes every error this one way)."""
 from __future__ import annotations
 
-import sys
-import traceback
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import gradio as gr
 import plotly.graph_objects as go
 
 import viz
-from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError
-from dynasd.explorer.predict import asks_first
-from dynasd.explorer.session import Session, SessionFailed
+from dynasd.explorer import phases
+from dynasd.explorer.controller import Outcome, Show
+from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
+from dynasd.explorer.predict import asks_first, score_markdown
+from dynasd.explorer.session import Session
+from viz.guided import guided_figure
 from viz.predict import hidden_step_views
 
 from .controls import CONTROL_NAMES
+from .sent import page_of
 from .status import status_line
 
-FIGURES = ("tree", "mask", "pq", "stop", "timeline")  # the step's figures, in the order of the views' outputs
+FIGURES = ("tree", "mask", "pq", "stop", "timeline")  # the step's figures, which the page may already hold
 
 
-def figures_sent(session: Session, figures: dict[str, go.Figure | None]) -> list:
-    """Each figure as it is sent to the session's page: its Plotly JSON (None: no figure), or gr.skip() when the
-    page shows that very content already (dynasd/explorer/shown.py), so it neither travels nor is drawn again."""
-    with session.sent.update() as page:
-        sent = []
-        for name in FIGURES:
-            plot = None if figures[name] is None else figures[name].to_json()
-            sent.append(plot if page.changed(name, plot or "") else gr.skip())
-    return sent
+def left_out() -> Any:
+    """A view not sent: the page keeps what it shows."""
+    return field(default_factory=gr.skip)
 
 
-def empty_views(session: Session, status: str) -> tuple:
-    return (gr.HighlightedText(value=[], color_map={}), *figures_sent(session, dict.fromkeys(FIGURES)), "",
-            status, "", gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"),
-            session.id)
+@dataclass
+class Views:
+    """Named outputs, in the order of the event's components. `SAID_IN` is the view a failure's message goes to,
+    `MARKED` whether it goes there with a plain mark (⚠/✗) rather than as a status line, `CLEARED` the views a
+    failure empties, `TOAST` whether a toast says it too."""
+
+    SAID_IN: ClassVar[str] = "status"
+    MARKED: ClassVar[bool] = False
+    CLEARED: ClassVar[dict] = {}
+    TOAST: ClassVar[bool] = True
+
+    def outputs(self) -> tuple:
+        """The views as Gradio takes them: in field order, a tuple field (the controls) spread out."""
+        sent: list = []
+        for one in fields(self):
+            value = getattr(self, one.name)
+            sent.extend(value if isinstance(value, tuple) else (value,))
+        return tuple(sent)
+
+    @classmethod
+    def failure(cls, session: Session, message: str, kind: str) -> "Views":
+        said = f"{'✗' if kind == 'error' else '⚠'} {message}" if cls.MARKED else status_line(message, kind)
+        return cls(**{**cls.CLEARED, cls.SAID_IN: said, "session_id": session.id})
+
+    @classmethod
+    def bare(cls, session: Session, message: str, kind: str) -> "Views":
+        """The failure where its own views cannot be drawn."""
+        return Views.failure.__func__(cls, session, message, kind)
+
+
+# -- the step's views ------------------------------------------------------------------------------------------------
+
+@dataclass
+class SaveViews(Views):
+    """A file to download and the status line."""
+
+    file: Any = None
+    status: Any = left_out()
+    session_id: Any = left_out()
+
+
+@dataclass
+class StepViews(Views):
+    """Every view of the step on show (ui/layout.py's `views`)."""
+
+    text: Any = left_out()
+    tree: Any = left_out()
+    mask: Any = left_out()
+    pq: Any = left_out()
+    stop: Any = left_out()
+    timeline: Any = left_out()
+    summary: Any = left_out()
+    status: Any = left_out()
+    story: Any = left_out()
+    scrubber: Any = left_out()
+    session_id: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session, outcome: Outcome, **more) -> "StepViews":
+        """The views an action's outcome asks for, and `more` (the fields a subclass adds)."""
+        status = gr.skip() if outcome.said is None else status_line(outcome.said, outcome.kind)
+        if outcome.show is Show.NOTHING:
+            return cls(**more)
+        if outcome.show is Show.KEEP:
+            return cls(status=status, session_id=session.id, **more)
+        if outcome.show is Show.EMPTY:
+            return cls(**empty_views(session, status), **more)
+        return cls(**step_on_page(session, outcome.index, status), **more)
+
+    @classmethod
+    def failure(cls, session: Session, message: str, kind: str) -> "StepViews":
+        """The run on show stays, the message in the status line."""
+        return cls(**step_on_page(session, None, status_line(message, kind)))
+
+    @classmethod
+    def bare(cls, session: Session, message: str, kind: str) -> "StepViews":
+        """The run on show cannot be drawn (a bug in a figure builder): empty views, the message in the status."""
+        return cls(**empty_views(session, status_line(message, kind)))
+
+
+@dataclass
+class RunViews(StepViews):
+    """A paced Run's step and the tick the page answers with its request for the next one (left out: no more)."""
+
+    tick: Any = left_out()
+
+
+@dataclass
+class LoadViews(StepViews):
+    """A replayed run's views, and the prompt box and every control set to its prompt and settings."""
+
+    prompt: Any = left_out()
+    controls: tuple = field(default_factory=lambda: tuple(gr.skip() for _ in CONTROL_NAMES))
+
+    @classmethod
+    def of(cls, session: Session, outcome: Outcome, **more) -> "LoadViews":
+        run = outcome.loaded
+        if run is None:
+            return super().of(session, outcome)
+        prompt, controls = control_updates(run.prompt, settings_of_trace(run))
+        return super().of(session, outcome, prompt=prompt, controls=controls)
+
+
+@dataclass
+class StopViews(Views):
+    """Stop's reply: the status line only (left out when the page has said it already)."""
+
+    status: Any = left_out()
+    session_id: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session, outcome: Outcome) -> "StopViews":
+        return cls(gr.skip() if outcome.said is None else status_line(outcome.said, outcome.kind), session.id)
+
+
+@dataclass
+class PredictViews(StepViews):
+    """Play's reveal: the step, the reveal's words and the run's score."""
+
+    reveal: Any = left_out()
+    score: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session, outcome: Outcome, **more) -> "PredictViews":
+        return super().of(session, outcome, reveal=outcome.reveal.markdown(), score=score_markdown(session.run))
+
+    @classmethod
+    def failure(cls, session: Session, message: str, kind: str) -> "PredictViews":
+        views = super().failure(session, message, kind)
+        views.reveal = f"⚠ {message}" if kind == "warn" else ""
+        return views
+
+
+@dataclass
+class ToggleViews(StepViews):
+    """'Let me predict first' turned on or off: the step again, the panel shown or hidden, the score."""
+
+    panel: Any = left_out()
+    score: Any = left_out()
+
+
+@dataclass
+class LectureViews(StepViews):
+    box: Any = left_out()
+
+
+@dataclass
+class PhaseViews(Views):
+    """The guided step at one phase: its figure, its words and the phase slider."""
+
+    SAID_IN = "text"
+    CLEARED = {"figure": None}
+    TOAST = False
+    figure: Any = left_out()
+    text: Any = left_out()
+    slider: Any = left_out()
+    session_id: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session, index, at) -> "PhaseViews":
+        run, index, _ = step_on_show(session, index, "nothing to explain yet")
+        shown = phases.guided_view(run, index, at)
+        return cls(guided_figure(shown.step, shown.phase, viz.root_token(run, index), lossy=not run.lossless),
+                   f"**Phase {shown.at + 1} of {shown.count}: {shown.phase.title}.** {shown.phase.text}",
+                   gr.Slider(minimum=0, maximum=max(shown.count - 1, 1), value=shown.at, step=1,
+                             interactive=shown.count > 1, label=f"Phase ({shown.at + 1} of {shown.count})"),
+                   session.id)
+
 
 
 def step_views(run, index: int) -> tuple[list, dict, str, str]:
     """The text spans, figures, summary and story of step `index` of `run` (pure builders; nothing is sent)."""
     step = run.steps[index]
     root = viz.root_token(run, index)
-    lossy = not run.lossless
-    story = viz.step_story(run, index)
-    if lossy:
-        story = "**LOSSY method** (ti-mcsd, width > 1): the text may differ from the target's own. " + story
-    figures = dict(tree=viz.tree_figure(step, root, lossy=lossy),
+    figures = dict(tree=viz.tree_figure(step, root, lossy=not run.lossless),
                    mask=viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes), root_label=root),
                    pq=viz.pq_figure(step), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
-    return viz.text_spans(run, index), figures, viz.summary_markdown(run, index), story
+    return viz.text_spans(run, index), figures, viz.summary_markdown(run, index), viz.step_story(run, index)
 
 
-def render(session: Session, index: int | None = None, status: str = "") -> tuple:
-    """Every view of one step of the session's run, as sent to its page: a figure the page shows already is
-    left out."""
+def step_on_page(session: Session, index: int | None, status) -> dict:
+    """The step views of step `index` (the last when None) as its page is sent them: a figure the page shows
+    already is left out. With 'Let me predict first' on, the verdicts wait for the guess (ui/predict.py)."""
     run = session.run
     if run is None or not run.steps:
-        return empty_views(session, status or status_line("Press **Step** or **Run** to start."))
+        return empty_views(session, status)
     last = len(run.steps) - 1
     index = last if index is None else max(0, min(int(index), last))
-    if asks_first(session, index):  # predict, then reveal (ui/predict.py): the verdicts wait for the guess
-        spans, figures, summary, story = hidden_step_views(run, index, step_views(run, index - 1) if index else None,
-                                                           asks_first(session, index))
+    question = asks_first(session, index)
+    if question:
+        spans, figures, summary, story = hidden_step_views(run, index, phases.before_the_tests(run.steps[index]),
+                                                           step_views(run, index - 1) if index else None, question)
     else:
         spans, figures, summary, story = step_views(run, index)
-    return (
-        gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
-        *figures_sent(session, figures),
-        summary,
-        status,
-        story,
-        gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
-                  label=f"Step on show ({index} of {last})"),
-        session.id,
-    )
+    return dict(text=gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
+                **figures_sent(session, figures), summary=summary, status=status, story=story,
+                scrubber=gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
+                                   label=f"Step on show ({index} of {last})"),
+                session_id=session.id)
 
 
-def failed(session: Session, exc: Exception) -> tuple:
-    """A clear message in a toast and in the status line; the figures stay as they were."""
-    if not isinstance(exc, (UserError, SessionFailed)):
-        exc = unexpected(exc)
-    kind = "error" if isinstance(exc, SessionFailed) else "warn"
-    message = str(exc)
-    if isinstance(exc, FinishedRun):  # not a mistake: no toast, and the step being looked at stays on show
-        return tuple(gr.skip() for _ in range(7)) + (status_line(message[0].upper() + message[1:] + ".", "info"),
-                                                     gr.skip(), gr.skip(), session.id)
-    gr.Warning(message)
-    try:
-        return render(session, status=status_line(message, kind))
-    except Exception as render_exc:  # the run on show cannot be drawn (a hostile trace?): show nothing instead
-        unexpected(render_exc)
-        return empty_views(session, status_line(message, kind))
+def empty_views(session: Session, status) -> dict:
+    return dict(text=gr.HighlightedText(value=[], color_map={}), **figures_sent(session, dict.fromkeys(FIGURES)),
+                summary="", status=status, story="",
+                scrubber=gr.Slider(minimum=0, maximum=1, value=0, interactive=False, label="Step on show"),
+                session_id=session.id)
 
 
-class FinishedRun(UserError):
-    """Step or Run pressed once on a finished run: the run and the step on show stay as they are."""
+def figures_sent(session: Session, figures: dict[str, go.Figure | None]) -> dict:
+    """Each figure as it is sent to the session's page: its Plotly JSON (None: no figure), or left out when the
+    page shows that very content already (ui/sent.py), so it neither travels nor is drawn again."""
+    sent = {}
+    with page_of(session).update() as page:
+        for name in FIGURES:
+            plot = None if figures[name] is None else figures[name].to_json()
+            sent[name] = plot if page.changed(name, plot or "") else gr.skip()
+    return sent
 
 
-def unexpected(exc: Exception) -> SessionFailed:
-    """A bug, not a user mistake: the traceback goes to the server log, the user gets one line."""
-    traceback.print_exception(exc, file=sys.stderr)
-    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-    return SessionFailed(f"something went wrong on the server ({type(exc).__name__}{': ' + first if first else ''});"
-                         " other sessions are not affected; press Reset to start over")
-
-
-
-def control_updates(prompt: str | None = None, settings: Settings | None = None) -> tuple:
+def control_updates(prompt: str | None = None, settings: Settings | None = None) -> tuple[Any, tuple]:
     """The prompt box and every control set to a loaded run's prompt and settings; unchanged where unknown."""
     prompt_update = gr.update() if prompt is None else gr.update(value=prompt[:MAX_PROMPT_CHARS])
     if settings is None:
-        return (prompt_update,) + tuple(gr.update() for _ in CONTROL_NAMES)
+        return prompt_update, tuple(gr.update() for _ in CONTROL_NAMES)
     values = settings.controls()
-    return (prompt_update,) + tuple(gr.update(value=values[name]) for name in CONTROL_NAMES)
+    return prompt_update, tuple(gr.update(value=values[name]) for name in CONTROL_NAMES)
+
+
+def drawable(run) -> None:
+    """Raises when a replayed run's ends cannot be drawn (a trace that passed the schema checks but describes no
+    drawable tree): the last step is shown first, and the scrubber reaches the first."""
+    step_views(run, 0)
+    step_views(run, len(run.steps) - 1)
 
 
 def step_on_show(session: Session, index, nothing_yet: str) -> tuple:

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.trace import RunTrace
+from dynasd.trace import RunTrace, StepTrace
 
 from .decisions import stop_figure
-from .guided import Phase, step_at_phase
 from .mask import mask_figure, max_mask_rows
 from .tree import root_token, tree_figure
 
-BEFORE_THE_TESTS = Phase("test", "before the verify", "", level=10**6, tests=0)  # every node drafted, none tested
 
-
-def hidden_step_views(run: RunTrace, index: int, before: tuple | None, question: str) -> tuple[list, dict, str, str]:
-    """(text spans, figures, summary, story) of step `index` with its verdicts hidden. `before`: the views of
-    step index - 1 (ui/views.py step_views), None for the first step."""
+def hidden_step_views(run: RunTrace, index: int, untested: StepTrace, before: tuple | None,
+                      question: str) -> tuple[list, dict, str, str]:
+    """(text spans, figures, summary, story) of step `index` with its verdicts hidden: `untested` is the step
+    before its tests (dynasd/explorer/phases.py before_the_tests). `before`: the views of step index - 1
+    (ui/views.py step_views), None for the first step."""
     step = run.steps[index]
-    untested = step_at_phase(step, BEFORE_THE_TESTS)
     root = root_token(run, index)
     tree = tree_figure(untested, root, lossy=not run.lossless)
     tree.update_layout(title=dict(text=f"Step {index} · before the verify: predict first"))

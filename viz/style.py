@@ -11,8 +11,7 @@ stay apart in greyscale and for deuteranopes and protanopes (tests/test_colour_v
 """
 from __future__ import annotations
 
-import html
-
+from dynasd.explorer.labels import MAX_LABEL_CHARS, show_token, visible_piece  # noqa: F401 - the views read them here
 from dynasd.origins import ORIGINS
 from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 
@@ -98,26 +97,6 @@ MASK_UNUSED = "#cfcfcf"
 SLICE_OUTLINE = "#d64541"
 
 FONT = "Inter, system-ui, sans-serif"
-MAX_LABEL_CHARS = 10
-
-
-def visible_piece(token: str) -> str:
-    """A token with its whitespace made visible (␣ space, ↵ newline, ⇥ tab): the one convention the tree, the
-    mask and the text panel share, so a word piece such as 'leigh' never passes for a word of its own."""
-    return token.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
-
-
-def show_token(token: str, limit: int = MAX_LABEL_CHARS) -> str:
-    """A token as a short visible label: whitespace made visible, long tokens cut, HTML escaped (Plotly
-    renders a subset of HTML, so a token like '<s>' would otherwise vanish)."""
-    visible = visible_piece(token)
-    if visible == "":
-        visible = "∅"
-    if len(visible) > limit:
-        visible = visible[: limit - 1] + "…"
-    return html.escape(visible, quote=False)  # Plotly decodes &lt; &gt; &amp; but prints &quot; literally
-
-
 def fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 

@@ -87,7 +87,7 @@ def _grown(step: StepTrace) -> dict[int, tuple[float, int]]:
 
 def _hover(i: int, step: StepTrace, grown: dict[int, tuple[float, int]] | None = None) -> str:
     n = step.nodes[i]
-    ratio = "–" if not n.q else f"{n.p / n.q:.3f}"
+    ratio = "–" if not n.q or n.p is None else f"{n.p / n.q:.3f}"  # p None: hidden until a guess
     lines = [f"<b>node {i}</b> · level {n.level} · {STATUS_SHORT[drawn_status(step, i)]}",
              f"token  {show_token(n.token, 24)}  (id {n.token_id})",
              f"origin {NODE_ORIGIN_NAMES[n.origin]}",

@@ -89,7 +89,8 @@ def commit_question(run: RunTrace, index: int) -> str:
 
 
 def node_question(step: StepTrace, node: int) -> str:
-    """The guided step's question about one test, with p′ and q′ shown and u hidden."""
+    """The guided step's question about one test, asked before its answer shows: a sampled test's p′ and q′ (u
+    decides, hidden until the guess); at temperature 0 no p at all, since the target's p is the answer."""
     n = step.nodes[node]
     if n.u is not None and n.q_test:
         ratio = min(1.0, (n.p_test or 0.0) / n.q_test)
@@ -97,7 +98,7 @@ def node_question(step: StepTrace, node: int) -> str:
                 f"q′ = {n.q_test:.3f}, so it passes when u < min(1, p′/q′) = {ratio:.3f}; u is drawn once you "
                 "answer.")
     return (f"**Predict:** will node {node} (`{n.token}`, level {n.level}) pass? At temperature 0 it passes iff it "
-            f"is the target's most likely token there; the target gives it p = {n.p:.3f}.")
+            "is the target's most likely token there; the target's p for it is shown once you answer.")
 
 
 def _commit_reveal(run: RunTrace, index: int) -> tuple[int, str, str]:

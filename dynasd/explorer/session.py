@@ -15,6 +15,7 @@ import pickle
 import threading
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -26,9 +27,8 @@ from . import engine
 from .engine import Progress, RecordedStep, build_decoder, encode, load_decision_model_for
 from .inputs import Settings, UserError, check_prompt, one_line
 from .pairs import PairCache
-from .shown import SentOutputs
 
-__all__ = ["Compute", "Session", "SessionFailed", "build_decoder", "compare_methods", "encode",
+__all__ = ["Compute", "Mode", "Session", "SessionFailed", "build_decoder", "compare_methods", "encode",
            "load_decision_model_for", "load_trace", "local_compute"]
 
 
@@ -43,6 +43,8 @@ class Compute:
     advance: Callable[..., Progress]
     follow_up: Callable[..., Progress]
     chunk: int = 1
+    run_chunk: int = 1         # steps a Run computes per model call (engine.UNTIL_DONE: as many as fit)
+    gpu: bool = False          # the models run on a GPU (ZeroGPU), where a wide tree is the right first sight
 
 
 def local_compute(pairs: PairCache, chunk: int = 1) -> Compute:
@@ -58,17 +60,29 @@ def _compute(where: Compute | PairCache) -> Compute:
 
 
 # What a session is, as data: these fields travel with state() and make a session whole in another process.
-STATE_FIELDS = ("id", "settings", "prompt", "turns", "run", "ahead", "snapshot", "replay", "error", "load_seconds",
-                "prefill_seconds", "seconds_per_step", "restart_asked")
+STATE_FIELDS = ("id", "settings", "prompt", "turns", "run", "ahead", "snapshot", "mode", "error", "load_seconds",
+                "prefill_seconds", "seconds_per_step")
+
+
+class Mode(Enum):
+    """Where a session stands: its one state. The data methods below move it where the data changes (a run
+    started, its last step shown, a failure, a loaded trace, a reset); the learner's other actions (a Run, Stop,
+    the question before a finished run is replaced) move it in controller.py, which documents every transition."""
+
+    EMPTY = "empty"                # no run on show
+    STEPPING = "stepping"          # a run on show that Step and Run go on with (a stopped Run too)
+    RUNNING = "running"            # a Run in progress: paced by the page (`paced_at`) or streamed to an API client
+    STOPPING = "stopping"          # Stop heard during a Run: it ends after the current step
+    STOPPED_BY_PAGE = "stopped by the page"  # the page ended its Run itself; the Stop request on its way says nothing
+    FINISHED = "finished"          # the run on show is done; a follow-up turn goes on from it
+    REPLACE_ASKED = "replace asked"  # Step or Run pressed once on the finished run: the next press replaces it
+    REPLAYING = "replaying"        # a loaded trace: there is no decoder to step
+    FAILED = "failed"              # a model call failed (`error` says how): no step until Reset or other settings
 
 
 class Session:
-    """One browser session's run and the decoder state it goes on from. Methods are called with `self.lock` held
-    by the registry user.
-
-    States: empty (no run) -> running a run (`snapshot` set) -> finished (the run on show; its snapshot is what
-    a follow-up turn goes on from), or failed (`error` set): a failed session refuses to step until reset() or a
-    new run with other settings; a loaded trace is a finished run with no snapshot (`replay`)."""
+    """One browser session's run and the decoder state it goes on from, and its `mode`. Methods are called with
+    `self.lock` held by the registry user."""
 
     def __init__(self, session_id: str) -> None:
         self.id = session_id
@@ -80,21 +94,17 @@ class Session:
         self.run: RunTrace | None = None
         self.ahead: list[RecordedStep] = []       # steps computed but not yet on show (a chunk, a recorded Run)
         self.snapshot: DecoderSnapshot | None = None  # the decoder's state after the last computed step
-        self.replay = False          # the run came from a trace file; there is no decoder to step
-        self.error: str | None = None  # set when a model call failed; cleared by reset()
-        self.stop_requested = False
-        self.stopped_by_page = False   # the page's flag ended its paced Run before the Stop request arrived
-        self.running = False           # a Run stream is in progress (it takes self.lock one step at a time)
+        self.mode = Mode.EMPTY
+        self.error: str | None = None  # what failed, while the mode is FAILED
         # A Run paced by the browser: the page asks for each next step only once it has drawn the last one, so
-        # the display is never more than a step behind. `paced_at` is the time of the last step it asked for;
-        # a page that was closed mid-run stops asking, and after PACED_RUN_TIMEOUT_S the run counts as stopped.
+        # the display is never more than a step behind. `paced_at` is the time of the last step it asked for
+        # (None for a Run streamed to an API client); a page that was closed mid-run stops asking, and after
+        # PACED_RUN_TIMEOUT_S the run counts as stopped.
         self.paced_at: float | None = None
         self.load_seconds = 0.0        # loading the model pair for the current run (0 when it was loaded already)
         self.prefill_seconds = 0.0     # the current run's prompt prefill: not part of any step's time
         self.seconds_per_step = 0.0    # measured in the last model call: how long the next call should take
-        self.restart_asked = False     # Step or Run on the finished run was pressed once: the next press replaces it
-        self.sent = SentOutputs()      # what this session's page shows, so that an update sends only what changed
-        self.predict_first = False     # Play's 'Let me predict first': a step's verdicts wait for a guess
+        self.predict_first = False     # a page setting, not a state: a step's verdicts wait for a guess
 
     # -- the session as data ----------------------------------------------------------------------------------
     def state(self) -> bytes:
@@ -103,12 +113,13 @@ class Session:
 
     @classmethod
     def from_state(cls, state: bytes) -> "Session":
-        """A session made whole from state(); what the page was sent is not known here, so updates send in
-        full."""
+        """A session made whole from state(), a Run in progress settled (its page's requests go to the process
+        that began it); what the page was sent is not known here, so updates send in full."""
         fields = pickle.loads(state)
         session = cls(fields["id"])
         for name in STATE_FIELDS:
             setattr(session, name, fields[name])
+        session.mode = session.settled()  # a Run is served where it began: here the run goes on with Step or Run
         return session
 
     def touch(self) -> None:
@@ -121,7 +132,12 @@ class Session:
     @property
     def run_in_progress(self) -> bool:
         """A Run is under way: a server-side stream (API clients) or a browser-paced run still being asked for."""
-        return self.running or self.paced_run_alive
+        return self.mode in (Mode.RUNNING, Mode.STOPPING) and (self.paced_at is None or self.paced_run_alive)
+
+    @property
+    def replay(self) -> bool:
+        """The run on show came from a trace file: there is no decoder to step."""
+        return self.mode is Mode.REPLAYING
 
     @property
     def busy(self) -> bool:
@@ -144,13 +160,17 @@ class Session:
     def matches(self, settings: Settings, prompt: str) -> bool:
         return not self.replay and self.run is not None and self.settings == settings and self.prompt == prompt
 
+    def settled(self) -> Mode:
+        """The mode once no Run is in progress: the run on show finished, or one to go on with."""
+        if self.mode in (Mode.FAILED, Mode.REPLAYING, Mode.EMPTY):
+            return self.mode
+        return Mode.FINISHED if self.done else Mode.STEPPING
+
     def reset(self) -> None:
         self.paced_at = None
         self.run = self.settings = self.snapshot = None
         self.ahead = []
-        self.prompt, self.replay, self.error, self.stop_requested = "", False, None, False
-        self.stopped_by_page = False
-        self.restart_asked = False
+        self.prompt, self.mode, self.error = "", Mode.EMPTY, None
         self.turns = []
 
     # -- model work, through a Compute -------------------------------------------------------------------------
@@ -164,7 +184,7 @@ class Session:
         if progress.run is None:  # nothing started: the old run stays as it was
             self._raise(progress, settings, prompt, started=False)
         self.reset()
-        self.settings, self.prompt, self.turns = settings, prompt, [prompt]
+        self.settings, self.prompt, self.turns, self.mode = settings, prompt, [prompt], Mode.STEPPING
         self._absorb(progress)
         self._raise(progress, settings, prompt, started=True)
         return self.run
@@ -174,7 +194,7 @@ class Session:
         same settings (Step and Run then go on with it). The tokens are those of a fresh run over the whole
         conversation: prompt, answer, then prompts.follow_up_ids."""
         message = check_prompt(message)
-        if self.error:
+        if self.mode is Mode.FAILED:
             raise SessionFailed(self.error)
         if self.replay or self.run is None or self.snapshot is None or not self.done:
             raise UserError("a follow-up message goes after a finished run: press Run (or Step to the end) first")
@@ -183,7 +203,7 @@ class Session:
                                                expected_s=self._expected(0, self.settings))
         if progress.run is None:
             self._raise(progress, self.settings, self.prompt, started=False)
-        self.turns, self.ahead = turns, []
+        self.turns, self.ahead, self.mode = turns, [], Mode.STEPPING
         self._absorb(progress)
         self.load_seconds = 0.0
         self._raise(progress, self.settings, self.prompt, started=True)
@@ -192,7 +212,7 @@ class Session:
     def step(self, compute: Compute | PairCache, steps: int | None = None) -> StepTrace:
         """Show the next step: one computed already (`ahead`), or a model call that computes `steps` of them
         (default: the compute's chunk; UNTIL_DONE for a whole Run) and shows the first."""
-        if self.error:
+        if self.mode is Mode.FAILED:
             raise SessionFailed(self.error)
         if self.replay:
             raise UserError("this run was loaded from a trace file: there is no model to step (press Reset)")
@@ -209,7 +229,7 @@ class Session:
             if not self.ahead:
                 self._raise(progress, self.settings, self.prompt, started=True)
         shown = self._reveal()
-        if self.error:  # the call failed after computing this step: it is on show, and the session says so
+        if self.mode is Mode.FAILED:  # failed after computing this step: on show, and said
             raise SessionFailed(self.error)
         return shown
 
@@ -224,14 +244,14 @@ class Session:
             self.snapshot = progress.snapshot
         if progress.failed:
             self.snapshot = None
-            self.error = _failure("the model call", progress.error)
+            self.mode, self.error = Mode.FAILED, _failure("the model call", progress.error)
 
     def _raise(self, progress: Progress, settings: Settings, prompt: str, started: bool) -> None:
         if progress.failed:
             if not started:  # a prefill that failed marks the session, and the old run is no longer on show
                 self.reset()
                 self.settings, self.prompt = settings, prompt
-                self.error = _failure("prefill", progress.error)
+                self.mode, self.error = Mode.FAILED, _failure("prefill", progress.error)
             raise SessionFailed(self.error)
         if progress.error:
             raise UserError(progress.error)
@@ -244,6 +264,8 @@ class Session:
         run.text, run.finished = recorded.text, recorded.finished
         step = recorded.step
         run.seconds += step.draft_seconds + step.verify_seconds + step.accept_seconds
+        if run.finished and self.mode is not Mode.FAILED:
+            self.mode = Mode.FINISHED
         return step
 
     def _expected(self, steps: int, settings: Settings) -> float:
@@ -254,7 +276,7 @@ class Session:
 
     def load(self, run: RunTrace) -> None:
         self.reset()
-        self.run, self.replay = run, True
+        self.run, self.mode = run, Mode.REPLAYING
 
 
 PACED_RUN_TIMEOUT_S = 30.0  # a browser-paced Run not asked for its next step this long was abandoned

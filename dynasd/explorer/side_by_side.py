@@ -42,3 +42,10 @@ def side_by_side(pairs: PairCache, settings: Settings, methods: tuple[str, str],
     if methods[0] == methods[1]:
         raise UserError("pick two different methods to compare")
     return {method: one_step(pairs, settings, method, ids, prompt) for method in methods}
+
+
+def standing_for(runs: dict[str, RunTrace], index: int) -> dict[str, RunTrace]:
+    """Each method's one step numbered as the step `index` of the run on show, which it was taken in place of."""
+    for run in runs.values():
+        run.steps[0].index = index
+    return runs

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -63,3 +64,16 @@ class SentOutputs:
             raise
         finally:
             self._lock.release()
+
+
+_PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a session's page, gone with its session
+_PAGES_LOCK = threading.Lock()
+
+
+def page_of(session) -> SentOutputs:
+    """What `session`'s page was sent. Kept beside the session, not in it: a session is data that travels to
+    other processes, and what one page holds is known only to the process that serves it."""
+    with _PAGES_LOCK:
+        if session not in _PAGES:
+            _PAGES[session] = SentOutputs()
+        return _PAGES[session]
