@@ -194,8 +194,8 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
     # every call at its largest still asks for what its work needs, under the cap (not clamped to it)
     ids = list(range(100))
     largest = {"gpu_compare_round": (longest, None), "gpu_compare_peer": (longest, "hi"),
-               "gpu_calibrate": (longest, ids), "gpu_where": (longest, ids), "gpu_side_by_side": (longest, ("sd", "mcsd"), ids, "hi"),
-               "gpu_target_p": (longest, "hi"),
+               "gpu_calibrate": (longest, ids), "gpu_where": (longest, ids),
+               "gpu_side_by_side": (longest, ("sd", "mcsd"), ids, "hi"), "gpu_target_p": (longest, "hi"),
                "gpu_first_token_draws": (longest, "hi", "sd", 0, gpu.SAMPLES_PER_CALL)}
     for name, args in largest.items():
         asked = wrapped[name](*args)

@@ -36,7 +36,7 @@ from .cost import (
 )
 
 WHOLE_BYTES = 512 * 2**20    # layers in blocks up to this are built whole; beyond, SCALED_DEPTHS and scaled
-SCALED_DEPTHS = (1, 3)
+SCALED_DEPTHS = (1, 5)  # far apart: the per-layer cost is their difference over 4, its noise cut by 4
 Q4_1_BYTES_PER_WEIGHT = 20 / 32   # a 32-weight block: float16 d and m, 16 bytes of codes
 Q8_0_BYTES_PER_WEIGHT = 34 / 32   # a 32-weight block: float16 d, 32 codes
 
