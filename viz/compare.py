@@ -61,12 +61,14 @@ def compare_figure(result: CompareResult) -> go.Figure:
                      yaxis=ya)
               for key, xa, ya in ((TOKENS_PER_S, "x", "y"), (PER_TARGET_FORWARD, "x2", "y2"))]
     busy = result.busy
-    title = (f"Same prompt, {len(rows)} methods, {result.conditions()}<br>"
-             + (f"<b>{busy}</b>; " if busy else "") + "whiskers: 90% range; hatched orange: text differs from ar")
-    layout = {**base_layout(title, height=360),
+    load = (f"<b>{busy}</b>" if busy else "load unknown" if result.load_average is None
+            else f"load {result.load_average:.1f} at most, on {result.threads} threads")
+    title = (f"Same prompt, {len(rows)} methods in {result.rounds} interleaved rounds<br>{load}<br>"
+             "whiskers: 90% range over chunks; hatched: text differs from ar")
+    layout = {**base_layout(title, height=380),
               **_two_panels("tokens / s, decoding<br>(this machine)", "tokens / target forward<br>(any machine)",
                            0.5)}  # two lines each: one would run into the other panel's title on a phone
-    layout["margin"] = dict(l=10, r=10, b=10, t=110)
+    layout["margin"] = dict(l=10, r=10, b=10, t=130)
     tops = {"yaxis": values[TOKENS_PER_S] + [r.high for r in rows], "yaxis2": values[PER_TARGET_FORWARD]}
     for axis, top in tops.items():
         layout[axis]["range"] = [0, 1.2 * max(top + [1e-9])]  # room for the value labels

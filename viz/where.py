@@ -18,6 +18,15 @@ def _break_even(row: WhereRow, depth: int) -> str:
     return f"never at depth {depth}" if row.break_even is None else f"{row.break_even:.2f}"
 
 
+def share(value: float) -> str:
+    """A draft share as a percentage, with a decimal below 10% (a 7B target's 0.4% is not 0%)."""
+    return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
+
+
+def _verdict(value: float) -> str:
+    return "pays" if value >= 1.005 else "loses" if value < 0.995 else "even"
+
+
 def _label(row: WhereRow) -> str:
     return f"{row.target} · {row.device}" + (" (modelled)" if row.modelled else "")
 
@@ -32,8 +41,8 @@ def where_figure(view: WhereItPays) -> go.Figure:
     labels = [_label(r) for r in rows][::-1]  # the first row on top
     shown = rows[::-1]
     values = [round(_value(r), 3) for r in shown]
-    verdicts = ["pays" if v >= 1 else "loses" for v in values]
-    text = [f"{v:.2f}× ({word}) · draft {r.draft_share:.0%} of a target forward · break-even {_break_even(r, depth)}"
+    verdicts = [_verdict(v) for v in values]
+    text = [f"{v:.2f}× ({word}) · draft {share(r.draft_share)} of a target forward · break-even {_break_even(r, depth)}"
             for v, word, r in zip(values, verdicts, shown)]
     bars = go.Bar(
         x=values, y=labels, orientation="h", showlegend=False,
@@ -54,7 +63,8 @@ def where_figure(view: WhereItPays) -> go.Figure:
         margin=dict(l=10, r=10, t=90, b=10),
         xaxis=dict(title="expected speed-up over ar (×)", range=[0, top * 2.6], gridcolor="#eee", automargin=True),
         yaxis=dict(automargin=True, tickfont=dict(size=12, color="#222")),
-        shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1, line=dict(color="#444", dash="dot"))])
+        shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1, layer="below",
+                     line=dict(color="#444", dash="dot"))])
     return go.Figure(data=[bars], layout=layout)
 
 
@@ -71,8 +81,9 @@ def where_markdown(view: WhereItPays, verdict: str) -> str:
     for r in view.rows:
         expected = f"**{r.expected:.2f}×**" if r.expected is not None else "–"
         lines.append(f"| {r.target} | {r.device} | {r.source} | {r.ar_s * 1000:.2f} | {r.step_s * 1000:.2f} | "
-                     f"{r.draft_share:.0%} | {_break_even(r, depth)} | {expected} |")
-    lines += ["", f"*draft share*: one draft forward ({view.draft}) as a share of one target forward; *break-even "
+                     f"{share(r.draft_share)} | {_break_even(r, depth)} | {expected} |")
+    lines += ["", f"*draft share*: one draft forward ({view.draft}; one level of the tree as this run drafted it) as a "
+              "share of one target forward over one row; *break-even "
               f"acceptance*: the acceptance per level a chain of depth {depth} needs for this step cost to match ar.",
               ""] + [f"- {note}" for note in view.notes]
     return "\n".join(lines)

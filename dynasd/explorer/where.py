@@ -205,6 +205,10 @@ def where_it_pays(method: str, step: StepShape, draft_per_forward_s: float, devi
     return WhereItPays(method, step, draft, rows, notes)
 
 
+def _share(value: float) -> str:
+    return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
+
+
 def _acceptance_text(be: float | None, depth: int) -> str:
     return f"never pays at depth {depth}" if be is None else f"breaks even at acceptance {be:.2f}"
 
@@ -218,14 +222,14 @@ def tree_verdict(view: WhereItPays) -> str:
                                                                                                    depth))
     text = (f"On this CPU this tree ({view.step.rows} verify rows, {view.step.draft_forwards} draft forwards) is "
             f"{now}: a step costs {here.step_s / here.ar_s:.1f} ar steps and a draft forward "
-            f"{here.draft_share:.0%} of a target forward")
+            f"{_share(here.draft_share)} of a target forward")
     if here.expected is not None:
         text += f" ({_acceptance_text(here.break_even, depth)})"
     if bigger:
         big = bigger[-1]
         then = f"{big.expected:.2f}×" if big.expected is not None else _acceptance_text(big.break_even, depth)
-        text += (f"; with a {big.target}-shaped target it would be {then} here ({big.draft_share:.0%} draft share, "
-                 "measured)")
+        text += (f"; with a {big.target}-shaped target it would be {then} here ({_share(big.draft_share)} draft "
+                 "share, measured)")
     if gpus:
         gpu = max(gpus, key=lambda r: r.expected if r.expected is not None else -(r.break_even or 2.0))
         then = f"{gpu.expected:.2f}×" if gpu.expected is not None else _acceptance_text(gpu.break_even, depth)
