@@ -77,13 +77,13 @@ def test_the_sentence_about_a_tree_is_derived_from_the_view():
     shown = view()
     said = where.tree_verdict(shown)
     here = shown.rows[0]
-    assert f"expected {here.expected:.2f}× ar" in said and f"{here.draft_share:.0%} of a target forward" in said
+    assert f"expected at {here.expected:.2f}× ar" in said and f"{here.draft_share:.0%} of a target forward" in said
     assert "SmolLM2-1.7B-shaped target" in said and "(modelled)" in said
     faster = replace(shown, rows=[replace(here, expected=3.21)] + shown.rows[1:])
-    assert "expected 3.21× ar" in where.tree_verdict(faster), "a number changed in the view changes the sentence"
+    assert "expected at 3.21× ar" in where.tree_verdict(faster), "a number changed in the view changes the sentence"
     not_run = where.where_it_pays("mcsd", replace(STEP, tokens_per_step=None), 0.002, DEVICE, {}, DRAFT)
-    assert "breaks even at acceptance" in where.tree_verdict(not_run) and "expected" not in \
-        where.tree_verdict(not_run).split(";")[0]
+    first = where.tree_verdict(not_run).split(";")[0]
+    assert f"pays above acceptance {not_run.rows[0].break_even:.2f} per level" in first and "expected" not in first
     text = where_markdown(shown, said)
     assert said in text and "0.80 · 0.50 · 0.20" in text and "| SmolLM2-1.7B | a GPU | modelled |" in text
     bars = where_figure(shown).data[0]
@@ -119,3 +119,19 @@ def test_a_shapes_costs_are_measured_once_kept_in_the_cache_and_not_kept_when_bu
     assert "scaled to its 8 layers" in scaled.how and sorted(scaled.timings) == [1, 4]
     targets.target_costs_file(replace(TINY, name="tiny-scaled")).unlink()
     path.unlink()
+
+
+def test_the_sentence_said_at_a_runs_start_reads_only_kept_costs(tiny_pair):
+    from dynasd.explorer.cost import Conditions, costs_file, keep_costs
+
+    path = costs_file(tiny_pair)
+    path.unlink(missing_ok=True)
+    assert where.tree_sentence("mcsd", (2, 2, 1), tiny_pair, 0.002) == "", "nothing kept: nothing said"
+    keep_costs(path, replace(DEVICE, conditions=Conditions(0.1, 2, 1.0, 1.0)))
+    try:
+        said = where.tree_sentence("mcsd", (2, 2, 1), tiny_pair, 0.002)
+        view = where.where_of_tree("mcsd", (2, 2, 1), 0.002, where.kept_where_costs(tiny_pair))
+        assert said == where.tree_verdict(view) and "(11 verify rows, 3 draft forwards)" in said
+        assert view.rows[0].step_s == pytest.approx(3 * 0.002 + where.forward_at(DEVICE.timings, 11))
+    finally:
+        path.unlink()

@@ -209,8 +209,17 @@ def _share(value: float) -> str:
     return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
 
 
-def _acceptance_text(be: float | None, depth: int) -> str:
-    return f"never pays at depth {depth}" if be is None else f"breaks even at acceptance {be:.2f}"
+def _pays(row: WhereRow, depth: int) -> str:
+    """Where a row pays, said from its break-even acceptance: 'pays above acceptance 0.59 per level'."""
+    if row.break_even is None:
+        return f"never pays at depth {depth}"
+    if row.break_even <= 0.0:
+        return "pays at any acceptance"
+    return f"pays above acceptance {row.break_even:.2f} per level"
+
+
+def _outcome(row: WhereRow, depth: int) -> str:
+    return f"is expected at {row.expected:.2f}× ar" if row.expected is not None else _pays(row, depth)
 
 
 def tree_verdict(view: WhereItPays) -> str:
@@ -218,23 +227,19 @@ def tree_verdict(view: WhereItPays) -> str:
     here, depth = view.rows[0], view.step.depth
     bigger = [r for r in view.rows[1:] if r.device == here.device]
     gpus = [r for r in view.rows if r.device != here.device]
-    now = (f"expected {here.expected:.2f}× ar" if here.expected is not None else _acceptance_text(here.break_even,
-                                                                                                   depth))
-    text = (f"On this CPU this tree ({view.step.rows} verify rows, {view.step.draft_forwards} draft forwards) is "
-            f"{now}: a step costs {here.step_s / here.ar_s:.1f} ar steps and a draft forward "
+    text = (f"On this CPU this tree ({view.step.rows} verify rows, {view.step.draft_forwards} draft forwards) "
+            f"{_outcome(here, depth)}: a step costs {here.step_s / here.ar_s:.1f} ar steps and a draft forward "
             f"{_share(here.draft_share)} of a target forward")
     if here.expected is not None:
-        text += f" ({_acceptance_text(here.break_even, depth)})"
+        text += f" (it {_pays(here, depth)})"
     if bigger:
         big = bigger[-1]
-        then = f"{big.expected:.2f}×" if big.expected is not None else _acceptance_text(big.break_even, depth)
-        text += (f"; with a {big.target}-shaped target it would be {then} here ({_share(big.draft_share)} draft "
-                 "share, measured)")
+        text += (f"; with a {big.target}-shaped target it {_outcome(big, depth)} here ({_share(big.draft_share)} "
+                 "draft share, measured)")
     if gpus:
         gpu = max(gpus, key=lambda r: r.expected if r.expected is not None else -(r.break_even or 2.0))
-        then = f"{gpu.expected:.2f}×" if gpu.expected is not None else _acceptance_text(gpu.break_even, depth)
         label = "modelled" if gpu.modelled else "measured"
-        text += f"; on {gpu.device} with {gpu.target} {then} ({label})"
+        text += f"; on {gpu.device} with {gpu.target} it {_outcome(gpu, depth)} ({label})"
     return text + " (Learn → Where would it pay?)."
 
 
@@ -308,3 +313,29 @@ def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: 
     step = StepShape(tree.num_nodes + 1, len(branching), len(branching), None)
     return where_it_pays(method, step, draft_per_forward_s, costs.device, costs.targets, costs.draft_shape,
                          read_gpu_check(gpu_check_file()))
+
+
+def kept_where_costs(pair) -> WhereCosts | None:
+    """The view's costs as kept in the cache (nothing measured, no model run: for a handler in the serving
+    process), or None when this device's costs for `pair` were never kept or a step has since contradicted them."""
+    from .cost import costs_file, read_kept_costs
+    from .targets import target_costs_file
+
+    device = read_kept_costs(costs_file(pair))
+    if device is None or device.contradicted:
+        return None
+    targets = {}
+    for shape in BIGGER_TARGETS:
+        kept = read_kept_costs(target_costs_file(shape))
+        if kept is not None:
+            targets[shape.name] = kept
+    return WhereCosts(device, targets, draft_shape_of(pair))
+
+
+def tree_sentence(method: str, branching: tuple[int, ...], pair, draft_per_forward_s: float) -> str:
+    """The one sentence said when a run of this tree starts (tree_verdict of where_of_tree on the kept costs), or
+    "" when this device's costs were never measured (Learn → Cost model or Where would it pay? measure them)."""
+    costs = kept_where_costs(pair)
+    if costs is None or not branching:
+        return ""
+    return tree_verdict(where_of_tree(method, tuple(branching), draft_per_forward_s, costs))
