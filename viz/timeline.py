@@ -40,14 +40,6 @@ def rates_text(rates: list[float]) -> str:
     return " · ".join(f"{r:.2f}" for r in rates) or "–"
 
 
-def acceptance_columns(acceptance: Acceptance | None) -> dict:
-    """The Compare table's acceptance columns under vLLM's names (dynasd/acceptance.py defines them); the mean
-    acceptance length is the table's tokens / target forward."""
-    if acceptance is None or not acceptance.drafts:
-        return {PER_POSITION: "–", CONDITIONAL: "–"}
-    return {PER_POSITION: rates_text(acceptance.per_position), CONDITIONAL: rates_text(acceptance.conditional)}
-
-
 def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     """run.summary() over the first `upto + 1` steps (the scrubber can look back), with one definition of speed
     for every view: tokens / s counts the steps' own time (draft + verify + accept) and never the prefill, which

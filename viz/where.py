@@ -42,7 +42,7 @@ def where_figure(view: WhereItPays) -> go.Figure:
     shown = rows[::-1]
     values = [round(_value(r), 3) for r in shown]
     verdicts = [_verdict(v) for v in values]
-    text = [f"{v:.2f}× ({word}) · draft {share(r.draft_share)} of a target forward · break-even {_break_even(r, depth)}"
+    text = [f"{v:.2f}× ({word}) · draft {share(r.draft_share)} · break-even {_break_even(r, depth)}"
             for v, word, r in zip(values, verdicts, shown)]
     bars = go.Bar(
         x=values, y=labels, orientation="h", showlegend=False,
@@ -57,10 +57,11 @@ def where_figure(view: WhereItPays) -> go.Figure:
     title = (f"Where would this {view.method} step pay? {view.step.rows} verify rows, {view.step.draft_forwards} "
              f"draft forwards" + (f", {view.step.tokens_per_step:.2f} tokens a step (this run's acceptance)"
                                   if expected else ", break-even only (no run yet)")
+             + "<br>draft: one draft forward's share of a target forward · break-even: the acceptance needed"
              + "<br>solid: measured · hatched: modelled · the dotted line: as fast as ar")
-    layout = base_layout(title, height=140 + 46 * len(rows))
+    layout = base_layout(title, height=160 + 46 * len(rows))
     layout.update(
-        margin=dict(l=10, r=10, t=90, b=10),
+        margin=dict(l=10, r=10, t=110, b=10),
         xaxis=dict(title="expected speed-up over ar (×)", range=[0, top * 2.6], gridcolor="#eee", automargin=True),
         yaxis=dict(automargin=True, tickfont=dict(size=12, color="#222")),
         shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1, layer="below",
