@@ -497,3 +497,10 @@ def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_m
     assert row[0][CONDITIONAL] == rates_text(acceptance.conditional)
     assert row[1][PER_POSITION] == "–" and row[1][CONDITIONAL] == "–"
     assert "steps by candidates accepted" not in {t.name for t in viz.timeline_figure(runs["ar"]).data}
+
+
+def test_the_summary_names_a_draft_model_only_for_methods_that_run_one(runs, tiny_pair):
+    pld = run_of(tiny_pair, "pld", max_new_tokens=8)
+    assert "· draft: none (candidates copied from the prompt by lookup)" in viz.summary_markdown(pld)
+    assert pld.draft_label not in viz.summary_markdown(pld).splitlines()[0]
+    assert f"· draft: {runs['mcsd'].draft_label}" in viz.summary_markdown(runs["mcsd"])
