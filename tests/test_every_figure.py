@@ -16,8 +16,8 @@ import pytest
 
 import viz
 from dynasd.decoders import make_decoder
-from dynasd.explorer import cost as cost_model
 from dynasd.explorer.phases import shown_at, step_phases
+from dynasd.explorer.speed import run_speed
 from dynasd.options import METHODS, DecoderOptions
 from dynasd.origins import BY_NAME, ORIGINS
 from dynasd.sampling import SamplingConfig
@@ -68,10 +68,9 @@ def draw_every_view(run: RunTrace, index: int) -> None:
     residual_figure(step, greedy)
     residual_explanation(step, greedy)
     acceptance_figure(step, greedy)
-    shape = cost_model.run_shape(run)
-    costs = cost_model.costs_from(shape, None)
-    cost_figure(shape, costs)
-    cost_markdown(shape, costs)
+    speed = run_speed(run, None)
+    cost_figure(speed)
+    cost_markdown(speed)
 
 
 def test_every_step_of_every_method_draws_every_view(runs):

@@ -8,6 +8,7 @@ import gradio as gr
 from dynasd.explorer import batching
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer.inputs import UserError
+from dynasd.explorer.speed import run_speed
 from viz.batching import batching_figure
 
 from . import gpu, state
@@ -21,13 +22,13 @@ def on_rows_and_batches(session_id, index, **controls):
         run = session.run
         if run is None or not run.steps:
             raise UserError("nothing to measure against yet: press Step or Run (or replay an example) first")
-        shape = cost_model.run_shape(run)
         settings = session.settings or settings_from(controls)
         measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
+        speed = run_speed(run, measured)  # the run's speed figures: one owner (dynasd/explorer/speed.py)
         cost = batching.row_cost(measured.timings)
-        points = batching.batch_speedups(cost, shape)
-        text = (batching.rows_sentence(measured.timings) + f" (Forward times {measured.said()}.)\n\n"
-                + batching.batch_sentence(points, shape))
+        points = batching.batch_speedups(cost, speed.shape)
+        text = (batching.rows_sentence(measured.timings) + f" (Forward times {speed.costs_said}.)\n\n"
+                + batching.batch_sentence(points, speed.shape))
         return batching_figure(cost, points), text, session.id
     except ValueError as exc:  # UserError included
         return None, f"⚠ {exc}", session.id

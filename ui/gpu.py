@@ -10,8 +10,9 @@ GPU time is asked for by what the call will do: a session's own measured seconds
 (Session._expected), else by the number of tokens; never more than GPU_MAX_S, so work that would take longer is
 split into calls that each fit. A Step on ZeroGPU computes GPU_STEP_CHUNK steps in one call and shows the rest
 without a GPU; a Run computes as much of the run as fits in one call and the page plays it back (the next call
-goes on from its snapshot); Compare runs each method in a call of its own; the losslessness check draws its
-samples in calls of at most SAMPLES_PER_CALL.
+goes on from its snapshot); Compare runs each interleaved round (every method one chunk of steps) in a call of
+its own, and each whole peer run in another; the losslessness check draws its samples in calls of at most
+SAMPLES_PER_CALL.
 ZeroGPU's own failures (quota spent, task aborted, no GPU free) become one line with a way on. Our own failures
 inside a GPU call come back as data (`Failed`, or Progress.error): ZeroGPU passes only gradio's errors through
 with their message, any other exception reaches the serving process as its class name alone.
@@ -29,12 +30,14 @@ from typing import Callable, Iterator
 
 import gradio as gr
 
+from dynasd.explorer import compare as compare_model
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import engine, losslessness, side_by_side
+from dynasd.explorer import where as where_model
 from dynasd.explorer.engine import UNTIL_DONE, Progress
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, one_line
 from dynasd.explorer.peer import run_peer
-from dynasd.explorer.session import Compute, SessionFailed, check_methods, compare_methods
+from dynasd.explorer.session import Compute, SessionFailed
 from dynasd.options import METHODS
 
 from . import state
@@ -85,6 +88,11 @@ def _run_whole_seconds(settings, *_, **__) -> int:
 
 def _one_step_seconds(settings, *_, **__) -> int:
     return _seconds(2)  # a prefill and one step of each of two methods
+
+
+def _round_seconds(settings, compared=None, *_, **__) -> int:
+    methods = len(getattr(compared, "methods", ())) or len(METHODS)
+    return _seconds(0, methods * compare_model.CHUNK_S)  # a chunk of about CHUNK_S per method, and a margin
 
 
 def _samples_seconds(settings, prompt, method, seed, samples, **__) -> int:
@@ -170,16 +178,12 @@ def gpu_follow_up(settings: Settings, snapshot, turns: list[str], steps: int = 0
     return gpu_run(settings, "follow-up", snapshot, steps=steps, expected_s=expected_s, turns=turns)
 
 
-@on_gpu(_run_whole_seconds)
-def gpu_compare_method(settings: Settings, prompt: str, method: str):
-    """One method's whole run for Compare (a RunTrace), or Failed."""
-    try:
-        for _, run in compare_methods(state.PAIRS, settings, prompt, methods=(method,)):
-            return run
-    except (UserError, SessionFailed) as exc:
-        return Failed(type(exc).__name__, str(exc))
-    except Exception as exc:
-        return Failed("SessionFailed", _model_call_failed(exc))
+@on_gpu(_round_seconds)
+@_failures_as_data
+def gpu_compare_round(settings: Settings, compared: compare_model.CompareState) -> compare_model.CompareState:
+    """One round of an interleaved Compare (dynasd/explorer/compare.py): every unfinished method one chunk of
+    steps, from the Compare's state as data to its next state."""
+    return compare_model.compare_round(state.PAIRS, compared)
 
 
 @on_gpu(_run_whole_seconds)
@@ -197,6 +201,13 @@ def gpu_compare_peer(settings: Settings, prompt: str) -> tuple:
 @_failures_as_data
 def gpu_calibrate(settings: Settings, context_ids: list[int], again: bool = False) -> cost_model.MeasuredCosts:
     return cost_model.calibrate_context(state.PAIRS, settings, context_ids, again)
+
+
+@on_gpu(_run_whole_seconds)
+@_failures_as_data
+def gpu_where(settings: Settings, context_ids: list[int], again: bool = False) -> where_model.WhereCosts:
+    """What Learn → Where would it pay? needs measured (dynasd/explorer/where.py: where_costs)."""
+    return where_model.where_costs(state.PAIRS, settings, context_ids, again)
 
 
 @on_gpu(_one_step_seconds)
@@ -317,18 +328,13 @@ def run_steps() -> int:
     return UNTIL_DONE if on_zero_gpu() else 1
 
 
-def compare(settings: Settings, prompt: str) -> Iterator[tuple]:
-    """Compare's events: ("run", method, RunTrace) as each method finishes (one GPU call each), ("ours done",
-    None, None), then ("peer", PeerRun or None, why not); ("error", exception name, message) ends it early."""
-    try:
-        check_methods(settings.normalised())
-        for method in METHODS:
-            run = call(gpu_compare_method, settings, prompt, method)
-            yield "run", method, run
-        yield "ours done", None, None
-        yield "peer", *call(gpu_compare_peer, settings, prompt)
-    except (UserError, SessionFailed) as exc:
-        yield "error", type(exc).__name__, str(exc)
+def compare(settings: Settings, prompt: str) -> Iterator[compare_model.CompareState]:
+    """Compare's states as its interleaved rounds come (dynasd/explorer/compare.py): one model call per round (on
+    ZeroGPU, one GPU call each, which fits GPU_MAX_S whatever the run's length) and one per whole peer run, between
+    the rounds. Raises UserError or SessionFailed."""
+    compared = compare_model.new_compare(settings, prompt)
+    yield from compare_model.interleaved(compared, lambda now: call(gpu_compare_round, settings, now),
+                                         lambda: call(gpu_compare_peer, settings, prompt))
 
 
 def check_losslessness(settings: Settings, prompt: str, methods: list[str], samples: int):

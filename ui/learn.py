@@ -19,7 +19,8 @@ from dynasd.explorer.best_trees import best_trees
 from dynasd.explorer.inputs import UserError
 from dynasd.explorer.measured_here import read_compare
 from dynasd.explorer.session import Session, SessionFailed
-from dynasd.options import METHODS, OPTIONS, options_of_run
+from dynasd.explorer.speed import compared_speedup, run_elsewhere, speed_here
+from dynasd.options import METHODS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
 from viz.cost import budget_figure, cost_figure, cost_markdown
 from viz.losslessness import losslessness_figure, losslessness_markdown
@@ -37,6 +38,7 @@ from .quiz import quiz_section
 from .status import status_line
 from .texts import LEARN_HELP
 from .views import LoadViews, PhaseViews, StepViews, Views, control_updates, left_out, step_on_show
+from .where import where_section
 
 
 def _learn_step(session: Session, index) -> tuple:
@@ -161,35 +163,28 @@ def _learn_failure(exc: Exception, outputs: int, session_id) -> tuple:
 def on_cost(session_id, index, measure_again, **controls):
     """The cost model of the run on show, from this device's measured costs: kept from an earlier measurement of
     this device and pair, or measured now (runs the target; again when asked). Only when no measurement can be
-    made here (the pair cannot load) does it fall back to the run's own verify times, and says they are modelled."""
+    made here (the pair cannot load) does it fall back to the run's own verify times, and says they are modelled.
+    Every number is the run's speed figures (dynasd/explorer/speed.py)."""
     session = state.SESSIONS.get(session_id)
     try:
         run, index, _ = _learn_step(session, index)
-        shape = cost_model.run_shape(run)
+        settings = session.settings or settings_from(controls)
         measured, why_not = None, ""
         try:
-            measured = gpu.call(gpu.gpu_calibrate, session.settings or settings_from(controls),
-                                cost_model.calibration_context(run), bool(measure_again))
+            measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run), bool(measure_again))
         except Exception as exc:  # noqa: BLE001 - said in the text: the view still explains the run
             why_not = str(exc).splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        costs = cost_model.costs_from(shape, measured.timings if measured else None)
-        text = cost_markdown(shape, costs, measured.said() if measured else None,
-                             elsewhere=_run_elsewhere(run, measured))
-        compared = _compared_here(session.settings or settings_from(controls), run.method)
-        if compared:
-            text = text + "\n\n" + compared
+        speed = speed_here(run, measured, settings.controls(), settings.pair_key)
+        text = cost_markdown(speed)
         if measured is None:
             text = f"Could not measure this device ({why_not}).\n\n" + text
-            if len(set(shape.verify_rows)) == 1:
+            if len(set(speed.shape.verify_rows)) == 1:
                 text = ("**Every step of this run verified the same number of rows**, so its own times cannot "
                         "tell the cost of a row from the cost of a forward: the numbers below treat rows as free "
                         "(ar = one verify).\n\n" + text)
-        scale = (cost_model.measured_scale(cost_model.cost_numbers(shape, costs))
-                 if measured and not _run_elsewhere(run, measured) else 1.0)
         where = ("costs kept from an earlier measurement of this device" if measured and measured.kept
                  else "costs measured now on this device" if measured else "costs modelled, not measured")
-        return (cost_figure(shape, costs, costs_measured=measured is not None),
-                budget_figure(best_trees(run, costs, scale)),
+        return (cost_figure(speed), budget_figure(best_trees(run, speed.costs, speed.scale)),
                 text, status_line(f"Cost model of this {run.method} run ({where}).", "ok" if measured else "warn"),
                 session.id)
     except ValueError as exc:  # UserError included: a run too short, a bad setting
@@ -198,30 +193,15 @@ def on_cost(session_id, index, measure_again, **controls):
         return _learn_failure(exc, 3, session.id)
 
 
-def _compared_here(settings, method: str) -> str:
-    """What the last Compare on this machine measured for this method against ar, when one is kept: a whole run
-    each, wall time, the truest speed-up this page has."""
-    kept = read_compare(machine_line(), settings.pair_key)
-    rows = {row.method: row for row in kept.rows} if kept else {}
-    if method not in rows or "ar" not in rows or method == "ar" or rows["ar"].tokens_per_s <= 0:
-        return ""
-    now = settings.controls()
-    if any(str(kept.controls.get(name)) != str(now[name]) for name, option in OPTIONS.items()
-           if option.read_by(method) or name == "temperature"):
-        return ""  # that Compare ran this method with other settings
-    own, ar = rows[method], rows["ar"]
-    return (f"**Compare measured here** ({kept.measured_at} UTC, whole runs): {method} {own.tokens_per_s:.1f} "
-            f"tokens/s ({own.low:.1f}–{own.high:.1f}) against ar {ar.tokens_per_s:.1f} "
-            f"({ar.low:.1f}–{ar.high:.1f}): **{own.tokens_per_s / ar.tokens_per_s:.2f}×**"
-            + (" (the ranges overlap: within that run's noise)." if own.high >= ar.low and ar.high >= own.low
-               else "."))
+def _compared_here(settings, method: str):
+    """What the last Compare on this machine measured for this method against ar, with these settings (or None):
+    the speed owner reads it (dynasd/explorer/speed.py)."""
+    return compared_speedup(read_compare(machine_line(), settings.pair_key), method, settings.controls())
 
 
 def _run_elsewhere(run, measured) -> str:
     """The machine a run's own times were taken on, when a trace says it was not the one measured here."""
-    if measured is None or not run.device or run.device == measured.device:
-        return ""
-    return run.device[:160]
+    return run_elsewhere(run, measured)
 
 
 @handler(SideBySideViews)
@@ -345,6 +325,7 @@ def _cost_tab(w: SimpleNamespace) -> None:
                     elem_classes="explain")
         w.budget_plot = gr.Plot(label="Best static tree by node budget", elem_id="learn-budget-plot",
                                 show_label=False)
+    where_section(w.session_id, w.scrubber, w.controls)  # a run's acceptance on bigger targets and a GPU
 
 
 def _side_by_side_tab(w: SimpleNamespace) -> None:

@@ -13,17 +13,10 @@ import pandas as pd
 
 import viz
 from dynasd.device_info import machine_line
+from dynasd.explorer import compare as compare_model
 from dynasd.explorer.controller import Controller, Outcome
-from dynasd.explorer.inputs import CUSTOM, Settings, UserError
-from dynasd.explorer.measured_here import (
-    KeptCompare,
-    Measured,
-    fastest_recipe_here,
-    keep_compare,
-    now_utc,
-    read_compare,
-)
-from dynasd.explorer.peer import PEER_LABEL
+from dynasd.explorer.inputs import CUSTOM, UserError
+from dynasd.explorer.measured_here import KeptCompare, fastest_recipe_here, read_compare
 from dynasd.explorer.session import Session, SessionFailed
 from dynasd.models import has_feature_draft
 from dynasd.options import OPTIONS
@@ -94,51 +87,38 @@ def on_show_step(session, index):
 
 
 def on_compare(session_id, prompt, **controls):
-    """Every method on the prompt, then transformers' assisted generation as the peer (when the pair allows it;
-    dynasd/explorer/peer.py); the table grows as each one finishes. One model call per method (ui/gpu.py: compare)."""
+    """Every method on the prompt in interleaved rounds (dynasd/explorer/compare.py: each round gives every method
+    a short chunk of steps, so load falls on all of them alike), with whole runs of transformers' assisted
+    generation between the rounds; the table grows after each round. One model call per round (ui/gpu.py)."""
     session = state.SESSIONS.get(session_id)
-    rows, runs = [], {}
+    result = None
     try:
         settings = settings_from(controls)
-        for event in gpu.compare(settings, prompt):
-            if event[0] == "run":
-                _, method, run = event
-                runs[method] = run
-                rows = viz.compare_rows(runs)
-                yield (pd.DataFrame(rows), viz.compare_figure(rows), status_line(f"{method} done…"), session.id)
+        for compared in gpu.compare(settings, prompt):
+            result = compare_model.compare_result(compared)
+            if not compared.finished or compared.peer_due():
+                said = status_line(f"Round {result.rounds}: {len(result.rows)} of {len(compared.methods)} methods "
+                                   f"under way ({result.conditions()})…")
+                yield pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result), said, session.id
                 continue
-            if event[0] == "ours done":
-                yield (gr.skip(), gr.skip(), status_line(f"Our methods done; running {PEER_LABEL}…"), session.id)
-                continue
-            if event[0] == "error":
-                _, kind, message = event
-                raise (SessionFailed if kind == "SessionFailed" else UserError)(message)
-            _, peer, why_not = event
-            if peer is None:  # the explorer's rows stand; the status says why the peer is missing
-                peers, done = {}, f"all methods compared; no {PEER_LABEL} row: {why_not}."
-            else:
-                peers, done = {PEER_LABEL: peer}, f"all methods compared, and {PEER_LABEL} beside them."
-            rows = viz.compare_rows(runs, peers)
-            _keep_compare(settings, runs, rows)
-            said = f"{done[0].upper() + done[1:]} {viz.compare_verdict(rows)}"
-            yield pd.DataFrame(rows), viz.compare_figure(rows), status_line(said, "ok"), session.id
+            _keep_compare(compared, result)
+            done = "all methods compared" + (f"; {result.peer_note}" if result.peer_note else "")
+            said = f"{done[0].upper() + done[1:]} ({result.conditions()}). {compare_model.verdict(result)}"
+            yield (pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result), status_line(said, "ok"),
+                   session.id)
     except Exception as exc:
         if not isinstance(exc, (UserError, SessionFailed)):
             exc = unexpected(exc)
         gr.Warning(str(exc))
-        yield (pd.DataFrame(rows) if rows else None, viz.compare_figure(rows) if rows else None,
-               status_line(str(exc), "warn"), session.id)
+        shown = result is not None and result.rows
+        yield (pd.DataFrame(viz.compare_table(result)) if shown else None,
+               viz.compare_figure(result) if shown else None, status_line(str(exc), "warn"), session.id)
 
 
-def _keep_compare(settings: Settings, runs: dict, rows: list[dict]) -> None:
+def _keep_compare(compared, result) -> None:
     """Keep this Compare as what this machine measured (dynasd/explorer/measured_here.py): the Recipe menu reads
-    it. The machine is the one the runs name (on ZeroGPU the GPU process's, which the page's process is not)."""
-    machine = next(iter(runs.values())).device.partition(";")[0] if runs else ""
-    if not machine:
-        return
-    names = [*runs, *(row["method"] for row in rows[len(runs):])]
-    measured = [Measured(name, float(row[viz.TOKENS_PER_S]), *viz.row_range(row)) for name, row in zip(names, rows)]
-    keep_compare(KeptCompare(now_utc(), machine, settings.pair_key, settings.controls(), measured))
+    it."""
+    compare_model.keep(result, compared)
 
 
 def on_recipe_menu(pair: str):
@@ -160,6 +140,9 @@ def recipe_info(kept: KeptCompare | None, star: str | None) -> str:
     when = f"Compare here at {kept.measured_at} UTC"
     if star:
         return f"{here} ★ = measured fastest by {when} ({best.tokens_per_s:.1f} tokens/s)."
+    if kept.busy:
+        return (f"{here} {when}, {kept.busy}: {best.method} fastest ({best.low:.1f}–{best.high:.1f} tokens/s), "
+                "but no recipe is marked from a busy machine's Compare.")
     if not clear:
         return (f"{here} {when}: no clear winner ({best.method} fastest, {best.low:.1f}–{best.high:.1f} tokens/s, "
                 "within the run's noise of another method); no recipe is marked.")

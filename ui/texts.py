@@ -155,9 +155,10 @@ model, the ones over the prompt, timed by hooks and taken out), and each target 
 the CPU is busy computing, not waiting for memory, so verifying the {_DEFAULT_TREE.num_nodes + 1} rows of the default \
 {Shape.text(_DEFAULT_TREE.branching)} tree costs several single-token forwards, and each of the tree's \
 {_DEFAULT_TREE.depth} draft forwards is not free either. A wide tree then saves target forwards (tokens / target \
-forward > 1) yet loses time (tokens / s below ar). On a GPU, one forward over {_DEFAULT_TREE.num_nodes + 1} rows \
-costs about as much as over one, which is where trees pay. On a CPU narrow trees win with float32 \
-weights (the recipe *Narrow tree for a CPU*), and prompt lookup with the GGUF blocks, the default.
+forward > 1) yet loses time (tokens / s below ar). Whether it would pay with a bigger target or on a GPU depends \
+on what a draft forward costs against a target forward: Learn → *Where would it pay?* carries a run's acceptance \
+there from measured costs. On a CPU narrow trees win with float32 weights (the recipe *Narrow tree for a CPU*), \
+and prompt lookup with the GGUF blocks, the default.
 """
 
 TRACE_HELP = """

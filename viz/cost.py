@@ -1,106 +1,97 @@
 """The cost model in one chart: expected speed-up over ar as a function of the acceptance rate, for this step
-shape on this device and for the same shape with free verify rows (roughly a GPU), with this run's predicted and
-measured speed-ups marked. The break-even line at 1 is where drafting stops paying."""
+shape on this device and for the same shape with free verify rows, with this run's expected and measured speed-ups
+marked. The break-even line at 1 is where drafting stops paying. Every number is the run's speed figures
+(dynasd/explorer/speed.py: RunSpeed), drawn and written as they are given."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
 from dynasd.explorer.best_trees import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
-from dynasd.explorer.cost import (
-    RunShape,
-    StepCosts,
-    chain_tokens_per_step,
-    cost_numbers,
-    expected_speedup,
-    measured_scale,
-)
+from dynasd.explorer.speed import RunSpeed
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout
 from .timeline import rates_text
 
-CURVE_POINTS = 41
 
-
-def cost_markdown(shape: RunShape, costs: StepCosts, measured: str | None = None, elsewhere: str = "") -> str:
-    """The arithmetic behind the chart, with this run's numbers in it. `measured`: when and how this device's
-    costs were measured (None: they are modelled from the run's own verify times, and the page says so);
-    `elsewhere`: the machine the run's own times were taken on, when it is not this one."""
-    n = cost_numbers(shape, costs)
+def cost_markdown(speed: RunSpeed) -> str:
+    """The arithmetic behind the chart, with this run's numbers in it, and the run's one measured speed-up with
+    every other number named for what it is (RunSpeed.why_they_differ)."""
+    costs, shape = speed.costs, speed.shape
     ms = 1000.0
-    source = (f"**Costs {measured}.**" if measured else
+    source = (f"**Costs {speed.costs_said}.**" if speed.costs_measured else
               "**Costs modelled from this run's own verify times, not measured on this device** (a line through "
               "the run's few verify sizes; it can be far off).")
-    ar_kind = "measured" if measured else "modelled"
+    ar_kind = "measured" if speed.costs_measured else "modelled"
     lines = [
-        source + (f" This run's own times were taken on another machine ({elsewhere}): its wall time says "
-                  "nothing about this one." if elsewhere else ""),
+        source + (f" This run's own times were taken on another machine ({speed.elsewhere}): its wall time says "
+                  "nothing about this one." if speed.elsewhere else ""),
+        speed.why_they_differ(),
         f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here ({ar_kind}). This "
-        f"run's steps verify **{n['rows']} rows** and run **{n['draft_forwards']} draft forwards** "
-        f"({costs.draft_per_forward_s * ms:.2f} ms each, this run's own), so a step costs "
-        f"{n['draft_forwards']} × {costs.draft_per_forward_s * ms:.2f} + "
-        f"({costs.verify_base_s * ms:.2f} + {n['rows']} × {costs.verify_per_row_s * ms:.3f}) ms = "
-        f"**{n['step_s'] * ms:.2f} ms**, i.e. **{n['step_s'] / costs.ar_s:.1f} ar steps**.",
-        f"It commits **{shape.tokens_per_step:.2f} tokens per step** (acceptance {shape.acceptance:.2f}), so the "
-        f"model expects {shape.tokens_per_step:.2f} / {n['step_s'] / costs.ar_s:.2f} = "
-        f"**{n['predicted']:.2f}×**; this run's wall time against the {ar_kind} ar step gives "
-        f"**{n['measured']:.2f}×**" + ("" if measured else " (not a measurement: the ar step is modelled)") + ".",
+        f"run's steps verify **{speed.rows} rows** and run **{speed.draft_forwards} draft forwards** "
+        f"({costs.draft_per_forward_s * ms:.2f} ms each, this run's own), so the model's step costs "
+        f"{speed.draft_forwards} × {costs.draft_per_forward_s * ms:.2f} + "
+        f"({costs.verify_base_s * ms:.2f} + {speed.rows} × {costs.verify_per_row_s * ms:.3f}) ms = "
+        f"**{speed.step_s * ms:.2f} ms**, i.e. **{speed.ar_steps_per_step:.1f} ar steps**. It commits "
+        f"**{shape.tokens_per_step:.2f} tokens per step** (acceptance {shape.acceptance:.2f}), so the model "
+        f"expects {shape.tokens_per_step:.2f} / {speed.ar_steps_per_step:.2f} = **{speed.expected:.2f}×**.",
     ]
-    if measured and measured_scale(n) < 1.0:
-        lines.append(f"**The measurement here contradicts the model**: {n['measured']:.2f}× measured against "
-                     f"{n['predicted']:.2f}× expected (the walk, the commit and the page's bookkeeping cost time "
-                     "too). Trust the measurement; the best-tree chart below is scaled down by the same ratio.")
-    lines.append(f"With free verify rows (verify = one ar step, close to a GPU for small trees) the same steps would "
-                 f"give **{n['free_rows']:.2f}×** (a model, not a measurement): the difference is what the "
-                 f"{n['rows']} verify rows cost on this device.")
-    if n["break_even_acceptance"] is None:
+    if speed.scale < 1.0:
+        lines.append(f"**The measurement here falls short of the model** ({speed.measured:.2f}× against "
+                     f"{speed.expected:.2f}×): trust the measurement; the best-tree chart below is scaled down by "
+                     "the same ratio.")
+    lines.append(f"With free verify rows (verify = one ar step) the same steps would give "
+                 f"**{speed.expected_free_rows:.2f}×** (expected, not measured): the difference is what the "
+                 f"{speed.rows} verify rows cost on this device. Whether a GPU or a bigger target would pay is "
+                 "Learn → Where would it pay?, from measured costs.")
+    if speed.break_even_acceptance is None:
         lines.append(f"**No acceptance rate pays** at depth {shape.depth}: even accepting everything commits "
-                     f"{shape.depth + 1} tokens, fewer than the {n['step_s'] / costs.ar_s:.1f} ar steps a step costs. "
-                     "A narrower tree (fewer rows) or a cheaper draft would.")
+                     f"{shape.depth + 1} tokens, fewer than the {speed.ar_steps_per_step:.1f} ar steps a step "
+                     "costs. A narrower tree (fewer rows) or a cheaper draft would.")
     else:
         lines.append(f"A chain of depth {shape.depth} with this step cost breaks even at acceptance "
-                     f"**{n['break_even_acceptance']:.2f}**.")
-    if n["break_even_row_cost"] is None:
+                     f"**{speed.break_even_acceptance:.2f}**.")
+    if speed.break_even_row_cost is None:
         lines.append("The draft forwards alone cost more than the tokens they win: fewer levels would pay.")
     else:
         lines.append(f"At these tokens per step it pays while a verify row costs under "
-                     f"**{n['break_even_row_cost'] * ms:.3f} ms** (now {costs.verify_per_row_s * ms:.3f} ms).")
+                     f"**{speed.break_even_row_cost * ms:.3f} ms** (now {costs.verify_per_row_s * ms:.3f} ms).")
     return "\n\n".join(lines)
 
 
-def cost_figure(shape: RunShape, costs: StepCosts, costs_measured: bool = True) -> go.Figure:
+def cost_figure(speed: RunSpeed) -> go.Figure:
     """Speed-up over ar against acceptance, for a chain of the run's depth at this device's step cost and with
-    free verify rows; markers: this run's predicted and measured speed-up at its observed acceptance."""
-    n = cost_numbers(shape, costs)
-    alphas = [i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
-    depth = shape.depth
-
-    def curve(step_s: float) -> list[float]:
-        return [round(expected_speedup(chain_tokens_per_step(a, depth), step_s, costs.ar_s), 4) for a in alphas]
-
+    free verify rows; markers: this run's expected and (where there is one) measured speed-up at its acceptance."""
+    alphas, acceptance = list(speed.curve_acceptance), speed.shape.acceptance
     traces = [
-        go.Scatter(x=alphas, y=curve(n["step_s"]), mode="lines", name=f"this device ({n['rows']} verify rows)",
+        go.Scatter(x=alphas, y=list(speed.curve_here), mode="lines", name=f"this device ({speed.rows} verify rows)",
                    line=dict(color=STATUS_COLORS["rejected"], width=2),
                    hovertemplate="acceptance %{x:.2f}: %{y:.2f}×<extra></extra>"),
-        go.Scatter(x=alphas, y=curve(n["free_rows_s"]), mode="lines", name="free verify rows (GPU-like)",
+        go.Scatter(x=alphas, y=list(speed.curve_free_rows), mode="lines", name="verify rows free (expected)",
                    line=dict(color=STATUS_COLORS["bonus"], width=2, dash="dash"),
                    hovertemplate="acceptance %{x:.2f}: %{y:.2f}×<extra></extra>"),
-        go.Scatter(x=[shape.acceptance], y=[round(n["predicted"], 4)], mode="markers", name="this run: expected",
+        go.Scatter(x=[acceptance], y=[round(speed.expected, 4)], mode="markers", name="this run: expected",
                    marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"],
                                line=dict(color="#000", width=1)),
                    hovertemplate="expected %{y:.2f}× at acceptance %{x:.2f}<extra></extra>"),
-        go.Scatter(x=[shape.acceptance], y=[round(n["measured"], 4)], mode="markers",
-                   name="this run: measured" if costs_measured else "this run: wall time / modelled ar step",
-                   marker=dict(size=12, symbol="x", color="#222"),
-                   hovertemplate="measured %{y:.2f}×<extra></extra>"),
     ]
-    top = max(max(curve(n["free_rows_s"])), n["measured"], n["predicted"], 1.2) * 1.1
-    layout = base_layout(f"Expected speed-up over ar, depth {depth}: {n['step_s'] / costs.ar_s:.1f} ar steps per "
-                         "step here", height=360)
+    if speed.measured is not None:
+        traces.append(go.Scatter(x=[acceptance], y=[round(speed.measured, 4)], mode="markers",
+                                 name="this run: measured", marker=dict(size=12, symbol="x", color="#222"),
+                                 hovertemplate="measured %{y:.2f}×<extra></extra>"))
+    if speed.compared is not None:
+        traces.append(go.Scatter(x=[acceptance], y=[round(speed.compared.speedup, 4)], mode="markers",
+                                 name="Compare (another run)", marker=dict(size=11, symbol="square-open",
+                                                                           color="#222", line=dict(width=2)),
+                                 hovertemplate="measured by Compare on another run: %{y:.2f}×<extra></extra>"))
+    marks = [speed.expected, speed.measured or 0.0, speed.compared.speedup if speed.compared else 0.0]
+    top = max(max(speed.curve_free_rows), *marks, 1.2) * 1.1
+    layout = base_layout(f"Expected speed-up over ar, depth {speed.shape.depth}: {speed.ar_steps_per_step:.1f} ar "
+                         "steps per step here", height=360)
     layout.update(legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
                                line=dict(color="#666", dash="dot"))],
                   annotations=[dict(xref="paper", x=0.0, y=1, yanchor="bottom", xanchor="left", showarrow=False,
-                                    text="break-even: as fast as ar", font=dict(size=11, color="#666"))],
+                                    text="break-even: as fast as ar", font=dict(size=11, color="#555"))],
                   xaxis=dict(title=dict(text="acceptance rate (per draft level)", standoff=6), range=[0, 1],
                              gridcolor="#eee", automargin=True),
                   yaxis=dict(title="speed-up over ar (×)", range=[0, top], gridcolor="#eee", automargin=True))

@@ -1,12 +1,11 @@
-"""The run so far: tokens per step by origin, tokens against target forwards, the headline numbers, and the
-side-by-side comparison of methods."""
+"""The run so far: tokens per step by origin, tokens against target forwards and the headline numbers (Compare's
+table and chart are viz/compare.py)."""
 from __future__ import annotations
-
-import random
 
 import plotly.graph_objects as go
 
 from dynasd.acceptance import Acceptance, acceptance_of
+from dynasd.options import RUNS_DRAFT_MODEL
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import TOKEN_ORIGINS, RunTrace
 
@@ -31,8 +30,6 @@ def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
 
 
 TOKENS_PER_S = "tokens / s (decoding)"
-SPREAD = "tokens / s, 90% range"  # over the run's own steps (resampled): this run's noise
-SPREAD_RESAMPLES = 400
 LEVEL_RATE = "draft levels accepted"
 PER_POSITION = "per-position acceptance (k = 1, 2, …)"
 CONDITIONAL = "conditional acceptance (k = 1, 2, …)"
@@ -41,14 +38,6 @@ CONDITIONAL = "conditional acceptance (k = 1, 2, …)"
 def rates_text(rates: list[float]) -> str:
     """Rates by draft position as one short cell: "0.82 · 0.55 · 0.31"."""
     return " · ".join(f"{r:.2f}" for r in rates) or "–"
-
-
-def acceptance_columns(acceptance: Acceptance | None) -> dict:
-    """The Compare table's acceptance columns under vLLM's names (dynasd/acceptance.py defines them); the mean
-    acceptance length is the table's tokens / target forward."""
-    if acceptance is None or not acceptance.drafts:
-        return {PER_POSITION: "–", CONDITIONAL: "–"}
-    return {PER_POSITION: rates_text(acceptance.per_position), CONDITIONAL: rates_text(acceptance.conditional)}
 
 
 def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
@@ -65,6 +54,17 @@ def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     return numbers
 
 
+NO_DRAFT_MODEL = {"ar": "the target alone", "pld": "candidates copied from the prompt by lookup",
+                  "recycle": "candidates from the target's own earlier predictions"}
+
+
+def draft_said(run: RunTrace) -> str:
+    """The draft a run used: the pair's draft model only for the methods that run it (a pld run names none)."""
+    if run.method in RUNS_DRAFT_MODEL:
+        return run.draft_label
+    return f"none ({NO_DRAFT_MODEL.get(run.method, 'no draft model runs')})"
+
+
 def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     s = summary_numbers(run, upto)
     shown = len(run.steps) if upto is None else min(upto + 1, len(run.steps))
@@ -72,7 +72,7 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     steps = shown if shown == len(run.steps) else f"{shown} of {len(run.steps)}"  # as the timeline counts them
     level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
     lines = [
-        f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
+        f"**{run.method}** on *{run.pair}* · draft: {draft_said(run)}",
         *(["", f"*Measured on* {run.device[:200]}"] if run.device else []),
         "",
         f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {TOKENS_PER_S} | prefill |",
@@ -199,126 +199,3 @@ def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:
                name="steps by candidates accepted", showlegend=False, marker=dict(color="#777777"),
                hovertemplate="%{y} steps accepted %{x} candidates<extra></extra>"),
     ]
-
-
-def tokens_per_s_range(run: RunTrace, resamples: int = SPREAD_RESAMPLES) -> tuple[float, float]:
-    """The 5th and 95th percentiles of the run's tokens / s when its steps are drawn again with replacement (a
-    bootstrap, seeded: the same run gives the same range): how much of a difference between two methods this one
-    run can tell from its own step-to-step noise. A run of fewer than 3 timed steps gives its one value."""
-    steps = [(len(s.committed), s.seconds) for s in run.steps if s.seconds > 0]
-    if len(steps) < 3:
-        rate = sum(t for t, _ in steps) / sum(x for _, x in steps) if steps else 0.0
-        return rate, rate
-    draw = random.Random(0)
-    rates = []
-    for _ in range(resamples):
-        picked = [steps[draw.randrange(len(steps))] for _ in steps]
-        rates.append(sum(t for t, _ in picked) / sum(x for _, x in picked))
-    rates.sort()
-    return rates[int(0.05 * resamples)], rates[int(0.95 * resamples) - 1]
-
-
-def compare_rows(runs: dict[str, RunTrace], peers: dict | None = None) -> list[dict]:
-    """One row per method, then one per peer (label -> a run of another implementation with the fields of
-    dynasd/explorer/peer.PeerRun); `same text as ar` compares with the target-alone (AR) output when it was run.
-    The columns a reader compares first come first (the text check, the speed, the speed against ar), so they
-    show without scrolling sideways on a laptop."""
-    reference = runs["ar"].text if "ar" in runs else None
-    rows = []
-    for method, run in runs.items():
-        s = summary_numbers(run)  # the same definitions as the run summary
-        drafts = method != "ar"
-        rows.append({
-            "method": method + ("" if run.lossless else " (LOSSY)"),
-            "same text as ar": "n/a" if reference is None else ("yes" if run.text == reference else "NO"),
-            TOKENS_PER_S: round(s["tokens_per_s"], 1),
-            SPREAD: "{:.1f}–{:.1f}".format(*tokens_per_s_range(run)),
-            "tokens / target forward": round(s["tokens_per_target_forward"], 2),
-            LEVEL_RATE: f"{s['acceptance_rate']:.0%}" if drafts else "–",
-            **acceptance_columns(acceptance_of(run.steps)),
-            "target forwards": s["target_forwards"],
-            "new tokens": s["new_tokens"],
-            "prefill (ms)": round(s["prefill_seconds"] * 1000),
-        })
-    for label, peer in (peers or {}).items():
-        rounds = max(peer.target_forwards, 1)
-        rows.append({
-            "method": label,
-            "same text as ar": "n/a" if reference is None else ("yes" if peer.text == reference else "NO"),
-            TOKENS_PER_S: round(peer.new_tokens / peer.decoding_seconds, 1) if peer.decoding_seconds > 0 else 0.0,
-            SPREAD: "one timing",  # transformers' generate is one call: no steps to resample
-            "tokens / target forward": round(peer.new_tokens / rounds, 2),
-            LEVEL_RATE: f"{peer.accepted_tokens / peer.assistant_forwards:.0%}" if peer.assistant_forwards else "–",
-            **acceptance_columns(None),  # transformers reports no step-by-step record to read positions from
-            "target forwards": peer.target_forwards,
-            "new tokens": peer.new_tokens,
-            "prefill (ms)": round(peer.prefill_seconds * 1000),
-        })
-    return rows
-
-
-def row_range(row: dict) -> tuple[float, float]:
-    """A row's tokens / s range (SPREAD), or its one value where it has none (a peer, a hand-made row)."""
-    try:
-        low, high = (float(v) for v in str(row.get(SPREAD, "")).split("–"))
-        return low, high
-    except ValueError:
-        return row[TOKENS_PER_S], row[TOKENS_PER_S]
-
-
-def compare_verdict(rows: list[dict]) -> str:
-    """Which method was fastest in this comparison and why, in this run's own numbers: its speed against ar, and,
-    when another method saved more target forwards, why that did not make it faster (the rows it verified and the
-    drafts it ran cost more time here than the forwards it saved). No winner is named when the fastest method's
-    range overlaps another's: that difference is within this run's own noise, and a second Compare may flip it."""
-    if not rows:
-        return ""
-    fastest = max(rows, key=lambda r: r[TOKENS_PER_S])
-    low = row_range(fastest)[0]
-    tied = [r for r in rows if r is not fastest and row_range(r)[1] >= low]
-    ar = next((r[TOKENS_PER_S] for r in rows if r["method"] == "ar"), None)
-    against = f", {fastest[TOKENS_PER_S] / ar:.2f}x ar" if ar and fastest["method"] != "ar" else ""
-    if tied:
-        names = ", ".join(f"{r['method']} ({r.get(SPREAD, r[TOKENS_PER_S])})" for r in tied[:3])
-        text = (f"**No clear winner here**: {fastest['method']} made the most tokens/s ({fastest[TOKENS_PER_S]}"
-                f"{against}), but its range over its own steps ({fastest.get(SPREAD)}) overlaps {names}: within "
-                "this run's noise. Press Compare again to see whether the order holds.")
-    else:
-        text = (f"Fastest here: **{fastest['method']}**, {fastest[TOKENS_PER_S]} tokens/s{against}, with "
-                f"{fastest['tokens / target forward']} tokens per target forward.")
-    if fastest["method"] == "ar" and len(rows) > 1 and not tied:
-        text += (" No speculative method paid on this device: verifying several rows and running the draft cost "
-                 "more time than the target forwards they saved.")
-    frugal = max(rows, key=lambda r: r["tokens / target forward"])
-    if frugal is not fastest and frugal["tokens / target forward"] > fastest["tokens / target forward"]:
-        text += (f" {frugal['method']} needed the fewest target forwards ({frugal['tokens / target forward']} tokens "
-                 f"each) but made {frugal[TOKENS_PER_S]} tokens/s: each of its forwards verified more rows and "
-                 "its draft ran more, which cost more here than the forwards saved (on a GPU extra rows are nearly "
-                 "free, and that ranking can change).")
-    return text
-
-
-def compare_figure(rows: list[dict]) -> go.Figure:
-    names = [r["method"] for r in rows]
-    colors = [STATUS_COLORS["accepted"] if r["same text as ar"] in ("yes", "n/a") else STATUS_COLORS["correction"]
-              for r in rows]
-    hatched = ["x" if r["same text as ar"] == "NO" else "" for r in rows]  # not by colour alone
-    ranges = [row_range(r) for r in rows]
-    spread = dict(type="data", symmetric=False, color="#555", thickness=1, width=3,
-                  array=[round(high - r[TOKENS_PER_S], 2) for r, (_, high) in zip(rows, ranges)],
-                  arrayminus=[round(r[TOKENS_PER_S] - low, 2) for r, (low, _) in zip(rows, ranges)])
-    traces = [go.Bar(x=names, y=[r[key] for r in rows], showlegend=False,
-                     marker=dict(color=colors, pattern=dict(shape=hatched, fgcolor="#222", solidity=0.3)),
-                     error_y=spread if key == TOKENS_PER_S else None,
-                     text=[f"{r[key]}" for r in rows], textposition="outside", cliponaxis=False, xaxis=xa,
-                     yaxis=ya)
-              for key, xa, ya in ((TOKENS_PER_S, "x", "y"), ("tokens / target forward", "x2", "y2"))]
-    title = f"Same prompt, {len(rows)} methods; whiskers: 90% range<br>hatched orange: text differs from ar"
-    layout = {**base_layout(title, height=340),
-              **_two_panels("tokens / s, decoding<br>(this machine)", "tokens / target forward<br>(any machine)",
-                           0.5)}  # two lines each: one would run into the other panel's title on a phone
-    layout["margin"] = dict(l=10, r=10, b=10, t=100)
-    for axis, key in (("yaxis", TOKENS_PER_S), ("yaxis2", "tokens / target forward")):
-        tops = [r[key] for r in rows] + ([high for _, high in ranges] if key == TOKENS_PER_S else [])
-        layout[axis]["range"] = [0, 1.2 * max(tops + [1e-9])]  # room for the value labels
-    return go.Figure(data=traces, layout=layout)

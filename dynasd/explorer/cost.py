@@ -248,35 +248,52 @@ def measure_forwards(model: torch.nn.Module, context_ids: list[int], rows: tuple
                      rounds: int = CALIBRATION_ROUNDS) -> tuple[dict[int, float], Conditions]:
     """`calibrate`'s timings, taken in `rounds` interleaved rounds (each times every row count once), and the
     conditions they were taken in."""
+    timings, conditions = measure_models({"target": model}, context_ids, rows, rounds)
+    return timings["target"], conditions
+
+
+def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
+                   rows: tuple[int, ...] = CALIBRATION_ROWS, rounds: int = CALIBRATION_ROUNDS,
+                   load=None) -> tuple[dict[str, dict[int, float]], Conditions]:
+    """Median seconds of one forward over `rows` new positions behind a cached context, per model and row count,
+    taken in `rounds` interleaved rounds: each round times every model at every row count once, so load that comes
+    and goes falls on all of them alike; and the conditions they were taken in (`load`: the load average's
+    source, load_average by default)."""
     from ..cache import CachedModel
 
     if not context_ids:
         raise ValueError("calibration needs a context of at least one token")
-    cached = CachedModel(model)
-    device = cached.device
-    on_cuda = device.type == "cuda"
+    load = load or load_average
+    cached = {name: CachedModel(model) for name, model in models.items()}
+    devices = {c.device.type for c in cached.values()}
+    on_cuda = "cuda" in devices
     with torch.inference_mode():
-        cached.forward(list(context_ids), [], None, [], keep_logits=1)
-        base = cached.cached_len
+        bases = {}
+        for name, model in cached.items():
+            model.forward(list(context_ids), [], None, [], keep_logits=1)
+            bases[name] = model.cached_len
         token = context_ids[-1]
         masks = {n: torch.tril(torch.ones(n, n, dtype=torch.bool)) for n in rows}
-        runs: dict[int, list[float]] = {n: [] for n in rows}
-        load_before, cpu_started, wall_started = load_average(), time.process_time(), time.perf_counter()
+        runs: dict[str, dict[int, list[float]]] = {name: {n: [] for n in rows} for name in cached}
+        load_before, cpu_started, wall_started = load(), time.process_time(), time.perf_counter()
         for _ in range(rounds):
-            for n in rows:
-                if on_cuda:
-                    torch.cuda.synchronize()
-                started = time.perf_counter()
-                cached.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n)
-                if on_cuda:
-                    torch.cuda.synchronize()
-                runs[n].append(time.perf_counter() - started)
-                cached.keep_path([], base)
+            for name, model in cached.items():
+                base = bases[name]
+                for n in rows:
+                    if on_cuda:
+                        torch.cuda.synchronize()
+                    started = time.perf_counter()
+                    model.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n)
+                    if on_cuda:
+                        torch.cuda.synchronize()
+                    runs[name][n].append(time.perf_counter() - started)
+                    model.keep_path([], base)
         cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
-    loads = [load for load in (load_before, load_average()) if load is not None]
+    loads = [x for x in (load_before, load()) if x is not None]
     conditions = Conditions(max(loads) if loads else None, torch.get_num_threads(), cpu_s, wall_s,
-                            on_cpu=device.type == "cpu")
-    return {n: sorted(times)[len(times) // 2] for n, times in runs.items()}, conditions
+                            on_cpu=devices == {"cpu"})
+    return ({name: {n: sorted(times)[len(times) // 2] for n, times in per_rows.items()}
+             for name, per_rows in runs.items()}, conditions)
 
 
 def calibration_context(run: RunTrace) -> list[int]:

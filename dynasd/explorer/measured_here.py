@@ -2,9 +2,10 @@
 
 Why: the recipes' labels say where they were measured fastest (docs/benchmarks.md: "with float32 weights on an
 AVX-512 CPU"), which is no advice on another machine. What this machine measured is kept, per machine and model
-pair, with each method's tokens / s, its range over the run's own steps and the settings it ran with, so that
-the Recipe menu can mark the recipe measured fastest *here* (only a clear winner: one whose range overlaps no
-other's) and otherwise say that nothing, or nothing decisive, was measured here.
+pair, with each method's tokens / s, its range over its chunks of steps (compare.py), the settings it ran with and
+whether the machine was busy, so that the Recipe menu can mark the recipe measured fastest *here* (only a clear
+winner: one whose range overlaps no other's, measured on a machine that was not busy) and otherwise say that
+nothing, or nothing decisive, was measured here.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Measured:
 
     method: str
     tokens_per_s: float
-    low: float               # its tokens / s range over its own steps (viz/timeline.py: tokens_per_s_range)
+    low: float               # its tokens / s range over its chunks of steps (compare.py: rate_range)
     high: float
 
 
@@ -38,13 +39,15 @@ class KeptCompare:
     pair: str
     controls: dict           # the settings Compare ran every method with (their control values)
     rows: list[Measured]
+    busy: str = ""           # "measured on a busy machine: ..." (compare.py), "" when it was not
 
     def fastest(self) -> tuple[Measured, bool] | None:
-        """The fastest row and whether it is a clear winner (its range above every other row's)."""
+        """The fastest row and whether it is a clear winner (its range above every other row's, on a machine that
+        was not busy: load that comes and goes widens every range and can still favour one method)."""
         if not self.rows:
             return None
         best = max(self.rows, key=lambda r: r.tokens_per_s)
-        return best, all(r.high < best.low for r in self.rows if r is not best)
+        return best, not self.busy and all(r.high < best.low for r in self.rows if r is not best)
 
 
 def compare_file(machine: str, pair: str) -> Path:
@@ -59,7 +62,7 @@ def keep_compare(kept: KeptCompare) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.part")
         partial.write_text(json.dumps({"measured_at": kept.measured_at, "machine": kept.machine, "pair": kept.pair,
-                                       "controls": kept.controls,
+                                       "controls": kept.controls, "busy": kept.busy,
                                        "rows": [r.__dict__ for r in kept.rows]}, default=str))
         partial.replace(path)
     except OSError:
@@ -76,7 +79,7 @@ def read_compare(machine: str, pair: str) -> KeptCompare | None:
         rows = [Measured(str(r["method"]), float(r["tokens_per_s"]), float(r["low"]), float(r["high"]))
                 for r in obj["rows"]]
         return KeptCompare(str(obj["measured_at"]), str(obj["machine"]), str(obj["pair"]), dict(obj["controls"]),
-                           rows)
+                           rows, busy=str(obj.get("busy", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

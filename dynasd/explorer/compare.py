@@ -1,0 +1,383 @@
+"""Compare: every method on one prompt, measured so that load on the machine falls on all of them alike.
+
+Why interleaved: run one after another, a method that ran while another process was busy reads slow and one that
+ran after it reads fast (under background load ar read 64.2 tokens/s and the peer 0.7; on a quiet machine three
+Compares of one prompt gave pld 3.18x, 1.49x and 1.93x). So, as `dynasd bench` rotates its methods prompt by
+prompt, Compare runs its methods round-robin in short chunks of steps: each round gives every unfinished method one
+chunk of about CHUNK_S seconds, the order rotating from round to round, until every run is finished. A method's
+tokens / s is its steps' own time (never the prefill), and its range is the spread of its chunks' rates (a seeded
+bootstrap over chunks), so load that came and went widens the ranges instead of crowning a winner. The load average
+is recorded at every round; above the threads the measurement used, the result says it was measured on a busy
+machine.
+
+The peer (transformers' assisted generation, peer.py) is one `generate` call that cannot be cut into steps: whole
+peer runs are interleaved with the rounds instead (PEER_RUNS of them, spread over the rounds), and its range is the
+spread of those runs.
+
+Everything here is data: `CompareState` goes into a round and comes out of it, so that on a ZeroGPU Space each round
+is one GPU call in a forked process (ui/gpu.py) and elsewhere the same function runs in place; `compare_result`
+turns a state into `CompareRow`s (numbers, not display strings) and `verdict` says what they show.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
+
+import torch
+
+from ..acceptance import acceptance_of
+from ..decoders.snapshot import DecoderSnapshot
+from ..options import METHODS
+from ..trace import RunTrace, StepTrace
+from . import engine
+from .cost import Conditions, load_average
+from .inputs import Settings, UserError
+from .measured_here import KeptCompare, Measured, keep_compare, now_utc
+from .peer import PEER_LABEL, PeerRun
+
+CHUNK_S = 0.2             # a method's turn in a round lasts about this long (from its own last chunk's step time)
+FIRST_CHUNK_STEPS = 2     # the first turn, before any step time is known
+MAX_CHUNK_STEPS = 16
+PEER_RUNS = 3             # whole peer runs, spread over the rounds
+PEER_EVERY = 3            # rounds between two peer runs (the first after the first round)
+RANGE_RESAMPLES = 400
+RANGE_SHARE = 0.90        # a rate's range: the middle 90% of its bootstrap
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One method's turn in one round: the tokens its steps committed and their own seconds."""
+
+    method: str
+    round: int
+    tokens: int
+    seconds: float
+
+
+@dataclass
+class MethodRun:
+    """One method's run so far, as data between rounds: the run on record and the decoder state it goes on from."""
+
+    method: str
+    run: RunTrace | None = None
+    snapshot: DecoderSnapshot | None = None
+    prefill_seconds: float = 0.0
+    last_step_s: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.run is not None and bool(self.run.finished)
+
+
+@dataclass
+class CompareState:
+    """A Compare in progress, all of it data (it travels to a GPU process and back at every round)."""
+
+    settings: Settings
+    prompt: str
+    methods: tuple[str, ...]
+    runs: dict[str, MethodRun] = field(default_factory=dict)
+    chunks: list[Chunk] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)   # the 1-minute load average around each round
+    threads: int = 1
+    rounds: int = 0
+    peers: list[PeerRun] = field(default_factory=list)
+    peer_rounds: list[int] = field(default_factory=list)  # the round after which each peer run ran
+    peer_error: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return all(self.runs.get(m) is not None and self.runs[m].done for m in self.methods)
+
+    def order(self, round_index: int) -> list[str]:
+        """The methods' order in a round: rotated by one each round (as `dynasd bench` rotates per prompt)."""
+        shift = round_index % len(self.methods)
+        return list(self.methods[shift:] + self.methods[:shift])
+
+    def peer_due(self) -> bool:
+        """Whether a whole peer run goes after the round just run: after the first, then every PEER_EVERY rounds,
+        PEER_RUNS in all; and one at the end when the Compare was too short for any."""
+        if self.peer_error or len(self.peers) >= PEER_RUNS:
+            return False
+        if self.finished and not self.peers:
+            return True
+        return self.rounds >= 1 and (self.rounds - 1) % PEER_EVERY == 0 and self.rounds not in self.peer_rounds
+
+
+def new_compare(settings: Settings, prompt: str, methods: tuple[str, ...] = METHODS) -> CompareState:
+    """A Compare of `methods` (each option checked before any model runs: a UserError names the method)."""
+    from .session import check_methods
+
+    settings = settings.normalised()
+    check_methods(settings, methods)
+    return CompareState(settings, prompt, tuple(methods), runs={m: MethodRun(m) for m in methods})
+
+
+def chunk_steps(method_run: MethodRun) -> int:
+    """Steps for a method's next turn: about CHUNK_S of its own last step time, FIRST_CHUNK_STEPS at first."""
+    if method_run.last_step_s <= 0:
+        return FIRST_CHUNK_STEPS
+    return max(1, min(MAX_CHUNK_STEPS, round(CHUNK_S / method_run.last_step_s)))
+
+
+def _raise(progress: engine.Progress, method: str) -> None:
+    from .session import SessionFailed, _failure
+
+    if progress.failed:
+        raise SessionFailed(_failure(f"the {method} run", progress.error))
+    if progress.error:
+        raise UserError(f"{method}: {progress.error}")
+
+
+def _absorb(method_run: MethodRun, progress: engine.Progress) -> list[StepTrace]:
+    if progress.run is not None:
+        method_run.run, method_run.prefill_seconds = progress.run, progress.prefill_seconds
+    run = method_run.run
+    steps = []
+    for recorded in progress.steps:
+        step = recorded.step
+        run.steps.append(step)
+        run.new_token_ids += step.committed
+        run.text, run.finished = recorded.text, recorded.finished
+        run.seconds += step.seconds
+        steps.append(step)
+    if progress.snapshot is not None:
+        method_run.snapshot = progress.snapshot
+    if steps:
+        method_run.last_step_s = sum(s.seconds for s in steps) / len(steps)
+    return steps
+
+
+def compare_round(pairs, state: CompareState, load: Callable[[], float | None] = load_average) -> CompareState:
+    """One round: every unfinished method takes one chunk of steps, in this round's order (engine.start_run for
+    its first, engine.advance from its snapshot after), and the load average is read before and after."""
+    state = replace(state, runs={m: replace(r) for m, r in state.runs.items()}, chunks=list(state.chunks),
+                    loads=list(state.loads))
+    before = load()
+    for method in state.order(state.rounds):
+        method_run = state.runs[method]
+        if method_run.done:
+            continue
+        steps = chunk_steps(method_run)
+        if method_run.run is None:
+            progress = engine.start_run(pairs, replace(state.settings, method=method), state.prompt, steps)
+        else:
+            progress = engine.advance(pairs, replace(state.settings, method=method), method_run.snapshot, steps)
+        _raise(progress, method)
+        taken = _absorb(method_run, progress)
+        state.chunks.append(Chunk(method, state.rounds, sum(len(s.committed) for s in taken),
+                                  sum(s.seconds for s in taken)))
+    state.loads += [x for x in (before, load()) if x is not None]
+    state.threads = torch.get_num_threads()
+    state.rounds += 1
+    return state
+
+
+def with_peer(state: CompareState, peer: PeerRun | None, why_not: str,
+              load: Callable[[], float | None] = load_average) -> CompareState:
+    """The state with one more whole peer run (or the reason there is none, which ends the peer's runs)."""
+    loaded = load()
+    return replace(state, peers=state.peers + ([peer] if peer is not None else []),
+                   peer_rounds=state.peer_rounds + [state.rounds], peer_error=why_not if peer is None else "",
+                   loads=state.loads + ([loaded] if loaded is not None else []))
+
+
+def interleaved(state: CompareState, run_round: Callable[[CompareState], CompareState],
+                run_peer: Callable[[], tuple[PeerRun | None, str]] | None) -> Iterator[CompareState]:
+    """Rounds until every method is finished, a whole peer run after the rounds `peer_due` names; yields the state
+    after each, so the table grows as results come. `run_round` and `run_peer` are where the model work runs (in
+    place, or one GPU call each on ZeroGPU)."""
+    while not state.finished:
+        state = run_round(state)
+        yield state
+        if run_peer is not None and state.peer_due():
+            state = with_peer(state, *run_peer())
+            yield state
+    while run_peer is not None and state.peer_due():  # a Compare too short for any peer run between rounds
+        state = with_peer(state, *run_peer())
+        yield state
+
+
+def run_compare(pairs, settings: Settings, prompt: str, methods: tuple[str, ...] = METHODS,
+                peer: bool = True, load: Callable[[], float | None] = load_average) -> Iterator[CompareState]:
+    """`interleaved` in this process (the CLI, the tests, a CPU app through ui/gpu.py)."""
+    from .peer import run_peer
+
+    def one_peer() -> tuple[PeerRun | None, str]:
+        try:
+            return run_peer(pairs, settings, prompt), ""
+        except UserError as exc:
+            return None, str(exc)
+
+    return interleaved(new_compare(settings, prompt, methods), lambda s: compare_round(pairs, s, load),
+                       one_peer if peer else None)
+
+
+# -- what a Compare measured -------------------------------------------------------------------------------------
+
+def rate_range(parts: list[tuple[int, float]], resamples: int = RANGE_RESAMPLES) -> tuple[float, float]:
+    """The middle RANGE_SHARE of the tokens / s of `parts` (tokens, seconds) drawn again with replacement (a
+    bootstrap, seeded: the same parts give the same range); fewer than 3 timed parts give the lowest and highest
+    of their own rates (one part: its one rate, a range that says nothing of the noise: `verdict` knows)."""
+    timed = [(t, s) for t, s in parts if s > 0]
+    if len(timed) < 3:
+        rates = [t / s for t, s in timed] or [0.0]
+        return min(rates), max(rates)
+    draw = random.Random(0)
+    rates = []
+    for _ in range(resamples):
+        picked = [timed[draw.randrange(len(timed))] for _ in timed]
+        rates.append(sum(t for t, _ in picked) / sum(s for _, s in picked))
+    rates.sort()
+    cut = (1 - RANGE_SHARE) / 2
+    return rates[int(cut * resamples)], rates[int((1 - cut) * resamples) - 1]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One method's (or the peer's) numbers in a Compare."""
+
+    method: str
+    lossless: bool
+    same_text_as_ar: bool | None      # None: ar was not run, or one of the two runs is not finished yet
+    tokens_per_s: float
+    low: float                        # the range of tokens / s over its chunks (the peer: its whole runs)
+    high: float
+    parts: int                        # chunks timed (the peer: whole runs)
+    tokens_per_target_forward: float
+    acceptance_rate: float | None     # draft levels accepted; None for ar and for runs that drafted nothing
+    per_position: tuple[float, ...]
+    conditional: tuple[float, ...]
+    target_forwards: int
+    new_tokens: int
+    prefill_s: float
+    finished: bool
+    peer: bool = False
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """A Compare's rows and the conditions it was measured in."""
+
+    rows: list[CompareRow]
+    rounds: int
+    load_average: float | None       # the highest 1-minute load average seen around its rounds
+    threads: int
+    finished: bool
+    peer_note: str = ""              # why there is no peer row, or how its runs were interleaved
+
+    @property
+    def busy(self) -> str:
+        """"measured on a busy machine: load 2.7 on 2 threads", or "" when the load stayed within the threads."""
+        return Conditions(self.load_average, self.threads, 0.0, 0.0, on_cpu=False).busy_because()
+
+    def conditions(self) -> str:
+        load = f"load {self.load_average:.1f}" if self.load_average is not None else "load unknown"
+        plural = "s" if self.threads != 1 else ""
+        return f"{self.rounds} interleaved rounds; {load} at most, on {self.threads} thread{plural}"
+
+
+def _row(method: str, run: RunTrace, chunks: list[Chunk], reference: RunTrace | None,
+         prefill_s: float) -> CompareRow:
+    steps = run.steps
+    tokens = sum(len(s.committed) for s in steps)
+    seconds = sum(s.seconds for s in steps)
+    forwards = sum(s.target_forwards for s in steps)
+    low, high = rate_range([(c.tokens, c.seconds) for c in chunks])
+    acceptance = acceptance_of(steps)
+    same = None
+    if reference is not None and reference.finished and run.finished:
+        same = run.text == reference.text
+    return CompareRow(
+        method=method, lossless=run.lossless, same_text_as_ar=same,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0, low=low, high=high, parts=len(chunks),
+        tokens_per_target_forward=tokens / forwards if forwards else 0.0,
+        acceptance_rate=run.summary()["acceptance_rate"] if acceptance.drafts else None,
+        per_position=tuple(acceptance.per_position), conditional=tuple(acceptance.conditional),
+        target_forwards=forwards, new_tokens=tokens, prefill_s=prefill_s, finished=bool(run.finished))
+
+
+def _peer_row(peers: list[PeerRun], reference: RunTrace | None) -> CompareRow:
+    tokens = sum(p.new_tokens for p in peers)
+    seconds = sum(p.decoding_seconds for p in peers)
+    forwards = sum(p.target_forwards for p in peers)
+    drafted = sum(p.assistant_forwards for p in peers)
+    low, high = rate_range([(p.new_tokens, p.decoding_seconds) for p in peers])
+    same = None if reference is None or not reference.finished else peers[-1].text == reference.text
+    return CompareRow(
+        method=PEER_LABEL, lossless=True, same_text_as_ar=same,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0, low=low, high=high, parts=len(peers),
+        tokens_per_target_forward=tokens / forwards if forwards else 0.0,
+        acceptance_rate=sum(p.accepted_tokens for p in peers) / drafted if drafted else None,
+        per_position=(), conditional=(), target_forwards=forwards // len(peers), new_tokens=tokens // len(peers),
+        prefill_s=sum(p.prefill_seconds for p in peers) / len(peers), finished=True, peer=True)
+
+
+def compare_result(state: CompareState) -> CompareResult:
+    """The rows of every method started so far (then the peer's), and the conditions."""
+    ar = state.runs.get("ar")
+    reference = ar.run if ar is not None else None
+    rows = [_row(m, r.run, [c for c in state.chunks if c.method == m], reference, r.prefill_seconds)
+            for m, r in state.runs.items() if r.run is not None and r.run.steps]
+    if state.peers:
+        rows.append(_peer_row(state.peers, reference))
+    runs = len(state.peers)
+    note = (f"no {PEER_LABEL} row: {state.peer_error}" if state.peer_error and not state.peers
+            else f"{PEER_LABEL}: {runs} whole run{'s' if runs != 1 else ''} between the rounds (one generate call "
+                 "cannot be cut into steps)" if state.peers else "")
+    return CompareResult(rows, state.rounds, max(state.loads) if state.loads else None, state.threads,
+                         state.finished, note)
+
+
+def verdict(result: CompareResult) -> str:
+    """Which method was fastest and by how much against ar, in this Compare's own numbers; no winner is named
+    when the fastest method's range overlaps another's (within the noise: a second Compare may flip it); a line
+    when the machine was busy; and, when another method saved more target forwards, why that did not make it
+    faster here."""
+    rows = result.rows
+    if not rows:
+        return ""
+    fastest = max(rows, key=lambda r: r.tokens_per_s)
+    # a row timed once has no range to tell noise by: it counts as within the noise of the fastest
+    tied = [r for r in rows if r is not fastest and (r.high >= fastest.low or r.parts < 2 or fastest.parts < 2)]
+    ar = next((r for r in rows if r.method == "ar"), None)
+    against = (f", {fastest.tokens_per_s / ar.tokens_per_s:.2f}× ar" if ar is not None and ar.tokens_per_s > 0
+               and fastest is not ar else "")
+    if tied:
+        names = ", ".join(f"{r.method} ({r.low:.1f}–{r.high:.1f})" for r in tied[:3])
+        text = (f"**No clear winner here**: {fastest.method} made the most tokens/s ({fastest.tokens_per_s:.1f}"
+                f"{against}), but its range over its chunks ({fastest.low:.1f}–{fastest.high:.1f}) overlaps "
+                f"{names}: within the noise.")
+    else:
+        text = (f"Fastest here: **{fastest.method}**, {fastest.tokens_per_s:.1f} tokens/s{against}, with "
+                f"{fastest.tokens_per_target_forward:.2f} tokens per target forward.")
+        if fastest is ar and len(rows) > 1:
+            text += (" No speculative method paid on this device: verifying several rows and running the draft "
+                     "cost more time than the target forwards they saved.")
+    frugal = max(rows, key=lambda r: r.tokens_per_target_forward)
+    if frugal is not fastest and frugal.tokens_per_target_forward > fastest.tokens_per_target_forward:
+        text += (f" {frugal.method} needed the fewest target forwards ({frugal.tokens_per_target_forward:.2f} tokens "
+                 f"each) but made {frugal.tokens_per_s:.1f} tokens/s: its forwards verified more rows and its "
+                 "draft ran more, which cost more here than the forwards saved (Learn → Where would it pay? "
+                 "carries this run's acceptance to other targets and a GPU).")
+    busy = result.busy
+    return text + (f" **{busy[0].upper()}{busy[1:]}**: every method ran in the same rounds, so the load fell on "
+                   "all of them, but their ranges are wider." if busy else "")
+
+
+def kept(result: CompareResult, runs: dict[str, RunTrace], settings: Settings) -> KeptCompare | None:
+    """The finished Compare as what this machine measured (measured_here.py; the Recipe menu reads it), or None
+    when no run names its machine. The machine is the one the runs name (on ZeroGPU the GPU process's)."""
+    machine = next(iter(runs.values())).device.partition(";")[0] if runs else ""
+    if not machine:
+        return None
+    return KeptCompare(now_utc(), machine, settings.pair_key, settings.controls(),
+                       [Measured(r.method, r.tokens_per_s, r.low, r.high) for r in result.rows], busy=result.busy)
+
+
+def keep(result: CompareResult, state: CompareState) -> None:
+    """Keep a finished Compare for the Recipe menu (nothing when no run names its machine)."""
+    measured = kept(result, {m: r.run for m, r in state.runs.items() if r.run is not None}, state.settings)
+    if measured is not None:
+        keep_compare(measured)

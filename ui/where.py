@@ -1,0 +1,46 @@
+"""Learn → Where would it pay?: the run on show's acceptance carried to this device, to targets of larger real shapes
+measured here, and to a GPU (dynasd/explorer/where.py; drawn by viz/where.py); the `where_would_it_pay` API
+endpoint. The first use measures the bigger targets on this device (tens of seconds on a CPU) and keeps them."""
+from __future__ import annotations
+
+import gradio as gr
+
+from dynasd.explorer import cost as cost_model
+from dynasd.explorer import where
+from dynasd.explorer.inputs import UserError
+from viz.where import where_figure, where_markdown
+
+from . import gpu, state
+from .controls import settings_from
+from .handler import unexpected
+
+
+def on_where(session_id, index, **controls):
+    session = state.SESSIONS.get(session_id)
+    try:
+        run = session.run
+        if run is None or not run.steps:
+            raise UserError("nothing to carry yet: press Step or Run (or replay an example) first")
+        settings = session.settings or settings_from(controls)
+        costs = gpu.call(gpu.gpu_where, settings, cost_model.calibration_context(run))
+        view = where.where_of_run(run, costs)
+        return where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id
+    except ValueError as exc:  # UserError included
+        return None, f"⚠ {exc}", session.id
+    except Exception as exc:
+        return None, f"✗ {unexpected(exc)}", session.id
+
+
+def where_section(session_id, scrubber, controls: dict) -> None:
+    """The tab, its widgets and its event, built inside the Learn tab's inner tabs (one call from learn_section)."""
+    with gr.Tab("Where would it pay?"):
+        gr.Markdown("**Would this run pay with a bigger target, or on a GPU?** Two numbers decide it: what a draft "
+                    "forward costs as a share of a target forward, and the acceptance a step of this tree needs to "
+                    "break even. This carries the run on show's acceptance to this device (its measured costs), to "
+                    "targets of larger real shapes measured here (the first time: tens of seconds, then kept) and "
+                    "to a GPU.", elem_classes="explain")
+        button = gr.Button("Carry this run to other targets and a GPU", elem_id="where-btn")
+        text = gr.Markdown("", elem_id="where-text", label="where would it pay")
+        figure = gr.Plot(label="Where would it pay?", elem_id="where-plot", show_label=False)
+    button.click(on_where, [session_id, scrubber], [figure, text, session_id], inputs_kwargs=controls,
+                 api_name="where_would_it_pay", show_progress="hidden")
