@@ -7,21 +7,19 @@ import gradio as gr
 
 from dynasd.explorer import batching
 from dynasd.explorer import cost as cost_model
-from dynasd.explorer.inputs import UserError
 from dynasd.explorer.speed import run_speed
 from viz.batching import batching_figure
 
 from . import gpu, state
 from .controls import settings_from
 from .handler import unexpected
+from .views import step_on_show
 
 
 def on_rows_and_batches(session_id, index, **controls):
     session = state.SESSIONS.get(session_id)
     try:
-        run = session.run
-        if run is None or not run.steps:
-            raise UserError("nothing to measure against yet: press Step or Run (or replay an example) first")
+        run, _, _ = step_on_show(session, index, "nothing to measure against yet")
         settings = session.settings or settings_from(controls)
         measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
         speed = run_speed(run, measured)  # the run's speed figures: one owner (dynasd/explorer/speed.py)

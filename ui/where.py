@@ -7,20 +7,18 @@ import gradio as gr
 
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import where
-from dynasd.explorer.inputs import UserError
 from viz.where import where_figure, where_markdown
 
 from . import gpu, state
 from .controls import settings_from
 from .handler import unexpected
+from .views import step_on_show
 
 
 def on_where(session_id, index, **controls):
     session = state.SESSIONS.get(session_id)
     try:
-        run = session.run
-        if run is None or not run.steps:
-            raise UserError("nothing to carry yet: press Step or Run (or replay an example) first")
+        run, _, _ = step_on_show(session, index, "nothing to carry yet")
         settings = session.settings or settings_from(controls)
         costs = gpu.call(gpu.gpu_where, settings, cost_model.calibration_context(run))
         view = where.where_of_run(run, costs)
