@@ -47,7 +47,10 @@ def test_cost_model_side_by_side_and_losslessness(connect):
     for _ in range(3):
         client.predict(prompt="hello", **TINY, api_name="/step")
     figure, budget, text, status = client.predict(1, True, **TINY, api_name="/cost_model")  # measure again
-    assert "measured now on this device" in status and "ar step" in text and len(plot(figure)["data"]) == 4
+    assert "measured now on this device" in status and "ar step" in text
+    names = [trace["name"] for trace in plot(figure)["data"]]
+    assert names[1:4] == ["verify rows free (expected)", "this run: expected", "this run: measured"]
+    assert ("Compare (another run)" in names) == ("measured by Compare" in text), "a Compare kept here is drawn and said"
     assert "Costs measured on this device" in text and "(measured)" in text
     assert plot(budget)["layout"]["title"]["text"].startswith(("Best static tree", "No static tree"))
     tree_a, story_a, tree_b, story_b, status = client.predict(1, "sd", "ti-mcsd", **TINY,
