@@ -50,7 +50,7 @@ def test_cost_model_side_by_side_and_losslessness(connect):
     assert "measured now on this device" in status and "ar step" in text
     names = [trace["name"] for trace in plot(figure)["data"]]
     assert names[1:4] == ["verify rows free (expected)", "this run: expected", "this run: measured"]
-    assert ("Compare (another run)" in names) == ("measured by Compare" in text), "a Compare kept here is drawn and said"
+    assert ("Compare (another run)" in names) == ("measured by Compare" in text), "a kept Compare: drawn and said"
     assert "Costs measured on this device" in text and "(measured)" in text
     assert plot(budget)["layout"]["title"]["text"].startswith(("Best static tree", "No static tree"))
     tree_a, story_a, tree_b, story_b, status = client.predict(1, "sd", "ti-mcsd", **TINY,
