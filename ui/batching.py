@@ -7,31 +7,22 @@ import gradio as gr
 
 from dynasd.explorer import batching
 from dynasd.explorer import cost as cost_model
-from dynasd.explorer.speed import run_speed
 from viz.batching import batching_figure
 
-from . import gpu, state
+from . import gpu
 from .controls import settings_from
-from .handler import unexpected
-from .views import step_on_show
+from .handler import handler
+from .views import MeasuredViews, step_on_show
 
 
-def on_rows_and_batches(session_id, index, **controls):
-    session = state.SESSIONS.get(session_id)
-    try:
-        run, _, _ = step_on_show(session, index, "nothing to measure against yet")
-        settings = session.settings or settings_from(controls)
-        measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
-        speed = run_speed(run, measured)  # the run's speed figures: one owner (dynasd/explorer/speed.py)
-        cost = batching.row_cost(measured.timings)
-        points = batching.batch_speedups(cost, speed.shape)
-        text = (batching.rows_sentence(measured.timings) + f" (Forward times {speed.costs_said}.)\n\n"
-                + batching.batch_sentence(points, speed.shape))
-        return batching_figure(cost, points), text, session.id
-    except ValueError as exc:  # UserError included
-        return None, f"⚠ {exc}", session.id
-    except Exception as exc:
-        return None, f"✗ {unexpected(exc)}", session.id
+@handler(MeasuredViews)
+def on_rows_and_batches(session, index, **controls):
+    """Measures this device's target forward over 1 to 64 rows (kept costs are re-used) and models batch sizes."""
+    run, _, _ = step_on_show(session, index, "nothing to measure against yet")
+    settings = session.settings or settings_from(controls)
+    measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
+    view = batching.rows_and_batches(run, measured)
+    return MeasuredViews(batching_figure(view.cost, view.points), view.text, session.id)
 
 
 def batching_section(session_id, scrubber, controls: dict) -> None:
@@ -42,5 +33,6 @@ def batching_section(session_id, scrubber, controls: dict) -> None:
     button = gr.Button("Measure the rows here and model the batch sizes", elem_id="batch-btn")
     text = gr.Markdown("", elem_id="batch-text", label="rows and batches")
     figure = gr.Plot(label="Rows and batches", elem_id="batch-plot")
-    button.click(on_rows_and_batches, [session_id, scrubber], [figure, text, session_id], inputs_kwargs=controls,
+    button.click(on_rows_and_batches, [session_id, scrubber], MeasuredViews(figure, text, session_id).outputs(),
+                 inputs_kwargs=controls,
                  api_name="rows_and_batches", show_progress="hidden")

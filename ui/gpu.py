@@ -14,19 +14,17 @@ goes on from its snapshot); Compare runs each interleaved round (every method on
 its own, and each whole peer run in another; the losslessness check draws its samples in calls of at most
 SAMPLES_PER_CALL.
 ZeroGPU's own failures (quota spent, task aborted, no GPU free) become one line with a way on. Our own failures
-inside a GPU call come back as data (`Failed`, or Progress.error): ZeroGPU passes only gradio's errors through
-with their message, any other exception reaches the serving process as its class name alone.
+inside a GPU call come back as data (dynasd/explorer/failures.py, or Progress.error): ZeroGPU passes only
+gradio's errors through with their message, any other exception reaches the serving process as its class name.
 On ZeroGPU the serving process runs under the `spaces` package's CUDA emulation, whose torch modes are entered on
 the importing thread only: a pair loaded there from a handler thread is loaded on a thread that enters them.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import gradio as gr
 
@@ -35,7 +33,8 @@ from dynasd.explorer import cost as cost_model
 from dynasd.explorer import engine, losslessness, side_by_side
 from dynasd.explorer import where as where_model
 from dynasd.explorer.engine import UNTIL_DONE, Progress
-from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, one_line
+from dynasd.explorer.failures import Failed, failures_as_data
+from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError
 from dynasd.explorer.peer import run_peer
 from dynasd.explorer.session import Compute, SessionFailed
 from dynasd.options import METHODS
@@ -120,36 +119,6 @@ def on_gpu(duration: Callable[..., int]):
     return spaces.GPU(duration=duration)
 
 
-@dataclass
-class Failed:
-    """An exception raised inside a GPU call, as data (the module docstring says why); `call` raises it again in
-    the serving process: a UserError or a SessionFailed as itself, a bug as SessionFailed with its first line."""
-
-    kind: str
-    message: str
-
-    def exception(self) -> Exception:
-        return {"UserError": UserError, "ValueError": ValueError}.get(self.kind, SessionFailed)(self.message)
-
-
-def _failures_as_data(function: Callable) -> Callable:
-    @functools.wraps(function)
-    def body(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except (UserError, SessionFailed) as exc:
-            return Failed(type(exc).__name__, str(exc))
-        except ValueError as exc:
-            return Failed("ValueError", str(exc))
-        except Exception as exc:
-            return Failed("SessionFailed", _model_call_failed(exc))
-    return body
-
-
-def _model_call_failed(exc: BaseException) -> str:
-    return f"the model call failed ({one_line(exc)}); other sessions are not affected"
-
-
 # -- the model calls: functions of data --------------------------------------------------------------------------
 
 @on_gpu(_run_seconds)
@@ -179,7 +148,7 @@ def gpu_follow_up(settings: Settings, snapshot, turns: list[str], steps: int = 0
 
 
 @on_gpu(_round_seconds)
-@_failures_as_data
+@failures_as_data
 def gpu_compare_round(settings: Settings, compared: compare_model.CompareState) -> compare_model.CompareState:
     """One round of an interleaved Compare (dynasd/explorer/compare.py): every unfinished method one chunk of
     steps, from the Compare's state as data to its next state."""
@@ -187,43 +156,39 @@ def gpu_compare_round(settings: Settings, compared: compare_model.CompareState) 
 
 
 @on_gpu(_run_whole_seconds)
-def gpu_compare_peer(settings: Settings, prompt: str) -> tuple:
-    """transformers' assisted generation for Compare: (PeerRun or None, why not)."""
-    try:
-        return run_peer(state.PAIRS, settings, prompt), ""
-    except UserError as exc:
-        return None, str(exc)
-    except Exception as exc:
-        return None, _model_call_failed(exc)
+@failures_as_data
+def gpu_compare_peer(settings: Settings, prompt: str):
+    """transformers' assisted generation for Compare (a PeerRun)."""
+    return run_peer(state.PAIRS, settings, prompt)
 
 
 @on_gpu(_run_whole_seconds)
-@_failures_as_data
+@failures_as_data
 def gpu_calibrate(settings: Settings, context_ids: list[int], again: bool = False) -> cost_model.MeasuredCosts:
     return cost_model.calibrate_context(state.PAIRS, settings, context_ids, again)
 
 
 @on_gpu(_run_whole_seconds)
-@_failures_as_data
+@failures_as_data
 def gpu_where(settings: Settings, context_ids: list[int], again: bool = False) -> where_model.WhereCosts:
     """What Learn → Where would it pay? needs measured (dynasd/explorer/where.py: where_costs)."""
     return where_model.where_costs(state.PAIRS, settings, context_ids, again)
 
 
 @on_gpu(_one_step_seconds)
-@_failures_as_data
+@failures_as_data
 def gpu_side_by_side(settings: Settings, methods: tuple[str, str], ids: list[int], prompt: str) -> dict:
     return side_by_side.side_by_side(state.PAIRS, settings, methods, ids, prompt)
 
 
 @on_gpu(_run_whole_seconds)
-@_failures_as_data
+@failures_as_data
 def gpu_target_p(settings: Settings, prompt: str):
     return losslessness.target_p(state.PAIRS, settings, prompt)
 
 
 @on_gpu(_samples_seconds)
-@_failures_as_data
+@failures_as_data
 def gpu_first_token_draws(settings: Settings, prompt: str, method: str, seed: int, samples: int):
     return losslessness.first_token_draws(state.PAIRS, settings, prompt, method, seed, samples)
 
@@ -269,7 +234,7 @@ def _from_serving_process(settings: Settings) -> Iterator[None]:
         yield
     except (UserError, SessionFailed):
         raise
-    except Exception as exc:
+    except (gr.Error, RuntimeError) as exc:  # what the spaces package raises: gradio's errors, a lost queue
         if not on_zero_gpu():
             raise
         raise UserError(no_gpu(exc)) from exc
@@ -287,12 +252,26 @@ def call(function: Callable, settings: Settings, *args, **kwargs):
     return result
 
 
+def attempt(function: Callable, settings: Settings, *args, **kwargs) -> tuple[Any, str]:
+    """(`call`'s result, "") or, where the call failed for a reason a learner is told, (None, that reason in one
+    line): for a measurement a view can do without, falling back and saying why (Learn → Cost model). A bug still
+    raises."""
+    try:
+        return call(function, settings, *args, **kwargs), ""
+    except (ValueError, SessionFailed) as exc:  # UserError included
+        return None, _first_line(exc)
+
+
 def no_gpu(exc: BaseException) -> str:
     """ZeroGPU's failure as one line with a way on: the steps on show stay, and an example trace replays with no
     GPU at all."""
-    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-    return (f"no GPU for this call ({text}); what is on show stays. Try again in a while, or replay an example "
-            "trace (Learn → Share & examples), which needs no GPU")
+    return (f"no GPU for this call ({_first_line(exc)}); what is on show stays. Try again in a while, or replay an "
+            "example trace (Learn → Share & examples), which needs no GPU")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _through(function: Callable) -> Callable:
@@ -334,7 +313,7 @@ def compare(settings: Settings, prompt: str) -> Iterator[compare_model.CompareSt
     the rounds. Raises UserError or SessionFailed."""
     compared = compare_model.new_compare(settings, prompt)
     yield from compare_model.interleaved(compared, lambda now: call(gpu_compare_round, settings, now),
-                                         lambda: call(gpu_compare_peer, settings, prompt))
+                                         lambda: attempt(gpu_compare_peer, settings, prompt))
 
 
 def check_losslessness(settings: Settings, prompt: str, methods: list[str], samples: int):

@@ -64,7 +64,7 @@ from .texts import (
     TREE_HELP,
     device_note,
 )
-from .views import LoadViews, RunViews, SaveViews, StepViews, StopViews
+from .views import CompareViews, LoadViews, RunViews, SaveViews, StepViews, StopViews
 
 
 def options_in(group: str) -> list[str]:
@@ -311,8 +311,8 @@ def _wire_trace_and_compare(w: SimpleNamespace) -> None:
     session_id, shown = w.session_id, tuple(w.controls[name] for name in CONTROL_NAMES)
     w.compare_btn.click(None, None, [w.compare_status], js=saying("Comparing the methods on this prompt…"),
                         queue=False, api_visibility="private")
-    w.compare_btn.click(on_compare, [session_id, w.prompt], [w.compare_table, w.compare_plot, w.compare_status,
-                                                             session_id],
+    w.compare_btn.click(on_compare, [session_id, w.prompt],
+                        CompareViews(w.compare_table, w.compare_plot, w.compare_status, session_id).outputs(),
                         inputs_kwargs=w.controls, api_name="compare", **queue_place(w.compare_status),
                         **compare_lane())
     w.save_btn.click(on_save, [session_id], SaveViews(w.saved_file, w.status, session_id).outputs(),

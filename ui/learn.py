@@ -12,25 +12,23 @@ from typing import Any
 import gradio as gr
 
 import viz
-from dynasd.device_info import machine_line
 from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, share, side_by_side
 from dynasd.explorer.best_trees import best_trees
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.measured_here import read_compare
-from dynasd.explorer.session import Session, SessionFailed
-from dynasd.explorer.speed import compared_speedup, run_elsewhere, speed_here
+from dynasd.explorer.session import Session
+from dynasd.explorer.speed import speed_here
 from dynasd.options import METHODS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
 from viz.cost import budget_figure, cost_figure, cost_markdown
 from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
 
-from . import gpu, state
+from . import gpu
 from . import predict as predict_ui
 from .batching import batching_section
 from .controls import CONTROL_NAMES, settings_from
-from .handler import handler, unexpected
+from .handler import handler
 from .misconceptions import misconception_lab
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
 from .play import controller
@@ -74,6 +72,30 @@ class LearnViews(Views):
         return cls(guided.figure, guided.text, guided.slider, residual_figure(step, greedy),
                    residual_explanation(step, greedy), acceptance_figure(step, greedy),
                    status_line(f"Explaining step {index}.", "ok"), session.id)
+
+
+@dataclass
+class CostViews(Views):
+    """Learn → Cost model: the speed-up curves, the best tree by budget, their words and the Learn status. Every
+    number is the run's speed figures (dynasd/explorer/speed.py)."""
+
+    CLEARED = {"plot": None, "budget": None, "text": None}
+    plot: Any = left_out()
+    budget: Any = left_out()
+    text: Any = left_out()
+    status: Any = left_out()
+    session_id: Any = left_out()
+
+    @classmethod
+    def of(cls, session: Session, run, settings, measured, why_not: str) -> "CostViews":
+        """`measured`: this device's costs (None, and `why_not`, where they could not be measured)."""
+        speed = speed_here(run, measured, settings.controls(), settings.pair_key)
+        where = ("costs kept from an earlier measurement of this device" if measured and measured.kept
+                 else "costs measured now on this device" if measured else "costs modelled, not measured")
+        return cls(cost_figure(speed), budget_figure(best_trees(run, speed.costs, speed.scale)),
+                   cost_markdown(speed, why_not),
+                   status_line(f"Cost model of this {run.method} run ({where}).", "ok" if measured else "warn"),
+                   session.id)
 
 
 @dataclass
@@ -152,56 +174,15 @@ def on_phase(session, index, phase):
     return PhaseViews.of(session, index, phase)
 
 
-def _learn_failure(exc: Exception, outputs: int, session_id) -> tuple:
-    """`outputs` empty views, then the message in the Learn status line (and a toast)."""
-    if not isinstance(exc, (UserError, SessionFailed)):
-        exc = unexpected(exc)
-    gr.Warning(str(exc))
-    return (None,) * outputs + (status_line(str(exc), "warn"), session_id)
-
-
-def on_cost(session_id, index, measure_again, **controls):
-    """The cost model of the run on show, from this device's measured costs: kept from an earlier measurement of
-    this device and pair, or measured now (runs the target; again when asked). Only when no measurement can be
-    made here (the pair cannot load) does it fall back to the run's own verify times, and says they are modelled.
-    Every number is the run's speed figures (dynasd/explorer/speed.py)."""
-    session = state.SESSIONS.get(session_id)
-    try:
-        run, index, _ = _learn_step(session, index)
-        settings = session.settings or settings_from(controls)
-        measured, why_not = None, ""
-        try:
-            measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run), bool(measure_again))
-        except Exception as exc:  # noqa: BLE001 - said in the text: the view still explains the run
-            why_not = str(exc).splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        speed = speed_here(run, measured, settings.controls(), settings.pair_key)
-        text = cost_markdown(speed)
-        if measured is None:
-            text = f"Could not measure this device ({why_not}).\n\n" + text
-            if len(set(speed.shape.verify_rows)) == 1:
-                text = ("**Every step of this run verified the same number of rows**, so its own times cannot "
-                        "tell the cost of a row from the cost of a forward: the numbers below treat rows as free "
-                        "(ar = one verify).\n\n" + text)
-        where = ("costs kept from an earlier measurement of this device" if measured and measured.kept
-                 else "costs measured now on this device" if measured else "costs modelled, not measured")
-        return (cost_figure(speed), budget_figure(best_trees(run, speed.costs, speed.scale)),
-                text, status_line(f"Cost model of this {run.method} run ({where}).", "ok" if measured else "warn"),
-                session.id)
-    except ValueError as exc:  # UserError included: a run too short, a bad setting
-        return _learn_failure(exc if isinstance(exc, UserError) else UserError(str(exc)), 3, session.id)
-    except Exception as exc:
-        return _learn_failure(exc, 3, session.id)
-
-
-def _compared_here(settings, method: str):
-    """What the last Compare on this machine measured for this method against ar, with these settings (or None):
-    the speed owner reads it (dynasd/explorer/speed.py)."""
-    return compared_speedup(read_compare(machine_line(), settings.pair_key), method, settings.controls())
-
-
-def _run_elsewhere(run, measured) -> str:
-    """The machine a run's own times were taken on, when a trace says it was not the one measured here."""
-    return run_elsewhere(run, measured)
+@handler(CostViews)
+def on_cost(session, index, measure_again, **controls):
+    """The cost model of the run on show from this device's costs: kept, or measured now (again when asked); where
+    no measurement can be made here, from the run's own verify times, said to be modelled."""
+    run, index, _ = _learn_step(session, index)
+    settings = session.settings or settings_from(controls)
+    measured, why_not = gpu.attempt(gpu.gpu_calibrate, settings, cost_model.calibration_context(run),
+                                    bool(measure_again))
+    return CostViews.of(session, run, settings, measured, why_not)
 
 
 @handler(SideBySideViews)
@@ -412,7 +393,7 @@ def _saying_first(button: gr.Button, status, words: str) -> None:
 def _wire_cost_and_checks(w: SimpleNamespace) -> None:
     _saying_first(w.cost_btn, w.status, "Measuring this pair's costs…")
     w.cost_btn.click(on_cost, [w.session_id, w.scrubber, w.calibrate],
-                     [w.cost_plot, w.budget_plot, w.cost_text, w.status, w.session_id],
+                     CostViews(w.cost_plot, w.budget_plot, w.cost_text, w.status, w.session_id).outputs(),
                      inputs_kwargs=w.controls, api_name="cost_model", show_progress="hidden")
     _saying_first(w.pair_btn, w.status, "Running both methods one step…")
     w.pair_btn.click(on_side_by_side, [w.session_id, w.scrubber, w.method_a, w.method_b],

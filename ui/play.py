@@ -17,18 +17,18 @@ from dynasd.explorer import compare as compare_model
 from dynasd.explorer.controller import Controller, Outcome
 from dynasd.explorer.inputs import CUSTOM, UserError
 from dynasd.explorer.measured_here import KeptCompare, fastest_recipe_here, read_compare
-from dynasd.explorer.session import Session, SessionFailed
+from dynasd.explorer.session import Session
 from dynasd.models import has_feature_draft
 from dynasd.options import OPTIONS
 from dynasd.recipes import RECIPES, recipe_values
 from dynasd.trace import save_run
 
-from . import gpu, state
+from . import gpu
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, SHOWN_BY_METHOD, settings_from
-from .handler import handler, unexpected
+from .handler import handler
 from .status import status_line
 from .texts import method_help
-from .views import LoadViews, RunViews, SaveViews, StepViews, StopViews, control_updates, drawable
+from .views import CompareViews, LoadViews, RunViews, SaveViews, StepViews, StopViews, control_updates, drawable
 
 STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
 
@@ -86,39 +86,16 @@ def on_show_step(session, index):
     return StepViews.of(session, controller(session).show_step(index))
 
 
-def on_compare(session_id, prompt, **controls):
-    """Every method on the prompt in interleaved rounds (dynasd/explorer/compare.py: each round gives every method
-    a short chunk of steps, so load falls on all of them alike), with whole runs of transformers' assisted
-    generation between the rounds; the table grows after each round. One model call per round (ui/gpu.py)."""
-    session = state.SESSIONS.get(session_id)
-    result = None
-    try:
-        settings = settings_from(controls)
-        for compared in gpu.compare(settings, prompt):
-            result = compare_model.compare_result(compared)
-            if not compared.finished or compared.peer_due():
-                said = status_line(f"Round {result.rounds}: {len(result.rows)} of {len(compared.methods)} methods "
-                                   f"under way ({result.conditions()})…")
-                yield pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result), said, session.id
-                continue
-            _keep_compare(compared, result)
-            done = "all methods compared" + (f"; {result.peer_note}" if result.peer_note else "")
-            said = f"{done[0].upper() + done[1:]} ({result.conditions()}). {compare_model.verdict(result)}"
-            yield (pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result), status_line(said, "ok"),
-                   session.id)
-    except Exception as exc:
-        if not isinstance(exc, (UserError, SessionFailed)):
-            exc = unexpected(exc)
-        gr.Warning(str(exc))
-        shown = result is not None and result.rows
-        yield (pd.DataFrame(viz.compare_table(result)) if shown else None,
-               viz.compare_figure(result) if shown else None, status_line(str(exc), "warn"), session.id)
-
-
-def _keep_compare(compared, result) -> None:
-    """Keep this Compare as what this machine measured (dynasd/explorer/measured_here.py): the Recipe menu reads
-    it."""
-    compare_model.keep(result, compared)
+@handler(CompareViews)
+def on_compare(session, prompt, **controls):
+    """Every method in interleaved rounds with peer runs between (dynasd/explorer/compare.py), one model call a
+    round (ui/gpu.py); the table grows round by round; a finished Compare is kept for the Recipe menu."""
+    for compared in gpu.compare(settings_from(controls), prompt):
+        result = compare_model.compare_result(compared)
+        if compared.complete:
+            compare_model.keep(result, compared)
+        yield CompareViews(pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result),
+                           status_line(*compare_model.progress(compared, result)), session.id)
 
 
 def on_recipe_menu(pair: str):

@@ -180,6 +180,31 @@ class LectureViews(StepViews):
 
 
 @dataclass
+class MeasuredViews(Views):
+    """A Learn view that measures this device and draws one figure with its words (Rows and batches, Where would it
+    pay?): a failure is said in the words, marked ⚠ or ✗, and empties the figure."""
+
+    SAID_IN = "text"
+    MARKED = True
+    CLEARED = {"figure": None}
+    TOAST = False
+    figure: Any = left_out()
+    text: Any = left_out()
+    session_id: Any = left_out()
+
+
+@dataclass
+class CompareViews(Views):
+    """Compare's table, figure and status line, sent after every round. A failure is said in the status line (and a
+    toast); the table and figure keep the rounds the page shows."""
+
+    table: Any = left_out()
+    plot: Any = left_out()
+    status: Any = left_out()
+    session_id: Any = left_out()
+
+
+@dataclass
 class PhaseViews(Views):
     """The guided step at one phase: its figure, its words and the phase slider."""
 

@@ -9,24 +9,20 @@ from dynasd.explorer import cost as cost_model
 from dynasd.explorer import where
 from viz.where import where_figure, where_markdown
 
-from . import gpu, state
+from . import gpu
 from .controls import settings_from
-from .handler import unexpected
-from .views import step_on_show
+from .handler import handler
+from .views import MeasuredViews, step_on_show
 
 
-def on_where(session_id, index, **controls):
-    session = state.SESSIONS.get(session_id)
-    try:
-        run, _, _ = step_on_show(session, index, "nothing to carry yet")
-        settings = session.settings or settings_from(controls)
-        costs = gpu.call(gpu.gpu_where, settings, cost_model.calibration_context(run))
-        view = where.where_of_run(run, costs)
-        return where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id
-    except ValueError as exc:  # UserError included
-        return None, f"⚠ {exc}", session.id
-    except Exception as exc:
-        return None, f"✗ {unexpected(exc)}", session.id
+@handler(MeasuredViews)
+def on_where(session, index, **controls):
+    """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU."""
+    run, _, _ = step_on_show(session, index, "nothing to carry yet")
+    settings = session.settings or settings_from(controls)
+    costs = gpu.call(gpu.gpu_where, settings, cost_model.calibration_context(run))
+    view = where.where_of_run(run, costs)
+    return MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
 
 
 def where_section(session_id, scrubber, controls: dict) -> None:
@@ -40,5 +36,6 @@ def where_section(session_id, scrubber, controls: dict) -> None:
         button = gr.Button("Carry this run to other targets and a GPU", elem_id="where-btn")
         text = gr.Markdown("", elem_id="where-text", label="where would it pay")
         figure = gr.Plot(label="Where would it pay?", elem_id="where-plot", show_label=False)
-    button.click(on_where, [session_id, scrubber], [figure, text, session_id], inputs_kwargs=controls,
+    button.click(on_where, [session_id, scrubber], MeasuredViews(figure, text, session_id).outputs(),
+                 inputs_kwargs=controls,
                  api_name="where_would_it_pay", show_progress="hidden")

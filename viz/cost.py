@@ -13,9 +13,21 @@ from .style import STATUS_COLORS, TOP_LEGEND, base_layout
 from .timeline import rates_text
 
 
-def cost_markdown(speed: RunSpeed) -> str:
+def cost_markdown(speed: RunSpeed, why_not_measured: str = "") -> str:
     """The arithmetic behind the chart, with this run's numbers in it, and the run's one measured speed-up with
-    every other number named for what it is (RunSpeed.why_they_differ)."""
+    every other number named for what it is (RunSpeed.why_they_differ). `why_not_measured`: why this device's
+    costs could not be measured, said first."""
+    text = _arithmetic(speed)
+    if speed.costs_measured:
+        return text
+    if len(set(speed.shape.verify_rows)) == 1:
+        text = ("**Every step of this run verified the same number of rows**, so its own times cannot tell the cost "
+                "of a row from the cost of a forward: the numbers below treat rows as free (ar = one verify).\n\n"
+                + text)
+    return f"Could not measure this device ({why_not_measured or 'no reason given'}).\n\n" + text
+
+
+def _arithmetic(speed: RunSpeed) -> str:
     costs, shape = speed.costs, speed.shape
     ms = 1000.0
     source = (f"**Costs {speed.costs_said}.**" if speed.costs_measured else

@@ -96,3 +96,25 @@ def batch_sentence(points: list[tuple[int, float]], shape: RunShape) -> str:
             f"verify rows per step, the modelled speed-up is {first[1]:.2f}x for one sequence and {last[1]:.2f}x at "
             f"a batch of {last[0]}; {where}. At large batches every row costs, and it tends to tokens per step / "
             f"rows = {limit:.2f}.")
+
+
+@dataclass(frozen=True)
+class RowsAndBatches:
+    """Learn → Rows and batches of one run: the row cost measured on this device, the modelled speed-up at each
+    batch size, and the sentences that say both (with when and how the forwards were timed)."""
+
+    cost: RowCost
+    points: list[tuple[int, float]]
+    text: str
+
+
+def rows_and_batches(run, measured) -> RowsAndBatches:
+    """`run`'s tree shape carried to batch sizes at the row cost `measured` here (cost.MeasuredCosts). The shape and
+    the forward times come from the run's speed figures (speed.py), their one owner."""
+    from .speed import run_speed
+
+    speed = run_speed(run, measured)
+    cost = row_cost(measured.timings)
+    points = batch_speedups(cost, speed.shape)
+    return RowsAndBatches(cost, points, rows_sentence(measured.timings) + f" (Forward times {speed.costs_said}.)\n\n"
+                          + batch_sentence(points, speed.shape))

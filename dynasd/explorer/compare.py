@@ -90,6 +90,11 @@ class CompareState:
     def finished(self) -> bool:
         return all(self.runs.get(m) is not None and self.runs[m].done for m in self.methods)
 
+    @property
+    def complete(self) -> bool:
+        """Every method finished and no peer run still to come: the Compare's last state."""
+        return self.finished and not self.peer_due()
+
     def order(self, round_index: int) -> list[str]:
         """The methods' order in a round: rotated by one each round (as `dynasd bench` rotates per prompt)."""
         shift = round_index % len(self.methods)
@@ -328,6 +333,16 @@ def compare_result(state: CompareState) -> CompareResult:
                  "cannot be cut into steps)" if state.peers else "")
     return CompareResult(rows, state.rounds, max(state.loads) if state.loads else None, state.threads,
                          state.finished, note)
+
+
+def progress(state: CompareState, result: CompareResult) -> tuple[str, str]:
+    """What Compare's status line says after a round, and its kind: the rounds under way, or, once every method and
+    the peer are done, the conditions and the verdict."""
+    if not state.complete:
+        return (f"Round {result.rounds}: {len(result.rows)} of {len(state.methods)} methods under way "
+                f"({result.conditions()})…", "info")
+    done = "all methods compared" + (f"; {result.peer_note}" if result.peer_note else "")
+    return f"{done[0].upper() + done[1:]} ({result.conditions()}). {verdict(result)}", "ok"
 
 
 def verdict(result: CompareResult) -> str:
