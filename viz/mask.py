@@ -161,28 +161,9 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
     tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
     yticks = strided(len(view.row_labels), MAX_ROW_LABELS)
     ytext = [view.row_labels[i] for i in yticks]
-    traces = [go.Heatmap(**heat), row_label_trace(ytext, ytext, tick_size), *_pattern_traces(view, names, tick_size)]
-    swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
-    for value, color in swatch.items():  # legend entries for the discrete colours
-        if value == UNUSED and not view.shows_max:
-            continue
-        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=CELL_NAMES[value],
-                                 marker=dict(symbol="square", size=12, color=color, line=dict(color="#999", width=1))))
-
-    # a dotted line separates the context band (and root rows) from the tree block (shapes on category axes are
-    # placed by the categories' index)
-    shapes = [dict(type="line", x0=view.tree_offset - 0.5, x1=view.tree_offset - 0.5, y0=-0.5, y1=rows - 0.5,
-                   line=dict(color="#777", width=1, dash="dot"), name="tree-block-start")]
-    annotations = []
-    if view.shows_max and view.live:
-        top = view.root_rows
-        shapes.append(dict(type="rect", name="live slice",
-                           x0=view.tree_offset - 0.5, x1=view.tree_offset + view.live - 0.5,
-                           y0=top - 0.5, y1=top + view.live - 0.5, line=dict(color=SLICE_OUTLINE, width=3)))
-        annotations.append(dict(x=view.tree_offset + view.live - 0.5, y=top + view.live - 0.5, xanchor="left",
-                                yanchor="top", showarrow=False, font=dict(color=SLICE_OUTLINE, size=12),
-                                text=f"live slice: {step.live_depth} of {step.max_depth} levels, "
-                                     f"{view.live} of {view.size} nodes"))
+    traces = [go.Heatmap(**heat), row_label_trace(ytext, ytext, tick_size), *_pattern_traces(view, names, tick_size),
+              *_swatches(view)]
+    shapes, annotations = _separator_and_slice(step, view, rows)
 
     xticks, xtext = _column_ticks(view, names)
     cached = step.context_len - view.root_rows
@@ -205,6 +186,30 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
                    zeroline=False),
         hoverlabel=dict(font=dict(family="monospace", size=12), align="left"))
     return go.Figure(data=traces, layout=layout)
+
+
+def _swatches(view: MaskView) -> list[go.Scatter]:
+    """Legend entries for the discrete colours (the unused one only where the figure shows the deepest tree)."""
+    swatch = {ATTENDS: MASK_ATTENDS, ACCEPTED_ROW: MASK_ACCEPTED, BLOCKED: MASK_BLOCKED, UNUSED: MASK_UNUSED}
+    return [go.Scatter(x=[None], y=[None], mode="markers", name=CELL_NAMES[value],
+                       marker=dict(symbol="square", size=12, color=color, line=dict(color="#999", width=1)))
+            for value, color in swatch.items() if value != UNUSED or view.shows_max]
+
+
+def _separator_and_slice(step: StepTrace, view: MaskView, rows: int) -> tuple[list[dict], list[dict]]:
+    """A dotted line between the context band (and root rows) and the tree block, and, where the figure shows the
+    deepest tree, the live slice outlined and named (shapes on category axes are placed by the categories' index)."""
+    shapes = [dict(type="line", x0=view.tree_offset - 0.5, x1=view.tree_offset - 0.5, y0=-0.5, y1=rows - 0.5,
+                   line=dict(color="#777", width=1, dash="dot"), name="tree-block-start")]
+    if not (view.shows_max and view.live):
+        return shapes, []
+    top = view.root_rows
+    shapes.append(dict(type="rect", name="live slice", x0=view.tree_offset - 0.5, x1=view.tree_offset + view.live - 0.5,
+                       y0=top - 0.5, y1=top + view.live - 0.5, line=dict(color=SLICE_OUTLINE, width=3)))
+    return shapes, [dict(x=view.tree_offset + view.live - 0.5, y=top + view.live - 0.5, xanchor="left",
+                         yanchor="top", showarrow=False, font=dict(color=SLICE_OUTLINE, size=12),
+                         text=f"live slice: {step.live_depth} of {step.max_depth} levels, "
+                              f"{view.live} of {view.size} nodes")]
 
 
 def mask_title(step: StepTrace, view: MaskView) -> str:

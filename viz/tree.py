@@ -7,6 +7,8 @@ correction token the target adds after the walk is drawn as one more child of th
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 import plotly.graph_objects as go
 
@@ -161,23 +163,73 @@ def _growth_traces(step: StepTrace, pos: dict, left_x: list, left_y: list, marke
     return traces
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """How big a tree is drawn: row pitch, marker and label size shrink together so ~100-node trees (64+ leaves)
+    still fit and read; a label must fit in its column before the next level's markers, so deep trees get shorter
+    labels; past LABELS_UP_TO_ROWS leaf rows token text stays in the hover only."""
+
+    pitch: int
+    marker: int
+    text: int
+    label_chars: int
+    show_text: bool
+
+    @property
+    def glyphs_inside(self) -> bool:
+        return self.marker >= GLYPHS_IN_MARKERS_FROM
+
+    def label(self, token: str, status: str) -> str:
+        shown = show_token(token, self.label_chars)
+        return shown if self.glyphs_inside else f"{STATUS_GLYPHS[status]}{shown}"
+
+    @property
+    def mode(self) -> str:
+        return "markers+text" if self.show_text else "markers"
+
+
+def _sizes(graph: nx.DiGraph) -> _Sizes:
+    leaves = sum(1 for node in graph.nodes if graph.out_degree(node) == 0)
+    pitch, marker, text = (30, 26, 12) if leaves <= 20 else (22, 16, 11) if leaves <= 40 else (14, 9, 9)
+    depth_levels = max((graph.nodes[node]["level"] for node in graph.nodes), default=0)
+    label_chars = 10 if depth_levels <= 2 else 8 if depth_levels <= 3 else 6
+    return _Sizes(pitch, marker, text, label_chars, leaves <= LABELS_UP_TO_ROWS)
+
+
 def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = False) -> go.Figure:
     graph = tree_graph(step)
     pos = tidy_layout(graph)
-    leaves = sum(1 for node in graph.nodes if graph.out_degree(node) == 0)
-    show_text = leaves <= LABELS_UP_TO_ROWS
-    # row pitch, marker and label size shrink together so ~100-node trees (64+ leaves) still fit and read
-    pitch, marker_size, text_size = ((30, 26, 12) if leaves <= 20 else (22, 16, 11) if leaves <= 40
-                                     else (14, 9, 9))
-    depth_levels = max((graph.nodes[node]["level"] for node in graph.nodes), default=0)
-    # a label must fit in its column before the next level's markers: deep trees get shorter labels
-    label_chars = 10 if depth_levels <= 2 else 8 if depth_levels <= 3 else 6
+    sizes = _sizes(graph)
     on_path = set(step.accepted_path) | {ROOT}
     final = final_token(step)
     if final is not None and final[2] in on_path:
         on_path.add("final")  # the bonus/correction token extends the committed path
+    traces, left_x, left_y = _edge_traces(graph, pos, on_path)
+    if step.growth is not None:
+        traces += _growth_traces(step, pos, left_x, left_y, sizes.marker, sizes.label_chars if sizes.show_text else 0)
+    traces.append(_root_trace(pos, root_label, sizes.marker))
+    marked = []  # (xs, ys, status) of every node drawn, for the status glyphs inside the markers
+    by_status: dict[str, list] = {}
+    for i in range(len(step.nodes)):
+        by_status.setdefault(drawn_status(step, i), []).append(i)
+    grown = _grown(step)
+    for status in STATUS_ORDER:
+        if status in ("bonus", "correction", "target"):
+            if final is not None and final[1] == status:
+                traces.append(_final_trace(step, final, pos["final"], sizes))
+                marked.append(([pos["final"][0]], [pos["final"][1]], status))
+        elif by_status.get(status):
+            members = by_status[status]
+            traces.append(_node_trace(step, members, status, pos, sizes, on_path, grown))
+            marked.append(([pos[i][0] for i in members], [pos[i][1] for i in members], status))
+    if sizes.glyphs_inside and marked:
+        traces.append(_glyph_trace(marked, sizes.marker))
+    return go.Figure(data=traces, layout=_tree_layout(step, pos, sizes, lossy, empty=not step.nodes and final is None))
 
-    traces = []
+
+def _edge_traces(graph: nx.DiGraph, pos: dict, on_path: set) -> tuple[list[go.Scatter], list, list]:
+    """The plain edges and the committed path's, and the coordinates of the left-out draws' edges (drawn with
+    the growth)."""
     plain_x: list = []
     plain_y: list = []
     path_x: list = []
@@ -191,84 +243,69 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         (x0, y0), (x1, y1) = pos[parent], pos[child]
         xs += [x0, x1, None]
         ys += [y0, y1, None]
-    traces.append(go.Scatter(x=plain_x, y=plain_y, mode="lines", name="edge", hoverinfo="skip",
-                             line=dict(color="#c8c8c8", width=1.2), showlegend=False))
-    traces.append(go.Scatter(x=path_x, y=path_y, mode="lines", name="committed path", hoverinfo="skip",
-                             line=dict(color=STATUS_COLORS["accepted"], width=4)))
-    grown = _grown(step)
-    if step.growth is not None:
-        traces += _growth_traces(step, pos, left_x, left_y, marker_size, label_chars if show_text else 0)
+    return [go.Scatter(x=plain_x, y=plain_y, mode="lines", name="edge", hoverinfo="skip",
+                       line=dict(color="#c8c8c8", width=1.2), showlegend=False),
+            go.Scatter(x=path_x, y=path_y, mode="lines", name="committed path", hoverinfo="skip",
+                       line=dict(color=STATUS_COLORS["accepted"], width=4))], left_x, left_y
 
+
+def _root_trace(pos: dict, root_label: str | None, marker_size: int) -> go.Scatter:
     root_text = show_token(root_label) if root_label is not None else "last prompt token"
-    traces.append(go.Scatter(
+    return go.Scatter(
         x=[0], y=[pos[ROOT][1]], mode="markers+text", name="root", textposition="bottom center",
         text=[show_token(root_label) if root_label is not None else "prompt"],
         marker=dict(size=marker_size + 4, color="#333333", symbol="square"),
         hovertext=[f"<b>root</b>: {root_text}<br>the last committed token;<br>level-1 candidates follow it"],
-        hoverinfo="text", showlegend=False))
+        hoverinfo="text", showlegend=False)
 
-    glyphs: tuple[list, list, list, list] = ([], [], [], [])  # x, y, glyph, ink: drawn inside the markers
-    inside = marker_size >= GLYPHS_IN_MARKERS_FROM
 
-    def label(token: str, status: str) -> str:
-        shown = show_token(token, label_chars)
-        return shown if inside else f"{STATUS_GLYPHS[status]}{shown}"
+# short lines: a hover wider than the plot is cut at its edge (a phone)
+FINAL_WHY = {"bonus": "every child was accepted (or there were none):<br>the target adds one token for free",
+             "correction": "a child was rejected: sampled from<br>the residual max(p − q, 0), renormalised",
+             "target": "autoregressive: the target's own next token"}
 
-    def mark(xs: list, ys: list, status: str) -> None:
-        for column, value in zip((glyphs[0], glyphs[1]), (xs, ys)):
-            column.extend(value)
-        glyphs[2].extend([STATUS_GLYPHS[status]] * len(xs))
-        glyphs[3].extend([GLYPH_INK[status]] * len(xs))
 
-    by_status: dict[str, list] = {}
-    for i in range(len(step.nodes)):
-        by_status.setdefault(drawn_status(step, i), []).append(i)
-    for status in STATUS_ORDER:
-        if status in ("bonus", "correction", "target"):
-            if final is None or final[1] != status:
-                continue
-            x, y = pos["final"]
-            token, _, parent = final
-            after = "the root" if parent == ROOT else f"node {parent}"
-            # short lines: a hover wider than the plot is cut at its edge (a phone)
-            why = {"bonus": "every child was accepted (or there were none):<br>the target adds one token for free",
-                   "correction": "a child was rejected: sampled from<br>the residual max(p − q, 0), renormalised",
-                   "target": "autoregressive: the target's own next token"}[status]
-            # final_p is the probability under the distribution the token was drawn from: for a correction that
-            # is the residual, not the target's p, so it is named
-            sampled = any(n.u is not None for n in step.nodes)  # at T = 0 the correction is the target's argmax
-            drawn_from = {"correction": "p_residual" if sampled else "p (target)", "bonus": "p (target)",
-                          "target": "p (target)"}[status]
-            traces.append(go.Scatter(
-                x=[x], y=[y], mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-                text=[label(token, status)], textposition="middle right",
-                marker=dict(size=marker_size, color=STATUS_COLORS[status], symbol="star",
-                            line=dict(color="#222", width=1)),
-                hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
-                           + ("" if step.final_p is None else f"<br>with {drawn_from} = {fmt(step.final_p)}")
-                           + f"<br>{why}"],
-                hoverinfo="text"))
-            mark([x], [y], status)
-            continue
-        members = by_status.get(status, [])
-        if not members:
-            continue
-        traces.append(go.Scatter(
-            x=[pos[i][0] for i in members], y=[pos[i][1] for i in members],
-            mode="markers+text" if show_text else "markers", name=STATUS_NAMES[status],
-            text=[label(step.nodes[i].token, status) for i in members], textposition="middle right",
-            marker=dict(size=marker_size, color=STATUS_COLORS[status],
-                        symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
-                        line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
-            hovertext=[_hover(i, step, grown) for i in members], hoverinfo="text", customdata=members))
-        mark([pos[i][0] for i in members], [pos[i][1] for i in members], status)
-    if inside and glyphs[0]:
-        traces.append(go.Scatter(x=glyphs[0], y=glyphs[1], text=glyphs[2], mode="text", name="status glyphs",
-                                 textposition="middle center", hoverinfo="skip", showlegend=False,
-                                 textfont=dict(size=max(marker_size - 12, 10), color=glyphs[3])))
+def _final_trace(step: StepTrace, final: tuple, at: tuple, sizes: _Sizes) -> go.Scatter:
+    """The token the target adds after the walk (bonus, correction or, for ar, its own), as a star."""
+    token, status, parent = final
+    after = "the root" if parent == ROOT else f"node {parent}"
+    # final_p is the probability under the distribution the token was drawn from: for a correction that is the
+    # residual, not the target's p, so it is named
+    sampled = any(n.u is not None for n in step.nodes)  # at T = 0 the correction is the target's argmax
+    drawn_from = "p_residual" if status == "correction" and sampled else "p (target)"
+    return go.Scatter(
+        x=[at[0]], y=[at[1]], mode=sizes.mode, name=STATUS_NAMES[status],
+        text=[sizes.label(token, status)], textposition="middle right",
+        marker=dict(size=sizes.marker, color=STATUS_COLORS[status], symbol="star", line=dict(color="#222", width=1)),
+        hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
+                   + ("" if step.final_p is None else f"<br>with {drawn_from} = {fmt(step.final_p)}")
+                   + f"<br>{FINAL_WHY[status]}"],
+        hoverinfo="text")
 
-    depth = max((x for x, _ in pos.values()), default=0)
-    rows = max((y for _, y in pos.values()), default=0) + 1
+
+def _node_trace(step: StepTrace, members: list[int], status: str, pos: dict, sizes: _Sizes, on_path: set,
+                grown: dict) -> go.Scatter:
+    """The nodes the walk gave one status: shaped by their source, ringed dark on the committed path."""
+    return go.Scatter(
+        x=[pos[i][0] for i in members], y=[pos[i][1] for i in members], mode=sizes.mode, name=STATUS_NAMES[status],
+        text=[sizes.label(step.nodes[i].token, status) for i in members], textposition="middle right",
+        marker=dict(size=sizes.marker, color=STATUS_COLORS[status],
+                    symbol=[NODE_SYMBOLS[step.nodes[i].origin] for i in members],
+                    line=dict(color=["#222" if i in on_path else "white" for i in members], width=1.5)),
+        hovertext=[_hover(i, step, grown) for i in members], hoverinfo="text", customdata=members)
+
+
+def _glyph_trace(marked: list[tuple[list, list, str]], marker_size: int) -> go.Scatter:
+    """Each drawn node's status glyph inside its marker: the meaning never by colour alone."""
+    xs = [x for part, _, _ in marked for x in part]
+    ys = [y for _, part, _ in marked for y in part]
+    glyphs = [STATUS_GLYPHS[status] for part, _, status in marked for _ in part]
+    ink = [GLYPH_INK[status] for part, _, status in marked for _ in part]
+    return go.Scatter(x=xs, y=ys, text=glyphs, mode="text", name="status glyphs", textposition="middle center",
+                      hoverinfo="skip", showlegend=False, textfont=dict(size=max(marker_size - 12, 10), color=ink))
+
+
+def _tree_title(step: StepTrace, lossy: bool) -> str:
     accepted = len(step.accepted_path)
     # two short lines rather than one long one, which a phone-wide panel cut off
     title = (f"Step {step.index}: {len(step.nodes)} candidates<br>{accepted} accepted, "
@@ -279,27 +316,39 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
         g = step.growth
         # short enough for a phone-wide panel: the legend and the hovers say the rest
         title += f"<br>grown: {len(g.nodes)}/{g.budget} nodes, {max(g.waves, default=0)} waves, {len(g.expanded)} read"
-    annotations = []
+    return title
+
+
+def _off_target_annotations(step: StepTrace, pos: dict, lossy: bool) -> list[dict]:
+    """A lossy method's commit that is not the target's top token, pointed at."""
     departed = off_target_commit(step) if lossy else None
-    if departed is not None:
-        chosen, top = departed
-        x, y = pos[chosen]
-        annotations.append(dict(
-            x=x, y=y, ax=40, ay=-30, showarrow=True, arrowhead=2, arrowcolor=STATUS_COLORS["correction"],
-            font=dict(color=STATUS_COLORS["correction"], size=11), bgcolor="rgba(255,255,255,0.85)",
-            text=(f"committed {show_token(step.nodes[chosen].token, 12)} (p = {fmt(step.nodes[chosen].p)}),<br>"
-                  f"not the target's top {show_token(step.nodes[top].token, 12)} (p = {fmt(step.nodes[top].p)})"),
-            name="off-target commit"))
-    layout = base_layout(title, height=int(min(MAX_HEIGHT, max(300, 150 + LEGEND_ROOM + rows * pitch))))
-    layout["font"] = dict(layout["font"], size=text_size)
+    if departed is None:
+        return []
+    chosen, top = departed
+    x, y = pos[chosen]
+    return [dict(
+        x=x, y=y, ax=40, ay=-30, showarrow=True, arrowhead=2, arrowcolor=STATUS_COLORS["correction"],
+        font=dict(color=STATUS_COLORS["correction"], size=11), bgcolor="rgba(255,255,255,0.85)",
+        text=(f"committed {show_token(step.nodes[chosen].token, 12)} (p = {fmt(step.nodes[chosen].p)}),<br>"
+              f"not the target's top {show_token(step.nodes[top].token, 12)} (p = {fmt(step.nodes[top].p)})"),
+        name="off-target commit")]
+
+
+def _tree_layout(step: StepTrace, pos: dict, sizes: _Sizes, lossy: bool, empty: bool) -> dict:
+    depth = max((x for x, _ in pos.values()), default=0)
+    rows = max((y for _, y in pos.values()), default=0) + 1
+    layout = base_layout(_tree_title(step, lossy),
+                         height=int(min(MAX_HEIGHT, max(300, 150 + LEGEND_ROOM + rows * sizes.pitch))))
+    layout["font"] = dict(layout["font"], size=sizes.text)
     layout.update(
-        legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100), annotations=annotations,
+        legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100),
+        annotations=_off_target_annotations(step, pos, lossy),
         xaxis=dict(tickmode="array", tickvals=list(range(depth + 1)),
                    ticktext=["root"] + [f"level {lvl}" if lvl <= step.live_depth else "target's token"
                                         for lvl in range(1, depth + 1)],
                    range=[-0.6, depth + 1.1], showgrid=False, zeroline=False, automargin=True),
         yaxis=dict(visible=False, autorange="reversed"))
-    if not step.nodes and final is None:
+    if empty:
         layout["annotations"] = [dict(text="no candidates this step", showarrow=False, x=0.5, y=0.5,
                                       xref="paper", yref="paper")]
-    return go.Figure(data=traces, layout=layout)
+    return layout

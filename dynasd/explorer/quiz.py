@@ -65,10 +65,24 @@ def _middle_step(run: RunTrace, wanted) -> StepTrace | None:
 
 
 def build_quiz(run: RunTrace | None) -> list[Question]:
+    """Up to QUESTIONS questions about the run on show, each answered by a view of the page it names."""
     if run is None or not run.steps:
         raise UserError("nothing to quiz on yet: press Step or Run (or replay an example) first")
+    questions = (_count_questions(run) + _tree_questions(run) + _greedy_questions(run) + _test_questions(run))
+    rejected = sum(n.status == "rejected" for s in run.steps for n in s.nodes)
+    if len(questions) < QUESTIONS and any(s.nodes for s in run.steps):
+        questions.append(Question("How many candidates were rejected in the whole run?", _number_choices(rejected),
+                                  str(rejected), "Decisions (step by step) or the tree of each step",
+                                  f"{rejected} nodes were tested and refused over {len(run.steps)} steps"))
+    return questions[:QUESTIONS]
+
+
+def _count_questions(run: RunTrace) -> list[Question]:
+    """The run's forwards, its tokens and its best step."""
     summary = run.summary()
-    questions = [
+    best = max(run.steps, key=lambda s: (len(s.committed), -s.index))
+    steps_shown = [str(s.index) for s in sorted(run.steps, key=lambda s: (-len(s.committed), s.index))[:4]]
+    return [
         Question("How many target forwards did this run take (prefill not counted)?",
                  _number_choices(run.target_forwards), str(run.target_forwards), "Summary tab",
                  f"one per step: {len(run.steps)} steps, {run.target_forwards} target forwards"),
@@ -76,70 +90,75 @@ def build_quiz(run: RunTrace | None) -> list[Question]:
                  str(summary["new_tokens"]), "Summary tab (and the generated text)",
                  f"{summary['new_tokens']} tokens in {len(run.steps)} steps: "
                  f"{summary['tokens_per_target_forward']:.2f} per target forward"),
+        Question("Which step committed the most tokens (the earliest, if several)?",
+                 sorted(set(steps_shown + [str(best.index)]), key=int), str(best.index),
+                 "Summary tab: the run timeline", f"step {best.index} committed {len(best.committed)} tokens"),
     ]
-    best = max(run.steps, key=lambda s: (len(s.committed), -s.index))
-    steps_shown = [str(s.index) for s in sorted(run.steps, key=lambda s: (-len(s.committed), s.index))[:4]]
-    questions.append(Question("Which step committed the most tokens (the earliest, if several)?",
-                              sorted(set(steps_shown + [str(best.index)]), key=int), str(best.index),
-                              "Summary tab: the run timeline",
-                              f"step {best.index} committed {len(best.committed)} tokens"))
+
+
+def _tree_questions(run: RunTrace) -> list[Question]:
+    """A middle step's verify rows and how it ended."""
     tree_step = _middle_step(run, lambda s: len(s.nodes) > 0)
-    if tree_step is not None:
-        s = tree_step.index
-        rows = len(tree_step.nodes) + tree_step.root_rows
-        questions.append(Question(f"How many rows did step {s}'s one target forward score?", _number_choices(rows),
-                                  str(rows), "Verify mask",
-                                  f"{len(tree_step.nodes)} candidates + {tree_step.root_rows} committed row(s) fed "
-                                  "with them; each row gives the target's next-token distribution after it, so a "
-                                  "chain of K candidates gets K + 1 logits (the last one is the bonus)"))
-        ended = tree_step.committed_origins[-1]
-        questions.append(Question(f"How did step {s} end?",
-                                  ["with a bonus token", "with a correction token", "with neither"],
-                                  {"bonus": "with a bonus token", "correction": "with a correction token"}.get(
-                                      ended, "with neither"),
-                                  "Candidate tree and the story under the text",
-                                  f"its last committed token came from the target as a {ended}" if ended in
-                                  ("bonus", "correction") else "ti-mcsd commits its longest chain and nothing more"))
-    first_step = _middle_step(run, lambda s: bool(s.committed))
-    if run.lossless and _greedy(run) and first_step is not None:
-        s = first_step
-        # the step's level-1 candidates, then tokens written nearby, as the wrong choices
-        nearby = [n.token for n in s.nodes if n.level == 1] + s.committed_tokens[1:] + [
-            t for other in run.steps[max(0, s.index - 2):s.index] for t in other.committed_tokens]
-        wrong = [t for t in dict.fromkeys(_show(t) for t in nearby) if t != _show(s.committed_tokens[0])]
-        choices = sorted([_show(s.committed_tokens[0])] + wrong[:3])
-        questions.append(Question(f"Which token would ar (the target alone) have written first at step {s.index}?",
-                                  choices, _show(s.committed_tokens[0]), "Generated text (and the tree's green path)",
-                                  "at temperature 0 a lossless method writes exactly the target's own greedy text, "
-                                  f"so ar writes step {s.index}'s first committed token"))
+    if tree_step is None:
+        return []
+    s = tree_step.index
+    rows = len(tree_step.nodes) + tree_step.root_rows
+    ended = tree_step.committed_origins[-1]
+    return [
+        Question(f"How many rows did step {s}'s one target forward score?", _number_choices(rows), str(rows),
+                 "Verify mask",
+                 f"{len(tree_step.nodes)} candidates + {tree_step.root_rows} committed row(s) fed with them; each "
+                 "row gives the target's next-token distribution after it, so a chain of K candidates gets K + 1 "
+                 "logits (the last one is the bonus)"),
+        Question(f"How did step {s} end?", ["with a bonus token", "with a correction token", "with neither"],
+                 {"bonus": "with a bonus token", "correction": "with a correction token"}.get(ended, "with neither"),
+                 "Candidate tree and the story under the text",
+                 f"its last committed token came from the target as a {ended}" if ended in ("bonus", "correction")
+                 else "ti-mcsd commits its longest chain and nothing more"),
+    ]
+
+
+def _greedy_questions(run: RunTrace) -> list[Question]:
+    """At temperature 0, a lossless method's first token of a step is ar's: which was it?"""
+    s = _middle_step(run, lambda s: bool(s.committed))
+    if not (run.lossless and _greedy(run) and s is not None):
+        return []
+    # the step's level-1 candidates, then tokens written nearby, as the wrong choices
+    nearby = [n.token for n in s.nodes if n.level == 1] + s.committed_tokens[1:] + [
+        t for other in run.steps[max(0, s.index - 2):s.index] for t in other.committed_tokens]
+    wrong = [t for t in dict.fromkeys(_show(t) for t in nearby) if t != _show(s.committed_tokens[0])]
+    return [Question(f"Which token would ar (the target alone) have written first at step {s.index}?",
+                     sorted([_show(s.committed_tokens[0])] + wrong[:3]), _show(s.committed_tokens[0]),
+                     "Generated text (and the tree's green path)",
+                     "at temperature 0 a lossless method writes exactly the target's own greedy text, "
+                     f"so ar writes step {s.index}'s first committed token")]
+
+
+def _test_questions(run: RunTrace) -> list[Question]:
+    """The first failed test of a middle step, and u against the threshold of one of its tests."""
     tested = _middle_step(run, lambda s: any(s.nodes[i].status == "rejected" for i in s.tested))
-    if tested is not None:
-        node = next(i for i in tested.tested if tested.nodes[i].status == "rejected")
-        n = tested.nodes[node]
-        questions.append(Question(f"Which node's test failed first at step {tested.index}?",
-                                  sorted({f"node {i}" for i in range(min(4, len(tested.nodes)))} | {f"node {node}"},
-                                         key=lambda c: int(c.split()[1])),
-                                  f"node {node}", "Learn → Guided step (its Test phases) or Decisions",
-                                  f"the walk tested {', '.join(map(str, tested.tested))} in that order; node {node} "
-                                  f"(`{_show(n.token)}`) was the first rejected"))
-        # u against the threshold, asked of a node that passed when there is one (a rejected one gives its
-        # answer away after the question above)
-        asked = next((i for i in tested.tested if tested.nodes[i].status != "rejected"), node)
-        n = tested.nodes[asked]
-        if n.u is not None and n.q_test:
-            ratio = min(1.0, (n.p_test or 0.0) / n.q_test)
-            below = n.status != "rejected"
-            questions.append(Question(f"At step {tested.index}, when node {asked} (`{_show(n.token)}`) was tested, "
-                                      "was u above or below min(1, p′/q′)?", ["above (or equal)", "below"],
-                                      "below" if below else "above (or equal)", "Learn → Acceptance test",
-                                      f"u = {n.u:.3f} {'<' if below else '≥'} min(1, p′/q′) = {ratio:.3f}: a "
-                                      "candidate passes only when u is below it"))
-    rejected = sum(n.status == "rejected" for s in run.steps for n in s.nodes)
-    if len(questions) < QUESTIONS and any(s.nodes for s in run.steps):
-        questions.append(Question("How many candidates were rejected in the whole run?", _number_choices(rejected),
-                                  str(rejected), "Decisions (step by step) or the tree of each step",
-                                  f"{rejected} nodes were tested and refused over {len(run.steps)} steps"))
-    return questions[:QUESTIONS]
+    if tested is None:
+        return []
+    node = next(i for i in tested.tested if tested.nodes[i].status == "rejected")
+    questions = [Question(f"Which node's test failed first at step {tested.index}?",
+                          sorted({f"node {i}" for i in range(min(4, len(tested.nodes)))} | {f"node {node}"},
+                                 key=lambda c: int(c.split()[1])),
+                          f"node {node}", "Learn → Guided step (its Test phases) or Decisions",
+                          f"the walk tested {', '.join(map(str, tested.tested))} in that order; node {node} "
+                          f"(`{_show(tested.nodes[node].token)}`) was the first rejected")]
+    # u against the threshold, asked of a node that passed when there is one (a rejected one gives its answer
+    # away after the question above)
+    asked = next((i for i in tested.tested if tested.nodes[i].status != "rejected"), node)
+    n = tested.nodes[asked]
+    if n.u is not None and n.q_test:
+        ratio = min(1.0, (n.p_test or 0.0) / n.q_test)
+        below = n.status != "rejected"
+        questions.append(Question(f"At step {tested.index}, when node {asked} (`{_show(n.token)}`) was tested, "
+                                  "was u above or below min(1, p′/q′)?", ["above (or equal)", "below"],
+                                  "below" if below else "above (or equal)", "Learn → Acceptance test",
+                                  f"u = {n.u:.3f} {'<' if below else '≥'} min(1, p′/q′) = {ratio:.3f}: a "
+                                  "candidate passes only when u is below it"))
+    return questions
 
 
 def mark(questions: list[Question], answers: list[str | None]) -> list[Marked]:
