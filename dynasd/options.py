@@ -23,7 +23,6 @@ from .tree import TreeShape, parse_branching
 
 METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic")
 DRAFTING = ("sd", "mcsd", "ti-mcsd")        # methods that read the draft options
-RUNS_DRAFT_MODEL = DRAFTING + ("dynamic",)  # methods whose steps run the pair's draft model (the others: none)
 LOOKING_UP = ("sd", "mcsd", "pld", "recycle", "dynamic")  # methods with prompt lookup (draft-rooted trees)
 RECYCLING = ("sd", "mcsd", "pld", "recycle", "dynamic")   # methods that can join Token Recycling (sources/recycling.py)
 DRAFT_KINDS = ("tokens", "features")

@@ -215,6 +215,22 @@ def kernel(request):
     return op
 
 
+@pytest.fixture
+def fail_broken_runs(monkeypatch):
+    """`fail_broken_runs()` from then on makes a step of every run whose prompt is "broken" fail as a model fails
+    ("CUDA out of memory"); every other run steps as before: one session's failure, beside a healthy one."""
+    from dynasd.decoders.base import Decoder
+
+    step = Decoder.step
+
+    def explode_on_broken(decoder):
+        if decoder.run.prompt == "broken":
+            raise RuntimeError("CUDA out of memory")
+        return step(decoder)
+
+    return lambda: monkeypatch.setattr(Decoder, "step", explode_on_broken)
+
+
 @pytest.fixture(scope="session")
 def tiny_pair():
     return pair_on("tiny-random", "cpu")

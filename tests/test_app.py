@@ -6,7 +6,6 @@ import time
 import pytest
 import torch
 
-from dynasd.decoders import Decoder
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.registry import SessionRegistry
@@ -76,19 +75,12 @@ def test_sessions_expire_after_their_time_to_live():
     assert registry.get(old).id != old and old not in registry
 
 
-def test_a_failing_model_call_marks_only_its_own_session(monkeypatch):
+def test_a_failing_model_call_marks_only_its_own_session(fail_broken_runs):
     pairs, registry = PairCache(loader=CountingLoader()), SessionRegistry()
     broken, healthy = registry.get(None), registry.get(None)
     for session, prompt in ((broken, "broken"), (healthy, "hello")):
         session.start(pairs, Settings(pair="tiny-random", max_new_tokens=16), prompt)
-    step = Decoder.step
-
-    def explode_on_broken(decoder):
-        if decoder.run.prompt == "broken":
-            raise RuntimeError("CUDA out of memory")
-        return step(decoder)
-
-    monkeypatch.setattr(Decoder, "step", explode_on_broken)
+    fail_broken_runs()
     with pytest.raises(SessionFailed, match="CUDA out of memory.*Reset"):
         broken.step(pairs)
     assert broken.error and healthy.error is None

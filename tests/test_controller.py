@@ -5,7 +5,6 @@ from dataclasses import replace
 
 import pytest
 
-from dynasd.decoders import Decoder
 from dynasd.explorer.controller import Controller, Show
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.pairs import PairCache
@@ -89,18 +88,11 @@ def test_a_session_pickled_mid_run_goes_on_in_a_copy_as_it_would_have_here(pairs
     assert copy.run.text == here.run.text and copy.mode is here.mode is Mode.FINISHED
 
 
-def test_a_failing_model_call_fails_only_its_own_session_until_reset(pairs, monkeypatch):
+def test_a_failing_model_call_fails_only_its_own_session_until_reset(pairs, fail_broken_runs):
     broken, healthy = Session("f"), Session("g")
     control(broken, pairs).step(SETTINGS, "broken")
     control(healthy, pairs).step(SETTINGS, "hello")
-    step = Decoder.step
-
-    def explode_on_broken(decoder):
-        if decoder.run.prompt == "broken":
-            raise RuntimeError("CUDA out of memory")
-        return step(decoder)
-
-    monkeypatch.setattr(Decoder, "step", explode_on_broken)
+    fail_broken_runs()
     with pytest.raises(SessionFailed, match="CUDA out of memory"):
         control(broken, pairs).step(SETTINGS, "broken")
     assert broken.mode is Mode.FAILED and healthy.mode is Mode.STEPPING
@@ -132,3 +124,30 @@ def test_a_replayed_example_refuses_to_step_and_a_follow_up_waits_for_the_end(pa
     control(session, pairs).step(SETTINGS, "hello")
     with pytest.raises(UserError, match="after a finished run"):
         control(session, pairs).follow_up("and then?")
+
+
+def test_a_run_starts_saying_what_this_devices_kept_costs_say_of_its_tree(pairs, tiny_pair, monkeypatch):
+    """The start line's sentence on speed is Where would it pay?'s verdict on the kept costs, not a rule of thumb
+    that could contradict that view; with nothing kept, the rule, said as one."""
+    from dynasd.explorer import cost, where
+    from dynasd.explorer.cost import Conditions, MeasuredCosts, costs_file, keep_costs
+
+    wide = replace(SETTINGS, method="mcsd", k_config="4,2,2,1").normalised()
+    path = costs_file(tiny_pair)
+    path.unlink(missing_ok=True)
+    keep_costs(path, MeasuredCosts({1: 0.010, 8: 0.014, 16: 0.018, 64: 0.050}, "2026-12-06 00:00", "by hand",
+                                   "here", conditions=Conditions(0.1, 2, 1.0, 1.0)))
+    monkeypatch.setattr(cost, "disagreement", lambda *_: "")  # kept by hand: a step here would contradict them
+    try:
+        session = Session("n")
+        said = control(session, pairs).step(wide, "hello").said
+        first = session.run.steps[0]
+        expected = where.tree_sentence("mcsd", (4, 2, 2, 1), tiny_pair, first.draft_seconds / first.draft_forwards)
+        assert expected.startswith("On this CPU this tree (45 verify rows, 4 draft forwards)")
+        assert session.tree_note == expected and expected.rstrip(".") in said
+        assert "expected to be slower than ar" not in said, "one sentence on speed, from the view"
+    finally:
+        path.unlink()
+    session = Session("m")
+    said = control(session, pairs).step(wide, "hello").said
+    assert session.tree_note == "" and "On this CPU this tree" not in said

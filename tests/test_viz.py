@@ -501,6 +501,9 @@ def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_m
 
 def test_the_summary_names_a_draft_model_only_for_methods_that_run_one(runs, tiny_pair):
     pld = run_of(tiny_pair, "pld", max_new_tokens=8)
-    assert "· draft: none (candidates copied from the prompt by lookup)" in viz.summary_markdown(pld)
-    assert pld.draft_label not in viz.summary_markdown(pld).splitlines()[0]
+    assert pld.draft_label == "none (candidates copied from the prompt by lookup)"
+    assert f"· draft: {pld.draft_label}" in viz.summary_markdown(pld)
+    assert runs["ar"].draft_label == "none (the target alone)"
+    recycled = run_of(tiny_pair, "recycle", max_new_tokens=8).draft_label
+    assert recycled == "none (candidates from the target's own earlier predictions)"
     assert f"· draft: {runs['mcsd'].draft_label}" in viz.summary_markdown(runs["mcsd"])

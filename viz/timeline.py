@@ -5,7 +5,6 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from dynasd.acceptance import Acceptance, acceptance_of
-from dynasd.options import RUNS_DRAFT_MODEL
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import TOKEN_ORIGINS, RunTrace
 
@@ -54,17 +53,6 @@ def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     return numbers
 
 
-NO_DRAFT_MODEL = {"ar": "the target alone", "pld": "candidates copied from the prompt by lookup",
-                  "recycle": "candidates from the target's own earlier predictions"}
-
-
-def draft_said(run: RunTrace) -> str:
-    """The draft a run used: the pair's draft model only for the methods that run it (a pld run names none)."""
-    if run.method in RUNS_DRAFT_MODEL:
-        return run.draft_label
-    return f"none ({NO_DRAFT_MODEL.get(run.method, 'no draft model runs')})"
-
-
 def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     s = summary_numbers(run, upto)
     shown = len(run.steps) if upto is None else min(upto + 1, len(run.steps))
@@ -72,7 +60,7 @@ def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
     steps = shown if shown == len(run.steps) else f"{shown} of {len(run.steps)}"  # as the timeline counts them
     level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
     lines = [
-        f"**{run.method}** on *{run.pair}* · draft: {draft_said(run)}",
+        f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
         *(["", f"*Measured on* {run.device[:200]}"] if run.device else []),
         "",
         f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {TOKENS_PER_S} | prefill |",

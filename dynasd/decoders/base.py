@@ -13,8 +13,11 @@ from ..options import DecoderOptions
 from ..trace import RunTrace, StepTrace
 from .snapshot import SNAPSHOT_FORMAT, DecoderSnapshot, state_fingerprint
 
-# The "draft:" of a run that ran no draft model (ar, prompt lookup, token recycling)
-NO_DRAFT_MODEL = "none (no draft model runs)"
+
+def no_draft_model(proposed_by: str) -> str:
+    """The "draft:" of a run that ran no draft model (ar, prompt lookup, token recycling), with what proposed its
+    candidates instead: the decoder that ran is the one owner of this label, and the page draws it as it is."""
+    return f"none ({proposed_by})"
 
 
 class RequestError(ValueError):
@@ -49,7 +52,7 @@ class Decoder(ABC):
     @property
     def draft_label(self) -> str:
         """The draft model a run used, as its trace names it: none for a method that runs none."""
-        return NO_DRAFT_MODEL
+        return no_draft_model("the target alone")
 
     def max_step_tokens(self) -> int:
         """Most positions one step can add beyond the committed tokens (for the context-limit check)."""

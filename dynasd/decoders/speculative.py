@@ -61,7 +61,7 @@ from ..sources import (
 from ..stopping import make_stop_policy
 from ..trace import NodeTrace, ResidualTrace, StepTrace, TreeGrowth
 from ..tree import ROOT, TreeShape
-from .base import NO_DRAFT_MODEL, Decoder
+from .base import Decoder, no_draft_model
 
 RESIDUAL_TOP = 6  # a step's residual record keeps the 6 largest tokens of p, of q and of the residual
 SOFTMAX_ROWS = 8  # target rows turned into probabilities at a time for the trace's p values at T = 0 (_node_traces)
@@ -150,7 +150,7 @@ class TreeDecoder(Decoder):
     @property
     def draft_label(self) -> str:
         if not any(source.reads_draft_model for source in self.sources):
-            return NO_DRAFT_MODEL
+            return no_draft_model("; ".join(source.proposed_by for source in self.sources))
         if self.draft_model is self.pair.draft:
             return self.pair.draft_label
         return self.pair.feature_draft_label or "feature draft (reads the target's hidden states)"

@@ -295,7 +295,9 @@ class Controller:
         reason = ("settings changed: started a new run" if replaced and not session.done
                   else "started a new run in place of the finished one" if replaced else "started a new run")
         session.start(self.compute, settings, prompt, steps=steps)
-        return f"{reason}; {start_costs(session)}{wide_tree_on_a_cpu(settings, self.compute.gpu)}"
+        said = f"{reason}; {start_costs(session)}"
+        return f"{said}. {session.tree_note.rstrip('.')}" if session.tree_note else \
+            said + wide_tree_on_a_cpu(settings, self.compute.gpu)
 
     def _paced_step(self, note: str) -> Outcome:
         """A step of the page's Run (under the lock): the step, and whether the page asks for another."""
@@ -342,7 +344,9 @@ def start_costs(session: Session) -> str:
 
 def wide_tree_on_a_cpu(settings: Settings, on_gpu: bool = False) -> str:
     """Said at the start of a run whose tree is wider than any that paid on a CPU (docs/benchmarks.md), when the
-    models run on one: a learner's first Run would otherwise show speculation losing without a word of why."""
+    models run on one and this device's costs were never kept (then engine.tree_note says what they measured):
+    a learner's first Run would otherwise show speculation losing without a word of why."""
+    settings = settings.normalised()
     branching = settings.options.for_method().branching()
     if not branching or settings.method not in ("mcsd", "ti-mcsd") or on_gpu:
         return ""

@@ -59,6 +59,7 @@ class Progress:
     seconds: float = 0.0                 # the whole call, where it ran
     error: str = ""
     failed: bool = False
+    tree_note: str = ""                  # a new run: what this device's kept costs say of its tree (tree_note)
 
     @property
     def step_seconds(self) -> float:
@@ -252,6 +253,7 @@ def _start(pairs: PairCache, settings: Settings, prompt: str, steps: int, progre
         progress.prefill_seconds = time.perf_counter() - prefilling
     progress.run = _header(run)
     _steps(pairs, prepared.pair, decoder, steps, progress)
+    progress.tree_note = tree_note(prepared.pair, prepared.settings, progress.steps)
 
 
 def _resumed(prepared: Prepared, snapshot: DecoderSnapshot) -> Decoder:
@@ -314,6 +316,20 @@ def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progr
     progress.snapshot = decoder.snapshot()
     if not decoder.done:
         LIVE.keep(progress.snapshot.fingerprint, decoder)
+
+
+def tree_note(pair, settings: Settings, steps: list[RecordedStep]) -> str:
+    """The sentence said when a run starts about its tree on this device, from the costs kept here and its first
+    step's own draft forwards (where.tree_sentence: derived from the view Learn → Where would it pay? draws, so
+    the two cannot disagree); "" before a step that ran the draft, or where this device's costs were never kept."""
+    from .where import tree_sentence
+
+    drafted = [r.step for r in steps if r.step.draft_forwards]
+    branching = settings.options.for_method().branching()
+    if not drafted or not branching:
+        return ""
+    first = drafted[0]
+    return tree_sentence(settings.method, tuple(branching), pair, first.draft_seconds / first.draft_forwards)
 
 
 def _header(run: RunTrace) -> RunTrace:

@@ -61,7 +61,7 @@ def _compute(where: Compute | PairCache) -> Compute:
 
 # What a session is, as data: these fields travel with state() and make a session whole in another process.
 STATE_FIELDS = ("id", "settings", "prompt", "turns", "run", "ahead", "snapshot", "mode", "error", "load_seconds",
-                "prefill_seconds", "seconds_per_step")
+                "prefill_seconds", "seconds_per_step", "tree_note")
 
 
 class Mode(Enum):
@@ -104,6 +104,7 @@ class Session:
         self.load_seconds = 0.0        # loading the model pair for the current run (0 when it was loaded already)
         self.prefill_seconds = 0.0     # the current run's prompt prefill: not part of any step's time
         self.seconds_per_step = 0.0    # measured in the last model call: how long the next call should take
+        self.tree_note = ""            # what this device's kept costs say of the current run's tree (engine.tree_note)
         self.predict_first = False     # a page setting, not a state: a step's verdicts wait for a guess
 
     # -- the session as data ----------------------------------------------------------------------------------
@@ -237,6 +238,7 @@ class Session:
         if progress.run is not None:
             self.run = progress.run
             self.load_seconds, self.prefill_seconds = progress.load_seconds, progress.prefill_seconds
+            self.tree_note = progress.tree_note
         self.ahead.extend(progress.steps)
         if progress.steps:
             self.seconds_per_step = progress.step_seconds / len(progress.steps)

@@ -148,6 +148,7 @@ class CandidateSource(ABC):
     reads_target_hidden = False  # needs the target's final hidden states with every reading
     reads_prompt_logits = False  # needs the target's logits at every prompt position, not just the last
     reads_draft_model = False    # runs the pair's draft model: a run's "draft:" label names it only then
+    proposed_by = "no draft model runs"  # what proposes the candidates, said where no draft model runs
     kind = "source"             # names it in its snapshot, so that a state is never given to another kind
 
     @property

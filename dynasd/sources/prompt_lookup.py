@@ -17,6 +17,7 @@ from .draft_tree import mask_of
 
 class PromptLookup(CandidateSource):
     kind = "prompt_lookup"
+    proposed_by = "candidates copied from the prompt by lookup"
 
     def __init__(self, length: int, min_ngram: int, device: torch.device) -> None:
         if length < 1:

@@ -48,6 +48,7 @@ def top_k_rows(logits: torch.Tensor, k: int) -> torch.Tensor:
 class TokenRecycling(CandidateSource):
     reads_prompt_logits = True
     kind = "recycling"
+    proposed_by = "candidates from the target's own earlier predictions"
 
     def __init__(self, template: TreeShape, vocab_size: int, device: torch.device) -> None:
         if template.target_roots:
