@@ -6,21 +6,17 @@ from __future__ import annotations
 import gradio as gr
 
 from dynasd.explorer import batching
-from dynasd.explorer import cost as cost_model
 from viz.batching import batching_figure
 
 from . import gpu
-from .controls import settings_from
 from .handler import handler
-from .views import MeasuredViews, step_on_show
+from .views import MeasuredViews, measured_for_show
 
 
 @handler(MeasuredViews)
 def on_rows_and_batches(session, index, **controls):
     """Measures this device's target forward over 1 to 64 rows (kept costs are re-used) and models batch sizes."""
-    run, _, _ = step_on_show(session, index, "nothing to measure against yet")
-    settings = session.settings or settings_from(controls)
-    measured = gpu.call(gpu.gpu_calibrate, settings, cost_model.calibration_context(run))
+    run, measured = measured_for_show(session, index, controls, "nothing to measure against yet", gpu.gpu_calibrate)
     view = batching.rows_and_batches(run, measured)
     return MeasuredViews(batching_figure(view.cost, view.points), view.text, session.id)
 

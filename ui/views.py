@@ -13,6 +13,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import viz
+from dynasd.explorer import cost as cost_model
 from dynasd.explorer import phases
 from dynasd.explorer.controller import Outcome, Show
 from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
@@ -21,7 +22,8 @@ from dynasd.explorer.session import Session
 from viz.guided import guided_figure
 from viz.predict import hidden_step_views
 
-from .controls import CONTROL_NAMES
+from . import gpu
+from .controls import CONTROL_NAMES, settings_from
 from .sent import page_of
 from .status import status_line
 
@@ -291,6 +293,14 @@ def drawable(run) -> None:
     drawable tree): the last step is shown first, and the scrubber reaches the first."""
     step_views(run, 0)
     step_views(run, len(run.steps) - 1)
+
+
+def measured_for_show(session: Session, index, controls: dict, nothing_yet: str, measure) -> tuple:
+    """(run on show, what `measure` returned): `measure` is a model call of ui/gpu.py that measures this device
+    behind the run's own text (cost.calibration_context), with the run's settings (else the controls')."""
+    run, _, _ = step_on_show(session, index, nothing_yet)
+    settings = session.settings or settings_from(controls)
+    return run, gpu.call(measure, settings, cost_model.calibration_context(run))
 
 
 def step_on_show(session: Session, index, nothing_yet: str) -> tuple:

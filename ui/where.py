@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import gradio as gr
 
-from dynasd.explorer import cost as cost_model
 from dynasd.explorer import where
 from viz.where import where_figure, where_markdown
 
 from . import gpu
-from .controls import settings_from
 from .handler import handler
-from .views import MeasuredViews, step_on_show
+from .views import MeasuredViews, measured_for_show
 
 
 @handler(MeasuredViews)
 def on_where(session, index, **controls):
     """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU."""
-    run, _, _ = step_on_show(session, index, "nothing to carry yet")
-    settings = session.settings or settings_from(controls)
-    costs = gpu.call(gpu.gpu_where, settings, cost_model.calibration_context(run))
+    run, costs = measured_for_show(session, index, controls, "nothing to carry yet", gpu.gpu_where)
     view = where.where_of_run(run, costs)
     return MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
 
