@@ -179,10 +179,11 @@ watcher.observe(document.body, {subtree: true, childList: true, characterData: t
 
 
 def the_browser_session(state, before: set[str]):
-    """The session the page created (the registry's newest one)."""
+    """The session the page uses: of those made since `before`, the one used last (the page's load events may
+    make others it never steps)."""
     with state.SESSIONS._guard:
         fresh = [s for key, s in state.SESSIONS._sessions.items() if key not in before]
-    return fresh[-1] if fresh else None
+    return max(fresh, key=lambda s: s.last_used) if fresh else None
 
 
 def session_ids(state) -> set[str]:
