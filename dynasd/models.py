@@ -453,7 +453,7 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def has_feature_draft(pair: str | None) -> bool:
     """Whether the named pair comes with a feature draft (without loading it): tiny-random always, the embedded pair
-    when assets/draft-smollm2-features holds one (measured 2026-12-01, not shipped: see docs/benchmarks.md)."""
+    when assets/draft-smollm2-features holds one (trained and measured, not shipped: see docs/benchmarks.md)."""
     return pair == "tiny-random" or (pair in (None, "embedded")
                                      and (FEATURE_DRAFT_DIR / "model.safetensors").is_file())
 

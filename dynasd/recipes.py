@@ -48,7 +48,7 @@ class Recipe:
 ALL = [
     # docs/benchmarks.md: the fastest lossless method with float32 weights on an AVX-512 AMD EPYC, Zen 4 (1.27x ar);
     # not with the GGUF blocks (0.97x ar with the AVX-512 kernels, 0.83x with AVX2's; Intel Xeon, float32
-    # arithmetic), nor on an AVX2-only EPYC (0.89x ar in 8-bit activations, 2026-12-05, where pld led)
+    # arithmetic), nor on an AVX2-only EPYC (0.89x ar in 8-bit activations, where pld led)
     Recipe("narrow-cpu",
            "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop (fastest with float32 weights "
            "on an AVX-512 CPU)",
@@ -66,7 +66,7 @@ ALL = [
     Recipe("sd", "Speculative sampling: one draft chain of 4", dict(method="sd", gamma=4)),
     # docs/benchmarks.md: the fastest lossless method with the GGUF blocks (1.04x ar with the AVX-512 kernels, 0.98x
     # with AVX2's, where every other method is slower still; Intel Xeon, float32 arithmetic) and on an AVX2-only
-    # EPYC (0.97x ar in 8-bit activations, ahead of every tree; 2026-12-05)
+    # EPYC (0.97x ar in 8-bit activations, ahead of every tree)
     Recipe("pld", "Prompt lookup decoding: no draft model (fastest with the GGUF blocks, and without AVX-512)",
            dict(method="pld", lookup=8)),
 ]

@@ -266,8 +266,8 @@ class BlockEmbedding(torch.nn.Module):
     copy of its largest matrix: 30 MB here, instead of 113 MB as float32).
 
     A lookup reads each row's scales and codes where they lie in the panels (two gathers at precomputed offsets),
-    not the rows' whole panels (18 KB each for the embedded target): 48 -> 37 us for one token, 225 -> 60 for 16
-    (one thread, Intel Xeon AVX-512, 2026-12-05)."""
+    not the rows' whole panels (18 KB each for the embedded target), which for a few tokens is several times less
+    to read."""
 
     def __init__(self, head: BlockLinear) -> None:
         super().__init__()

@@ -61,13 +61,9 @@ def _cpu_vendor() -> str:
 def mkl_is_tuned_here() -> bool:
     """Whether torch's MKL products run at full speed here: on Intel CPUs only.
 
-    Why: MKL takes slower code paths on other vendors' CPUs. Measured on an AMD EPYC with AVX-512 (2026-12-01, two
-    threads, 30 weights of 1536 x 576 from memory), F.linear / x @ W.T / the kernel: 1 row 10.3 / 6.1 / 3.3 ms;
-    24 rows 17.4 / 19.0 / 7.7; 44 rows (mcsd's 44-node tree) 20.0 / 21.5 / 12.2;
-    256 rows (a prefill) 95.9 / 95.5 / 67.4.
-    On the Intel Xeon measured before (2026-12-01) MKL was the faster for 1 row (whole target 25 vs 27 ms) and from
-    32 rows
-    on, hence PANEL_ROWS there."""
+    Why: MKL takes slower code paths on other vendors' CPUs: on an AMD EPYC the kernel was 1.4-3x faster than
+    F.linear at every row count, while on an Intel Xeon MKL was the faster for one row and from 32 rows on, hence
+    PANEL_ROWS there (docs/benchmarks.md, kernel variants)."""
     return _cpu_vendor() == "GenuineIntel"
 
 

@@ -1,9 +1,8 @@
 """KV caches that grow in place: a forward copies only its new keys/values, never the layer's whole cache.
 
 Why: transformers' DynamicLayer concatenates on every update, i.e. copies the layer's whole cache on every
-forward, a cost that grows with the context: growing in place saved 1-3% of a forward at 160 cached tokens and
-2-11% at 800 (embedded pair on CPU, 2026-11-30, docs/benchmarks.md). The cached values are the same; only where
-they live changes.
+forward, a cost that grows with the context (what growing in place saves: docs/benchmarks.md). The cached values
+are the same; only where they live changes.
 """
 from __future__ import annotations
 

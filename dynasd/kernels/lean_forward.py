@@ -1,7 +1,7 @@
 """The decoder's forward pass for Llama-style models without transformers' per-layer wrappers: same arithmetic.
 
-Why: on a CPU a forward of a few tokens spends a third of its time outside the weight products (2026-12-01, AMD
-EPYC, 1-token target forward 27 ms, of which the products 17): every layer goes through keyword-argument plumbing,
+Why: on a CPU a forward of a few tokens spends about a third of its time outside the weight products (figures in
+docs/benchmarks.md): every layer goes through keyword-argument plumbing,
 deprecation decorators, output capture and mask preprocessing that the engine does not need, since it builds its
 own 4D mask and positions. Here the layers run as the plain sequence of the same operations, on the same modules
 (projections, rotary embedding, attention function, MLP), in the same order, so the logits are bitwise those of
@@ -10,8 +10,7 @@ own 4D mask and positions. Here the layers run as the plain sequence of the same
 Where every projection is a block layer (the embedded target's GGUF blocks, a draft's 8-bit blocks), the layer loop
 runs as one compiled call (`CompiledLayers`: block_linear.cpp's block_layers, the same ATen operations in the same
 order, so again bitwise the same): the ~45 small operations of each layer cost ~5 us each from Python, about as much
-as the layer's weight products for one token (2026-12-05, Intel Xeon, 2 threads: a one-token target forward 15.1 ->
-10.2 ms, a draft forward 3.2 -> 2.4 ms).
+as the layer's weight products for one token (docs/benchmarks.md, History).
 """
 from __future__ import annotations
 
