@@ -97,6 +97,21 @@ def test_step_step_run_shows_tree_mask_and_text(browser, explorer_url, tmp_path)
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(screenshots / "explorer.png"))
 
+    # a figure sent while its tab is hidden waits, and is drawn when the tab is shown: a Step pays for no figure
+    # the learner cannot see
+    tab = lambda name: next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]")  # noqa: E731
+                            if b.text.strip() == name)
+    title = ("const b = document.querySelector('#timeline-plot .dynasd-figure'); "
+             "return b.layout ? b.layout.title.text : ''")
+    tab("Decisions").click()
+    browser.find_element(By.ID, "reset-btn").click()
+    wait.until(lambda _: "Reset" in status())
+    browser.find_element(By.ID, "step-btn").click()
+    wait.until(lambda _: "Step 0" in browser.find_element(By.ID, "tree-plot").text)
+    assert "1 steps" not in browser.execute_script(title), "not drawn while its tab is hidden"
+    tab("Summary").click()
+    wait.until(lambda _: "1 steps" in browser.execute_script(title))
+
 
 def test_a_recipe_sets_the_method_controls(browser, explorer_url):
     """Choosing a recipe in the real page switches the method (and the controls it shows), then Step runs it."""

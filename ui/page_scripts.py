@@ -160,20 +160,23 @@ FIGURE_HEAD = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
 # own copy as window.Plotly, and a div must stay with the library that drew it.
 FIGURE_JS = """
 const box = element.querySelector('.dynasd-figure');
+let waiting = false;  // a figure sent while its tab was hidden: drawn when the tab is shown
 const draw = () => {
   const plotly = window.dynasdPlotly = window.dynasdPlotly || window.Plotly;
   if (!plotly) { setTimeout(draw, 50); return; }  // plotly.js is still loading
-  if (!props.value) { plotly.purge(box); return; }
+  if (!props.value) { waiting = false; plotly.purge(box); return; }
+  waiting = box.offsetParent === null;  // hidden (another tab on show): no Step pays for drawing it
+  if (waiting) return;
   const figure = JSON.parse(props.value);
   figure.layout.autosize = true;
   plotly.react(box, figure.data, figure.layout, {displaylogo: false});
 };
-// A figure drawn in a hidden tab takes plotly's default width: redraw it to the box's width when that changes
-// (the tab shown, the window resized).
+// The tab shown (the box gets a width) draws a figure that waited; a window resized redraws to the box's width.
 let width = box.clientWidth;
 new ResizeObserver(() => {
   const now = box.clientWidth;
-  if (now && now !== width && box.data && window.dynasdPlotly) window.dynasdPlotly.Plots.resize(box);
+  if (now && waiting) draw();
+  else if (now && now !== width && box.data && window.dynasdPlotly) window.dynasdPlotly.Plots.resize(box);
   width = now;
 }).observe(box);
 watch('value', draw);
