@@ -414,6 +414,15 @@ def options_of_run(method: str, config: dict) -> DecoderOptions:
     return DecoderOptions.from_record(record)
 
 
+def drafts_with_features(method: str, config: dict) -> bool:
+    """Whether a run's draft forwards were the feature draft's (it reads the target's hidden states), not the
+    pair's token draft's; a trace whose options cannot be read counts as a token draft (the only kind it had)."""
+    try:
+        return options_of_run(method, config).draft_kind == "features"
+    except OptionsError:
+        return False
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the command line
 

@@ -97,3 +97,37 @@ def test_costs_kept_without_their_conditions_are_measured_again(tmp_path):
     assert cost.read_kept_costs(path) is None
     cost.keep_costs(path, cost.MeasuredCosts({1: 0.011}, "2026-12-05 13:00", "x", "y", conditions=QUIET))
     assert cost.read_kept_costs(path).conditions == QUIET
+
+
+def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pairs, monkeypatch):
+    """The draft's forwards are timed in the same interleaved rounds as the target's and kept with them, so a draft's
+    share of a target forward compares two forwards taken in the same conditions (a run's own draft, timed while the
+    page drew its last step, is not); a run's cost model reads a draft forward over its own tree's rows (the drafted
+    nodes' parents) from that line, and says so."""
+    from dataclasses import replace
+
+    from dynasd.explorer.speed import run_speed
+
+    monkeypatch.setattr(cost, "load_average", lambda: 0.1)
+    pair = pairs.get(SETTINGS)
+    measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    assert sorted(measured.draft_timings) == sorted(measured.timings) == sorted(cost.CALIBRATION_ROWS)
+    assert "rounds of target and draft forwards" in measured.how
+    path = cost.costs_file(pair)
+    cost.keep_costs(path, measured)
+    kept = cost.read_kept_costs(path)
+    assert kept.draft_timings == measured.draft_timings
+
+    progress = engine.start_run(pairs, SETTINGS, PROMPT, steps=4)
+    run = replace(progress.run, steps=[recorded.step for recorded in progress.steps])
+    warm = cost.warm_steps(run)
+    parents = sum(len({n.parent for n in s.nodes if n.origin == "draft"}) for s in warm)
+    shape = cost.run_shape(run)
+    assert shape.draft_rows == pytest.approx(parents / sum(s.draft_forwards for s in warm))
+    assert 1 <= shape.draft_rows < max(len(s.nodes) for s in warm), "a level's parents, not its children"
+    speed = run_speed(run, kept)
+    assert speed.costs.draft_per_forward_s == pytest.approx(cost.kept_forward_s(kept.draft_timings, shape.draft_rows))
+    assert speed.draft_said == f"measured here beside the target, over {shape.draft_rows:.1f} rows"
+    unmeasured = run_speed(run, replace(kept, draft_timings={}))
+    assert unmeasured.costs.draft_per_forward_s == pytest.approx(shape.draft_per_forward_s)
+    assert unmeasured.draft_said == "this run's own"

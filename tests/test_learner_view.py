@@ -160,7 +160,7 @@ def test_the_cost_view_measures_this_device_by_default(browser, explorer_url):
     browser.find_element(By.ID, "learn-cost-btn").click()
     text = wait.until(lambda d: d.find_element(By.ID, "learn-cost-text").text or False)
     assert "Costs measured on this device" in text, text
-    assert " UTC: the median of 5 interleaved rounds of target forwards" in text, text
+    assert " UTC: the median of 5 interleaved rounds of target and draft forwards" in text, text
     assert "modelled" not in text.lower() and "× ar, measured" in text, "one measured speed-up, nothing modelled"
     status = browser.find_element(By.ID, "learn-status").text
     assert "measured now on this device" in status or "kept from an earlier measurement" in status, status

@@ -40,7 +40,7 @@ def _arithmetic(speed: RunSpeed) -> str:
         speed.why_they_differ(),
         f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here ({ar_kind}). This "
         f"run's steps verify **{speed.rows} rows** and run **{speed.draft_forwards} draft forwards** "
-        f"({costs.draft_per_forward_s * ms:.2f} ms each, this run's own), so the model's step costs "
+        f"({costs.draft_per_forward_s * ms:.2f} ms each, {speed.draft_said}), so the model's step costs "
         f"{speed.draft_forwards} × {costs.draft_per_forward_s * ms:.2f} + "
         f"({costs.verify_base_s * ms:.2f} + {speed.rows} × {costs.verify_per_row_s * ms:.3f}) ms = "
         f"**{speed.step_s * ms:.2f} ms**, i.e. **{speed.ar_steps_per_step:.1f} ar steps**. It commits "

@@ -73,9 +73,11 @@ def rows_sentence(calibration: dict[int, float]) -> str:
             f"of one row and over {largest} rows {ratio:.1f}x: it is {reading}.")
 
 
-def batch_speedups(cost: RowCost, shape: RunShape, batches: tuple[int, ...] = BATCHES) -> list[tuple[int, float]]:
-    """The MODEL's speed-up over ar for each batch size (see the module's docstring)."""
-    draft_s = (shape.draft_per_forward_s or 0.0) * shape.draft_forwards
+def batch_speedups(cost: RowCost, shape: RunShape, batches: tuple[int, ...] = BATCHES,
+                   draft_per_forward_s: float | None = None) -> list[tuple[int, float]]:
+    """The MODEL's speed-up over ar for each batch size (see the module's docstring); a draft forward's seconds as
+    measured beside the target where they were (cost.draft_forward_s), else the run's own."""
+    draft_s = (draft_per_forward_s or shape.draft_per_forward_s or 0.0) * shape.draft_forwards
     return [(b, shape.tokens_per_step * cost.forward_s(b) / (draft_s + cost.forward_s(b * shape.rows)))
             for b in batches]
 
@@ -115,6 +117,6 @@ def rows_and_batches(run, measured) -> RowsAndBatches:
 
     speed = run_speed(run, measured)
     cost = row_cost(measured.timings)
-    points = batch_speedups(cost, speed.shape)
+    points = batch_speedups(cost, speed.shape, draft_per_forward_s=speed.costs.draft_per_forward_s)
     return RowsAndBatches(cost, points, rows_sentence(measured.timings) + f" (Forward times {speed.costs_said}.)\n\n"
                           + batch_sentence(points, speed.shape))

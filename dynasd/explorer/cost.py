@@ -18,13 +18,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from ..device_info import device_key, device_line, emulated
 from ..embedded import cache_dir
+from ..options import drafts_with_features
+from ..origins import DRAFT
 from ..trace import RunTrace, StepTrace
 from .inputs import Settings
 from .pairs import PairCache
@@ -113,6 +115,7 @@ class RunShape:
     verify_seconds: list[float]
     tokens_per_s: float
     overhead_s: float                   # per step, outside the forwards: the walk, the commit, the trace
+    draft_rows: float | None = None     # rows a draft forward reads on average: the parents of the drafted nodes
 
 
 def warm_steps(run: RunTrace) -> list[StepTrace]:
@@ -121,8 +124,10 @@ def warm_steps(run: RunTrace) -> list[StepTrace]:
 
 
 def run_shape(run: RunTrace) -> RunShape:
-    """The averages of a run's warm steps."""
-    return steps_shape(warm_steps(run), run.summary()["acceptance_rate"])
+    """The averages of a run's warm steps. A feature draft's forwards have no rows on the token draft's measured
+    line (draft_forward_s), so its shape says none."""
+    shape = steps_shape(warm_steps(run), run.summary()["acceptance_rate"])
+    return replace(shape, draft_rows=None) if drafts_with_features(run.method, run.config) else shape
 
 
 def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
@@ -134,20 +139,24 @@ def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
     draft_seconds = sum(s.draft_seconds for s in steps)
     rows = [s.root_rows + len(s.nodes) for s in steps]
     seconds = sum(s.seconds for s in steps)
+    draft_rows = sum(len({node.parent for node in s.nodes if node.origin == DRAFT.name}) for s in steps)
     return RunShape(
         steps=n, tokens_per_step=sum(len(s.committed) for s in steps) / n, rows=sum(rows) / n,
         draft_forwards=draft_forwards / n, acceptance=acceptance,
         depth=max((s.live_depth for s in steps), default=0),
         draft_per_forward_s=draft_seconds / draft_forwards if draft_forwards else None,
+        draft_rows=draft_rows / draft_forwards if draft_forwards and draft_rows else None,
         verify_rows=rows, verify_seconds=[s.verify_seconds for s in steps],
         tokens_per_s=sum(len(s.committed) for s in steps) / seconds if seconds > 0 else 0.0,
         overhead_s=sum(s.accept_seconds for s in steps) / n)
 
 
-def costs_from(shape: RunShape, calibration: dict[int, float] | None) -> StepCosts:
+def costs_from(shape: RunShape, calibration: dict[int, float] | None,
+               draft_per_forward_s: float | None = None) -> StepCosts:
     """Step costs from a calibration (rows -> seconds of one target forward) when there is one, else from the
     run's own verify times (the line through them; with one row count only, a flat line) and ar = that line at
-    one row."""
+    one row. The draft forward: `draft_per_forward_s` where it was measured with the calibration
+    (draft_forward_s), else the run's own."""
     if calibration:
         rows = sorted(calibration)
         base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
@@ -157,7 +166,7 @@ def costs_from(shape: RunShape, calibration: dict[int, float] | None) -> StepCos
         ar_s = base + per_row
     ar_s = max(ar_s, 1e-9)
     return StepCosts(ar_s=ar_s, verify_base_s=base, verify_per_row_s=max(per_row, 0.0),
-                     draft_per_forward_s=shape.draft_per_forward_s or 0.0)
+                     draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0)
 
 
 def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
@@ -315,6 +324,7 @@ class MeasuredCosts:
     conditions: Conditions | None = None
     contradicted: str = ""      # kept costs a step of this device has since shown wrong (check_kept_costs)
     again_because: str = ""     # why this measurement replaced kept costs
+    draft_timings: dict[int, float] = field(default_factory=dict)  # the pair's draft, in the same rounds
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page."""
@@ -342,8 +352,12 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         conditions = Conditions(None if seen["load_average"] is None else float(seen["load_average"]),
                                 int(seen["threads"]), float(seen["cpu_s"]), float(seen["wall_s"]),
                                 bool(seen.get("on_cpu", True)))
+        draft = {int(rows): float(seconds) for rows, seconds in obj.get("draft_timings", {}).items()}
+        if any(not 0 < s < 3600 for s in draft.values()):
+            return None
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
-                             conditions=conditions, contradicted=str(obj.get("contradicted", "")))
+                             conditions=conditions, contradicted=str(obj.get("contradicted", "")),
+                             draft_timings=draft)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -355,7 +369,8 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
     conditions = costs.conditions.__dict__ if costs.conditions else None
     partial.write_text(json.dumps({"timings": {str(r): s for r, s in costs.timings.items()},
                                    "measured_at": costs.measured_at, "how": costs.how, "device": costs.device,
-                                   "conditions": conditions, "contradicted": costs.contradicted}))
+                                   "conditions": conditions, "contradicted": costs.contradicted,
+                                   "draft_timings": {str(r): s for r, s in costs.draft_timings.items()}}))
     partial.replace(path)
 
 
@@ -363,7 +378,7 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
 DISAGREEMENT = 1.5
 
 
-def kept_forward_s(timings: dict[int, float], rows: int) -> float | None:
+def kept_forward_s(timings: dict[int, float], rows: float) -> float | None:
     """The kept forward time over `rows` rows, read on the line between the measured row counts around it; None
     outside the measured row counts."""
     measured = sorted(timings)
@@ -374,6 +389,18 @@ def kept_forward_s(timings: dict[int, float], rows: int) -> float | None:
     if above == below:
         return timings[below]
     return timings[below] + (timings[above] - timings[below]) * (rows - below) / (above - below)
+
+
+def draft_forward_s(measured: MeasuredCosts | None, rows: float | None) -> float | None:
+    """One draft forward over `rows` rows (a tree level's parents), read on the draft's line measured with the
+    target's calibration, in the same interleaved rounds: the draft's share of a target forward then compares two
+    forwards timed in the same conditions, not a run's own draft (timed while the page drew, or the machine was
+    busy) against a quiet calibration. None where the draft was not measured."""
+    if measured is None or not measured.draft_timings or not rows:
+        return None
+    measured_rows = sorted(measured.draft_timings)
+    rows = min(max(rows, measured_rows[0]), measured_rows[-1])
+    return kept_forward_s(measured.draft_timings, rows)
 
 
 def disagreement(timings: dict[int, float], steps: list[StepTrace]) -> str:
@@ -427,15 +454,17 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     kept = None if again or under_emulation else read_kept_costs(path)
     if kept is not None and not kept.contradicted:
         return kept
+    models = {"target": pair.target, **({"draft": pair.draft} if getattr(pair, "draft", None) is not None else {})}
     with pairs.lock_for(pair):
-        timings, conditions = measure_forwards(pair.target, list(context_ids)[-CALIBRATION_CONTEXT:])
+        timings, conditions = measure_models(models, list(context_ids)[-CALIBRATION_CONTEXT:])
     measured = MeasuredCosts(
-        timings, time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        f"the median of {CALIBRATION_ROUNDS} interleaved rounds of target forwards over "
+        timings["target"], time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        f"the median of {CALIBRATION_ROUNDS} interleaved rounds of {' and '.join(models)} forwards over "
         f"{', '.join(map(str, CALIBRATION_ROWS))} rows behind {min(len(context_ids), CALIBRATION_CONTEXT)} tokens "
         f"of context", device_line(pair), conditions=conditions,
         again_because=(f"the costs kept from {kept.measured_at} UTC disagreed with this device's own steps: "
-                       f"{kept.contradicted}") if kept is not None else "")
+                       f"{kept.contradicted}") if kept is not None else "",
+        draft_timings=timings.get("draft", {}))
     if under_emulation:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
     busy = conditions.busy_because()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import options_of_run
+from ..options import drafts_with_features
 from ..origins import DRAFT, TARGET_ROOT
 from ..trace import RunTrace, StepTrace
 
@@ -55,13 +55,6 @@ def _uses_draft(run: RunTrace) -> bool:
     return run.method in DRAFTING_METHODS
 
 
-def _feature_draft(run: RunTrace) -> bool:
-    try:
-        return options_of_run(run.method, run.config).draft_kind == "features"
-    except Exception:  # an old trace without its options: a token draft
-        return False
-
-
 def draft_fed_nodes(step: StepTrace) -> list[int]:
     """The tree nodes the draft read this step (their keys and values were in its cache before the commit): every
     node above the deepest level (a static or early-stopped tree), or the nodes a dynamic tree expanded."""
@@ -82,7 +75,7 @@ def run_ledger(run: RunTrace) -> list[StepLedger]:
     """The ledger of every step of `run`."""
     ledger: list[StepLedger] = []
     draft_len = None
-    feature = _uses_draft(run) and _feature_draft(run)
+    feature = _uses_draft(run) and drafts_with_features(run.method, run.config)
     previous_end = None
     for step in run.steps:
         target = _target_rows(step)

@@ -21,6 +21,7 @@ from .cost import (
     chain_tokens_per_step,
     cost_numbers,
     costs_from,
+    draft_forward_s,
     expected_speedup,
     measured_scale,
     run_shape,
@@ -66,6 +67,7 @@ class RunSpeed:
     shape: RunShape
     costs: StepCosts
     costs_said: str                  # when and how this device's costs were measured; "" when modelled
+    draft_said: str                  # where a draft forward's seconds come from (cost.draft_forward_s)
     elsewhere: str                   # the machine the run's times were taken on, when not this one
     rows: int
     draft_forwards: int
@@ -145,7 +147,8 @@ def run_speed(run: RunTrace, measured: MeasuredCosts | None, compared: ComparedS
     """The run's speed figures on this device's measured costs (`measured`; None: modelled from the run's own
     verify times, and then nothing is called measured)."""
     shape = run_shape(run)
-    costs = costs_from(shape, measured.timings if measured else None)
+    draft_here = draft_forward_s(measured, shape.draft_rows)
+    costs = costs_from(shape, measured.timings if measured else None, draft_here)
     n = cost_numbers(shape, costs)
     elsewhere = run_elsewhere(run, measured)
     can_measure = measured is not None and not elsewhere
@@ -158,6 +161,8 @@ def run_speed(run: RunTrace, measured: MeasuredCosts | None, compared: ComparedS
 
     return RunSpeed(
         method=run.method, shape=shape, costs=costs, costs_said=measured.said() if measured else "",
+        draft_said=(f"measured here beside the target, over {shape.draft_rows:.1f} rows" if draft_here
+                    else "this run's own"),
         elsewhere=elsewhere, rows=n["rows"], draft_forwards=n["draft_forwards"], step_s=n["step_s"],
         free_rows_s=n["free_rows_s"], expected=n["predicted"], expected_free_rows=n["free_rows"],
         measured=measured_speedup,

@@ -5,7 +5,8 @@ token. So whether a tree pays is decided by two numbers: what a draft forward co
 (the draft share), and the acceptance a chain of the tree's depth needs to break even at that step cost. Both are
 computed here for one run's step shape (its verify rows, draft forwards and depth) and its acceptance by position,
 on:
-  (a) this device, with its measured costs (cost.py: the kept calibration) and the run's own draft forwards;
+  (a) this device, with its measured costs (cost.py: the kept calibration, the draft's forwards timed beside the
+      target's; the run's own draft forwards where the draft was not measured);
   (b) this device with targets of larger real shapes (targets.py: measured here once, in the same arithmetic as the
       embedded target; a 7B model from a few real-shaped layers, scaled), the same draft;
   (c) a GPU: scripts/gpu_check.sh's measurements where its results file is present (gpu_check_file), else a model
@@ -24,7 +25,16 @@ from pathlib import Path
 from ..acceptance import acceptance_of
 from ..embedded import cache_dir
 from ..trace import RunTrace
-from .cost import MeasuredCosts, RunShape, break_even_acceptance, fit_line, kept_forward_s, run_shape, warm_steps
+from .cost import (
+    MeasuredCosts,
+    RunShape,
+    break_even_acceptance,
+    draft_forward_s,
+    fit_line,
+    kept_forward_s,
+    run_shape,
+    warm_steps,
+)
 from .targets import BIGGER_TARGETS, EMBEDDED_SHAPE, TargetShape
 
 
@@ -296,8 +306,13 @@ def where_costs(pairs, settings, context_ids: list[int], again: bool = False) ->
 def where_of_run(run: RunTrace, costs: WhereCosts) -> WhereItPays:
     """The view of a run: its step shape and acceptance, on every target and device with costs."""
     shape = run_shape(run)
-    view = where_it_pays(run.method, step_of_run(run), shape.draft_per_forward_s or 0.0, costs.device,
-                         costs.targets, costs.draft_shape, read_gpu_check(gpu_check_file()))
+    measured_draft = draft_forward_s(costs.device, shape.draft_rows)
+    view = where_it_pays(run.method, step_of_run(run), measured_draft or shape.draft_per_forward_s or 0.0,
+                         costs.device, costs.targets, costs.draft_shape, read_gpu_check(gpu_check_file()))
+    if measured_draft:
+        view.notes.append(f"A draft forward here: {measured_draft * 1000:.2f} ms over {shape.draft_rows:.1f} rows "
+                          "(this run's tree), timed beside the target's forwards in the same rounds; this run's own "
+                          f"draft forwards took {(shape.draft_per_forward_s or 0.0) * 1000:.2f} ms each.")
     if costs.targets_missing:
         view.notes.insert(1, f"No bigger target was measured here: {costs.targets_missing}.")
     return view
@@ -311,6 +326,10 @@ def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: 
 
     tree = TreeShape(tuple(branching))
     step = StepShape(tree.num_nodes + 1, len(branching), len(branching), None)
+    parents = [1]  # a draft forward reads the level above the one it draws: the root, then each level's nodes
+    for width in branching[:-1]:
+        parents.append(parents[-1] * width)
+    draft_per_forward_s = draft_forward_s(costs.device, sum(parents) / len(parents)) or draft_per_forward_s
     return where_it_pays(method, step, draft_per_forward_s, costs.device, costs.targets, costs.draft_shape,
                          read_gpu_check(gpu_check_file()))
 
