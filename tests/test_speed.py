@@ -81,3 +81,22 @@ def test_the_cost_view_draws_and_writes_the_owners_numbers(run, costs):
     text = cost_markdown(speed)
     assert speed.why_they_differ() in text and "Where would it pay?" in text
     assert "GPU-like" not in text, "no claim about a GPU: that is the Where view's, from measured costs"
+
+
+def test_when_no_row_cost_pays_the_cost_view_says_which_part_is_too_dear(run, costs):
+    """The draft alone, or the draft with the verify forward's cost before any row: the sentence names the one the
+    numbers show, with the numbers (a draft measured beside the target, costing less than the tokens it wins, must
+    not be called too dear on its own)."""
+    won = lambda speed: speed.shape.tokens_per_step * speed.costs.ar_s  # noqa: E731
+    shape = run_speed(run, costs).shape
+    for draft_s, alone in ((1.2, True), (0.3, False)):  # the drafts against the ms the tokens win
+        per_forward = draft_s * shape.tokens_per_step * 0.010 / shape.draft_forwards
+        measured = replace(costs, timings={r: 0.010 + 0.05 for r in costs.timings} | {1: 0.010},
+                           draft_timings={1: per_forward, 64: per_forward})
+        speed = run_speed(run, measured)
+        assert speed.break_even_row_cost is None
+        text = cost_markdown(speed)
+        drafts = speed.costs.draft_per_forward_s * speed.draft_forwards
+        assert (drafts >= won(speed)) is alone
+        assert ("The draft forwards alone cost more" in text) is alone
+        assert ("already cost more than the tokens they win" in text) is not alone

@@ -293,7 +293,7 @@ def _cost_tab(w: SimpleNamespace) -> None:
         with gr.Row():
             w.calibrate = gr.Checkbox(value=False, label="measure this device again",
                                       info="the costs are measured once per device and pair (the target "
-                                           "over 1..64 rows, a second or two) and kept; tick to measure "
+                                           "and the draft over 1..64 rows, a second or two) and kept; tick to measure "
                                            "them again")
             w.cost_btn = gr.Button("Explain the speed-up of this run", elem_id="learn-cost-btn")
         w.cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text",

@@ -63,7 +63,12 @@ def _arithmetic(speed: RunSpeed) -> str:
         lines.append(f"A chain of depth {shape.depth} with this step cost breaks even at acceptance "
                      f"**{speed.break_even_acceptance:.2f}**.")
     if speed.break_even_row_cost is None:
-        lines.append("The draft forwards alone cost more than the tokens they win: fewer levels would pay.")
+        draft_s, won_s = costs.draft_per_forward_s * speed.draft_forwards, shape.tokens_per_step * costs.ar_s
+        lines.append("The draft forwards alone cost more than the tokens they win: fewer levels would pay."
+                     if draft_s >= won_s else
+                     f"The draft forwards ({draft_s * ms:.1f} ms) and the verify forward's cost before any row "
+                     f"({costs.verify_base_s * ms:.1f} ms) already cost more than the tokens they win "
+                     f"({won_s * ms:.1f} ms of ar): no row cost would pay; fewer levels or a cheaper draft would.")
     else:
         lines.append(f"At these tokens per step it pays while a verify row costs under "
                      f"**{speed.break_even_row_cost * ms:.3f} ms** (now {costs.verify_per_row_s * ms:.3f} ms).")
