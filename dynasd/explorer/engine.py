@@ -319,9 +319,10 @@ def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progr
 
 
 def tree_note(pair, settings: Settings, steps: list[RecordedStep]) -> str:
-    """The sentence said when a run starts about its tree on this device, from the costs kept here and its first
-    step's own draft forwards (where.tree_sentence: derived from the view Learn → Where would it pay? draws, so
-    the two cannot disagree); "" before a step that ran the draft, or where this device's costs were never kept."""
+    """The sentence said when a run starts about its tree on this device, from the costs kept here (a draft forward
+    from the draft's kept line, else the first step's own) by where.tree_sentence: derived from the view Learn →
+    Where would it pay? draws, so the two cannot disagree; "" before a step that ran the draft, or where this
+    device's costs were never kept."""
     from .where import tree_sentence
 
     drafted = [r.step for r in steps if r.step.draft_forwards]
