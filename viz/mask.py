@@ -156,8 +156,8 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
     heat = dict(z=np.asarray(view.z, dtype=np.uint8).reshape(rows, cols), x=names, y=view.row_labels, zmin=0,
                 zmax=3, colorscale=colorscale, showscale=False, xgap=1 if small else 0, ygap=1 if small else 0,
                 name="mask", hovertemplate=CELL_HOVER if words else CODE_HOVER)
-    if words:
-        heat["text"] = [[CELL_WORDS[v] for v in row] for row in view.z]
+    if words:  # an object array: Plotly checks a nested list cell by cell (~4 ms for 2,000 cells), sent the same
+        heat["text"] = np.array([[CELL_WORDS[v] for v in row] for row in view.z], dtype=object)
     tick_size = 12 if max(rows, cols) <= 24 else 10 if max(rows, cols) <= 48 else 8
     yticks = strided(len(view.row_labels), MAX_ROW_LABELS)
     ytext = [view.row_labels[i] for i in yticks]
