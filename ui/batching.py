@@ -16,7 +16,8 @@ from .views import MeasuredViews, measured_for_show
 @handler(MeasuredViews)
 def on_rows_and_batches(session, index, **controls):
     """Measures this device's target forward over 1 to 64 rows (kept costs are re-used) and models batch sizes."""
-    run, measured = measured_for_show(session, index, controls, "nothing to measure against yet", gpu.gpu_calibrate)
+    run, _, measured = measured_for_show(session, index, controls, "nothing to measure against yet",
+                                         gpu.gpu_calibrate)
     view = batching.rows_and_batches(run, measured)
     return MeasuredViews(batching_figure(view.cost, view.points), view.text, session.id)
 

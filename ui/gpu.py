@@ -34,7 +34,7 @@ from dynasd.explorer import engine, losslessness, side_by_side
 from dynasd.explorer import where as where_model
 from dynasd.explorer.engine import UNTIL_DONE, Progress
 from dynasd.explorer.failures import Failed, failures_as_data
-from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError
+from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, first_line
 from dynasd.explorer.peer import run_peer
 from dynasd.explorer.session import Compute, SessionFailed
 from dynasd.options import METHODS
@@ -259,19 +259,14 @@ def attempt(function: Callable, settings: Settings, *args, **kwargs) -> tuple[An
     try:
         return call(function, settings, *args, **kwargs), ""
     except (ValueError, SessionFailed) as exc:  # UserError included
-        return None, _first_line(exc)
+        return None, first_line(exc) or type(exc).__name__
 
 
 def no_gpu(exc: BaseException) -> str:
     """ZeroGPU's failure as one line with a way on: the steps on show stay, and an example trace replays with no
     GPU at all."""
-    return (f"no GPU for this call ({_first_line(exc)}); what is on show stays. Try again in a while, or replay an "
-            "example trace (Learn → Share & examples), which needs no GPU")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    return (f"no GPU for this call ({first_line(exc) or type(exc).__name__}); what is on show stays. Try again in "
+            "a while, or replay an example trace (Learn → Share & examples), which needs no GPU")
 
 
 def _through(function: Callable) -> Callable:

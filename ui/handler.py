@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import gradio as gr
 
-from dynasd.explorer.inputs import UserError
+from dynasd.explorer.inputs import UserError, one_line
 from dynasd.explorer.session import SessionFailed
 
 from . import state
@@ -72,6 +72,5 @@ def said(exc: Exception) -> tuple[str, str]:
 def unexpected(exc: Exception) -> SessionFailed:
     """A bug, not a user mistake: the traceback goes to the server log, the user gets one line."""
     traceback.print_exception(exc, file=sys.stderr)
-    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-    return SessionFailed(f"something went wrong on the server ({type(exc).__name__}{': ' + first if first else ''});"
-                         " other sessions are not affected; press Reset to start over")
+    return SessionFailed(f"something went wrong on the server ({one_line(exc)}); other sessions are not affected; "
+                         "press Reset to start over")

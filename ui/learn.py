@@ -12,7 +12,6 @@ from typing import Any
 import gradio as gr
 
 import viz
-from dynasd.explorer import cost as cost_model
 from dynasd.explorer import losslessness, share, side_by_side
 from dynasd.explorer.best_trees import best_trees
 from dynasd.explorer.inputs import UserError
@@ -35,7 +34,7 @@ from .play import controller
 from .quiz import quiz_section
 from .status import status_line
 from .texts import LEARN_HELP
-from .views import LoadViews, PhaseViews, StepViews, Views, control_updates, left_out, step_on_show
+from .views import LoadViews, PhaseViews, StepViews, Views, control_updates, left_out, measured_for_show, step_on_show
 from .where import where_section
 
 
@@ -178,10 +177,8 @@ def on_phase(session, index, phase):
 def on_cost(session, index, measure_again, **controls):
     """The cost model of the run on show from this device's costs: kept, or measured now (again when asked); where
     no measurement can be made here, from the run's own verify times, said to be modelled."""
-    run, index, _ = _learn_step(session, index)
-    settings = session.settings or settings_from(controls)
-    measured, why_not = gpu.attempt(gpu.gpu_calibrate, settings, cost_model.calibration_context(run),
-                                    bool(measure_again))
+    run, settings, (measured, why_not) = measured_for_show(session, index, controls, "nothing to explain yet",
+                                                           gpu.gpu_calibrate, bool(measure_again), call=gpu.attempt)
     return CostViews.of(session, run, settings, measured, why_not)
 
 

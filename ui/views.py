@@ -295,12 +295,14 @@ def drawable(run) -> None:
     step_views(run, len(run.steps) - 1)
 
 
-def measured_for_show(session: Session, index, controls: dict, nothing_yet: str, measure) -> tuple:
-    """(run on show, what `measure` returned): `measure` is a model call of ui/gpu.py that measures this device
-    behind the run's own text (cost.calibration_context), with the run's settings (else the controls')."""
+def measured_for_show(session: Session, index, controls: dict, nothing_yet: str, measure, *args,
+                      call=gpu.call) -> tuple:
+    """(run on show, its settings, what `call(measure, ...)` returned): `measure` is a model call of ui/gpu.py that
+    measures this device behind the run's own text (cost.calibration_context), with the run's settings (else the
+    controls'); `call` is gpu.call, or gpu.attempt for a measurement the view can do without."""
     run, _, _ = step_on_show(session, index, nothing_yet)
     settings = session.settings or settings_from(controls)
-    return run, gpu.call(measure, settings, cost_model.calibration_context(run))
+    return run, settings, call(measure, settings, cost_model.calibration_context(run), *args)
 
 
 def step_on_show(session: Session, index, nothing_yet: str) -> tuple:

@@ -16,7 +16,7 @@ from .views import MeasuredViews, measured_for_show
 @handler(MeasuredViews)
 def on_where(session, index, **controls):
     """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU."""
-    run, costs = measured_for_show(session, index, controls, "nothing to carry yet", gpu.gpu_where)
+    run, _, costs = measured_for_show(session, index, controls, "nothing to carry yet", gpu.gpu_where)
     view = where.where_of_run(run, costs)
     return MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
 

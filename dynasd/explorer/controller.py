@@ -295,9 +295,8 @@ class Controller:
         reason = ("settings changed: started a new run" if replaced and not session.done
                   else "started a new run in place of the finished one" if replaced else "started a new run")
         session.start(self.compute, settings, prompt, steps=steps)
-        said = f"{reason}; {start_costs(session)}"
-        return f"{said}. {session.tree_note.rstrip('.')}" if session.tree_note else \
-            said + wide_tree_on_a_cpu(settings, self.compute.gpu)
+        speed = session.tree_note.rstrip(".") or wide_tree_on_a_cpu(settings, self.compute.gpu)
+        return f"{reason}; {start_costs(session)}" + (f". {speed}" if speed else "")
 
     def _paced_step(self, note: str) -> Outcome:
         """A step of the page's Run (under the lock): the step, and whether the page asks for another."""
@@ -353,6 +352,6 @@ def wide_tree_on_a_cpu(settings: Settings, on_gpu: bool = False) -> str:
     nodes = TreeShape(branching).num_nodes
     if nodes <= WIDE_TREE_NODES or pick_device(None).type != "cpu":
         return ""
-    return (f". On a CPU this {nodes}-node tree is expected to be slower than ar: each step verifies {nodes + 1} "
+    return (f"On a CPU this {nodes}-node tree is expected to be slower than ar: each step verifies {nodes + 1} "
             f"rows and runs {len(branching)} draft forwards, which cost more here than the tokens they win (Learn → "
             "Cost model measures both on this machine)")

@@ -27,10 +27,15 @@ def known_pairs() -> list[str]:
     return list(BUILTIN_PAIRS) + list(PRESETS)
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, at most 200 characters ("" when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as one line a user can read: its type and the first line of its message."""
-    text = str(exc).strip()
-    detail = text.splitlines()[0][:200] if text else ""
+    detail = first_line(exc)
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 

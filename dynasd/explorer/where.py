@@ -326,9 +326,7 @@ def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: 
 
     tree = TreeShape(tuple(branching))
     step = StepShape(tree.num_nodes + 1, len(branching), len(branching), None)
-    parents = [1]  # a draft forward reads the level above the one it draws: the root, then each level's nodes
-    for width in branching[:-1]:
-        parents.append(parents[-1] * width)
+    parents = (1, *tree.level_sizes[:-1])  # a draft forward reads the level above the one it draws
     draft_per_forward_s = draft_forward_s(costs.device, sum(parents) / len(parents)) or draft_per_forward_s
     return where_it_pays(method, step, draft_per_forward_s, costs.device, costs.targets, costs.draft_shape,
                          read_gpu_check(gpu_check_file()))
