@@ -22,7 +22,7 @@ from pathlib import Path
 import gradio as gr
 
 from dynasd.explorer.inputs import CUSTOM, Settings, known_pairs
-from dynasd.explorer.memory import start_heap_trimmer
+from dynasd.explorer.sessions.memory import start_heap_trimmer
 from ui import state
 from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu

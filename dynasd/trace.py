@@ -138,7 +138,7 @@ class StepTrace:
 
 @dataclass
 class Prediction:
-    """A learner's guess about a step, made before its verdict was shown (dynasd/explorer/predict.py), kept with
+    """A learner's guess about a step, made before its verdict was shown (dynasd/explorer/lessons/predict.py), kept with
     the run so that a saved trace brings its guesses and score back. `node` -1: how many tokens the step commits;
     a node index: whether that tested node passes (guess and answer 1 or 0)."""
 

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from dynasd.decoders import make_decoder
-from dynasd.explorer.share import EXAMPLES_DIR
+from dynasd.explorer.sessions.share import EXAMPLES_DIR
 from dynasd.models import load_pair
 from dynasd.options import DecoderOptions
 from dynasd.trace import save_run

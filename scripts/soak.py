@@ -19,7 +19,7 @@ plus memory probes), the clients in this one, and the figures are the server's V
 the server's end on SIGUSR1, after a warm-up and then every --every tabs. --server-env KEY=VALUE goes into the
 server's environment, e.g. MALLOC_ARENA_MAX=2 or SOAK_TRACEMALLOC=<frames> (then the Python allocations that grew
 between the first and the last probe are listed). The app itself returns freed heap to the OS every 30 s
-(dynasd.explorer.session.start_heap_trimmer).
+(dynasd.explorer.sessions.session.start_heap_trimmer).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dynasd.explorer.memory import process_rss_mb  # noqa: E402  (the hub reads HF_HUB_OFFLINE at import)
+from dynasd.explorer.sessions.memory import process_rss_mb  # noqa: E402  (the hub reads HF_HUB_OFFLINE at import)
 
 
 def import_app():
@@ -226,7 +226,7 @@ def solo_ids(pairs, prompt: str, options: dict, max_new: int) -> list[int]:
     and the served pair's draft computes in the kernels' rounding (dynasd/kernels/), so a pair built with stock
     modules writes other tokens."""
     from dynasd.explorer.inputs import Settings
-    from dynasd.explorer.session import build_decoder
+    from dynasd.explorer.sessions.session import build_decoder
 
     settings = Settings(pair="tiny-random", max_new_tokens=max_new, **options).normalised()
     pair = pairs.get(settings)

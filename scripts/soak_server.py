@@ -26,7 +26,7 @@ from pathlib import Path
 
 from soak import import_app  # this folder (a script's folder is on sys.path); sets the environment first
 
-from dynasd.explorer.memory import process_rss_mb
+from dynasd.explorer.sessions.memory import process_rss_mb
 
 app = import_app()
 from ui import state  # noqa: E402  (import_app put the checkout on sys.path)

@@ -6,10 +6,11 @@ import time
 import pytest
 import torch
 
+from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.registry import SessionRegistry
-from dynasd.explorer.session import Mode, SessionFailed, compare_methods
+from dynasd.explorer.sessions.registry import SessionRegistry
+from dynasd.explorer.sessions.session import Mode, compare_methods
 from dynasd.models import ModelLoadError, tiny_random_pair
 from dynasd.options import OPTIONS, DecoderOptions
 
@@ -505,7 +506,7 @@ def test_compare_tab_runs_every_method_and_transformers_assisted_generation(conn
 
 
 def test_compare_says_why_a_pair_without_a_runnable_draft_has_no_peer_row():
-    from dynasd.explorer.peer import run_peer, why_no_peer
+    from dynasd.explorer.measure.peer import run_peer, why_no_peer
 
     pair = tiny_random_pair()
     assert why_no_peer(pair) is None
@@ -625,15 +626,15 @@ def test_no_progress_overlay_covers_a_status_line_or_the_guided_figure():
 def test_a_wide_tree_on_a_cpu_says_at_its_start_why_it_is_slower_than_ar(monkeypatch):
     from dataclasses import replace
 
-    import dynasd.explorer.controller
-    from dynasd.explorer.controller import wide_tree_on_a_cpu as _wide_tree_on_a_cpu
+    import dynasd.explorer.sessions.controller
     from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.sessions.controller import wide_tree_on_a_cpu as _wide_tree_on_a_cpu
 
     default = Settings().normalised()
     assert default.method == "mcsd"
-    monkeypatch.setattr(dynasd.explorer.controller, "pick_device", lambda _: torch.device("cuda"))
+    monkeypatch.setattr(dynasd.explorer.sessions.controller, "pick_device", lambda _: torch.device("cuda"))
     assert _wide_tree_on_a_cpu(default) == "", "on a GPU the paper's tree is the right first sight"
-    monkeypatch.setattr(dynasd.explorer.controller, "pick_device", lambda _: torch.device("cpu"))
+    monkeypatch.setattr(dynasd.explorer.sessions.controller, "pick_device", lambda _: torch.device("cpu"))
     note = _wide_tree_on_a_cpu(default)
     assert "44-node tree is expected to be slower than ar" in note and "45 rows" in note
     narrow = replace(Settings(), k_config="2,1,1,1").normalised()

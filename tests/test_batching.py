@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from dynasd.explorer import batching
-from dynasd.explorer.cost import RunShape
+from dynasd.explorer.measure import batching
+from dynasd.explorer.measure.cost import RunShape
 from viz.batching import batching_figure
 
 GPU_LIKE = {1: 1.0, 2: 1.0, 4: 1.01, 8: 1.02, 16: 1.05, 32: 1.1, 64: 1.2}

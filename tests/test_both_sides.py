@@ -1,8 +1,8 @@
 """The two shipped examples of both sides on a CPU: each replays with no model and says its one-line reason, and
 its recorded steps show what that reason says (many tokens per forward for few rows, or few for many)."""
-from dynasd.explorer.both_sides import NOTES, example_note
-from dynasd.explorer.cost import run_shape
-from dynasd.explorer.share import example_traces, load_example
+from dynasd.explorer.measure.both_sides import NOTES, example_note
+from dynasd.explorer.measure.cost import run_shape
+from dynasd.explorer.sessions.share import example_traces, load_example
 
 
 def test_each_side_has_a_shipped_example_whose_steps_show_its_reason():

@@ -390,7 +390,7 @@ def test_a_shared_link_opens_on_its_step(browser, explorer_url):
     from selenium.webdriver.support.ui import WebDriverWait
 
     from dynasd.explorer.inputs import Settings
-    from dynasd.explorer.share import link_query
+    from dynasd.explorer.sessions.share import link_query
 
     settings = replace(Settings(), pair="tiny-random", max_new_tokens=12).normalised()
     browser.get(f"{explorer_url}?{link_query('hello', settings.controls(), 2)}")

@@ -1,4 +1,4 @@
-"""Compare runs its methods interleaved in chunks of steps (dynasd/explorer/compare.py), so load falls on all of
+"""Compare runs its methods interleaved in chunks of steps (dynasd/explorer/measure/compare.py), so load falls on all of
 them alike: the order rotates round by round, each range comes from the chunks, the load is recorded, no winner is
 named within the noise, and a busy machine is said to be one."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dynasd.explorer import compare
-from dynasd.explorer.compare import CompareResult, CompareRow, rate_range
 from dynasd.explorer.inputs import Settings
-from dynasd.explorer.measured_here import KeptCompare, Measured, fastest_recipe_here
+from dynasd.explorer.measure import compare
+from dynasd.explorer.measure.compare import CompareResult, CompareRow, rate_range
+from dynasd.explorer.measure.measured_here import KeptCompare, Measured, fastest_recipe_here
 from dynasd.explorer.pairs import PairCache
 from dynasd.options import OPTIONS
 from dynasd.recipes import RECIPES

@@ -1,14 +1,16 @@
-"""The session's state machine (dynasd/explorer/controller.py) without Gradio: each learner action moves the one
-Mode as its docstring says and returns one Outcome; the session stays data that pickles mid-Run and goes on in
-a copy; a failing model call marks only its own session, bad input is a UserError."""
+"""The session's state machine (dynasd/explorer/sessions/controller.py) without Gradio: each learner action moves the
+one Mode as its docstring says and returns one Outcome; the session stays data that pickles mid-Run and goes on in a
+copy; a failing model call marks only its own session, bad input is a UserError."""
 from dataclasses import replace
 
 import pytest
 
-from dynasd.explorer.controller import Controller, Show
+from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.session import Mode, Session, SessionFailed, local_compute
+from dynasd.explorer.sessions.calls import InProcess
+from dynasd.explorer.sessions.controller import Controller, Show
+from dynasd.explorer.sessions.session import Mode, Session
 
 SETTINGS = Settings(pair="tiny-random", method="sd", max_new_tokens=8)
 
@@ -19,7 +21,7 @@ def pairs(tiny_pair):
 
 
 def control(session: Session, pairs: PairCache) -> Controller:
-    return Controller(session, local_compute(pairs))
+    return Controller(session, InProcess(pairs))
 
 
 def test_step_starts_a_run_goes_on_and_asks_before_replacing_the_finished_one(pairs):
@@ -120,7 +122,7 @@ def test_a_replayed_example_refuses_to_step_and_a_follow_up_waits_for_the_end(pa
     shown = control(session, pairs).example("sd-sampled")
     assert session.mode is Mode.REPLAYING and shown.loaded is session.run and shown.index == 0
     with pytest.raises(UserError, match="trace file"):
-        session.step(local_compute(pairs))
+        session.step(InProcess(pairs))
     control(session, pairs).step(SETTINGS, "hello")
     with pytest.raises(UserError, match="after a finished run"):
         control(session, pairs).follow_up("and then?")
@@ -129,8 +131,8 @@ def test_a_replayed_example_refuses_to_step_and_a_follow_up_waits_for_the_end(pa
 def test_a_run_starts_saying_what_this_devices_kept_costs_say_of_its_tree(pairs, tiny_pair, monkeypatch):
     """The start line's sentence on speed is Where would it pay?'s verdict on the kept costs, not a rule of thumb
     that could contradict that view; with nothing kept, the rule, said as one."""
-    from dynasd.explorer import cost, where
-    from dynasd.explorer.cost import Conditions, MeasuredCosts, costs_file, keep_costs
+    from dynasd.explorer.measure import cost, where
+    from dynasd.explorer.measure.cost import Conditions, MeasuredCosts, costs_file, keep_costs
 
     wide = replace(SETTINGS, method="mcsd", k_config="4,2,2,1").normalised()
     path = costs_file(tiny_pair)

@@ -113,7 +113,7 @@ def test_the_guided_step_replays_a_dynamic_tree_wave_by_wave(tiny_pair):
     """Learn → guided step: one draft phase per wave (a later wave may add a sibling at level 1), each showing the
     nodes drawn so far with the ones the draft had read by then ringed."""
     import viz
-    from dynasd.explorer.phases import step_at_phase, step_phases
+    from dynasd.explorer.lessons.phases import step_at_phase, step_phases
 
     step = next(s for s in grown_steps(tiny_pair, nodes=12, depth=4, expand=4) if max(s.growth.waves) > 1)
     drafts = [p for p in step_phases(step) if p.kind == "draft"]

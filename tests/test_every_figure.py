@@ -16,8 +16,8 @@ import pytest
 
 import viz
 from dynasd.decoders import make_decoder
-from dynasd.explorer.phases import shown_at, step_phases
-from dynasd.explorer.speed import run_speed
+from dynasd.explorer.lessons.phases import shown_at, step_phases
+from dynasd.explorer.measure.speed import run_speed
 from dynasd.options import METHODS, DecoderOptions
 from dynasd.origins import BY_NAME, ORIGINS
 from dynasd.sampling import SamplingConfig

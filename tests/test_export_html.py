@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_browser import WAIT_S, browser  # noqa: F401  (the browser fixture)
 
-from dynasd.explorer.share import load_example
+from dynasd.explorer.sessions.share import load_example
 from viz.export_html import run_html, write_run_html
 
 

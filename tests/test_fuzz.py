@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dynasd.decoders import make_decoder
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.session import load_trace
+from dynasd.explorer.sessions.session import load_trace
 from dynasd.options import DecoderOptions
 from dynasd.sampling import Draws, greedy_walk, mcss_walk
 from dynasd.trace import (

@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from dynasd.cache import CachedModel
-from dynasd.explorer import cost, engine
+from dynasd.explorer import engine
 from dynasd.explorer.inputs import Settings
+from dynasd.explorer.measure import cost
 from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.sessions.calls import StartRun
 
 PROMPT = "Count to ten: one, two, three"
 QUIET = cost.Conditions(load_average=0.2, threads=1, cpu_s=1.0, wall_s=1.0)
@@ -36,7 +38,7 @@ def test_a_kept_cost_100x_too_slow_is_caught_by_the_first_step(pairs):
     cost.keep_costs(path, planted)
     assert cost.calibrate_context(pairs, SETTINGS, ids).timings == planted.timings, "kept, and so shown"
 
-    progress = engine.start_run(pairs, SETTINGS, PROMPT, steps=1)
+    progress = StartRun(PROMPT).on(pairs, SETTINGS, steps=1)  # a session's start, as the page makes it
     assert not progress.error and len(progress.steps) == 1
     assert cost.read_kept_costs(path).contradicted.startswith("step 0's own verify over ")
 
@@ -106,7 +108,7 @@ def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pai
     nodes' parents) from that line, and says so."""
     from dataclasses import replace
 
-    from dynasd.explorer.speed import run_speed
+    from dynasd.explorer.measure.speed import run_speed
 
     monkeypatch.setattr(cost, "load_average", lambda: 0.1)
     pair = pairs.get(SETTINGS)

@@ -3,8 +3,8 @@ presenter reveals them (a reveal is kept with the run, never scored); the keys a
 import pytest
 from test_browser import WAIT_S, browser  # noqa: F401  (the browser fixture)
 
-from dynasd.explorer import predict
-from dynasd.explorer.share import load_example
+from dynasd.explorer.lessons import predict
+from dynasd.explorer.sessions.share import load_example
 
 
 def test_a_presenters_reveal_is_kept_and_not_scored():

@@ -1,4 +1,4 @@
-"""The KV-cache ledger (dynasd/explorer/ledger.py), derived from the trace alone, agrees with the decoders' real
+"""The KV-cache ledger (dynasd/explorer/lessons/ledger.py), derived from the trace alone, agrees with the decoders' real
 caches after every step of every method and variant (the same cases as the snapshot tests, greedy and sampled):
 the target's cached rows, the draft's cached rows, and the tree rows each forward wrote. Its figure draws each
 cache's rows, and the shipped examples have a ledger with no model."""
@@ -9,8 +9,8 @@ from test_snapshot import METHODS, PROMPT, case_id
 
 from dynasd.cache import CachedModel
 from dynasd.decoders import make_decoder
-from dynasd.explorer.ledger import ledger_markdown, run_ledger
-from dynasd.explorer.share import example_traces, load_example
+from dynasd.explorer.lessons.ledger import ledger_markdown, run_ledger
+from dynasd.explorer.sessions.share import example_traces, load_example
 from dynasd.options import DecoderOptions
 from viz.ledger import ledger_figure
 

@@ -1,7 +1,7 @@
 """What this machine measured is kept per machine and pair, and the Recipe menu marks a recipe only when a kept
 Compare ran exactly its settings and found it the clear winner (its tokens / s range above every other's)."""
 from dynasd.explorer.inputs import Settings
-from dynasd.explorer.measured_here import (
+from dynasd.explorer.measure.measured_here import (
     KeptCompare,
     Measured,
     fastest_recipe_here,

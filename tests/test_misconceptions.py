@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from dynasd.explorer import misconceptions as lab
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.share import load_example
+from dynasd.explorer.lessons import misconceptions as lab
+from dynasd.explorer.sessions.share import load_example
 from viz.misconceptions import lab_figure, lab_markdown
 
 SAMPLES = 4000

@@ -141,7 +141,7 @@ def test_the_explorer_session_answers_a_follow_up_like_a_fresh_decoder(tiny_pair
     conversation; refused before the run has finished."""
     from dynasd.explorer.inputs import Settings, UserError
     from dynasd.explorer.pairs import PairCache
-    from dynasd.explorer.registry import SessionRegistry
+    from dynasd.explorer.sessions.registry import SessionRegistry
 
     pairs = PairCache(device="cpu")
     session = SessionRegistry().get(None)

@@ -12,7 +12,7 @@ import torch
 
 from dynasd.decision import DecisionModel
 from dynasd.explorer.inputs import Settings
-from dynasd.explorer.session import build_decoder
+from dynasd.explorer.sessions.session import build_decoder
 from dynasd.models import ASSETS_DIR, tiny_random_pair
 
 LOSSY_TREE = dict(method="ti-mcsd", width=3, depth=2)  # its output depends on the draft's proposals too

@@ -6,9 +6,9 @@ import json
 import pytest
 from test_browser import WAIT_S, browser  # noqa: F401  (the browser fixture)
 
-from dynasd.explorer import predict
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.share import load_example
+from dynasd.explorer.lessons import predict
+from dynasd.explorer.sessions.share import load_example
 from dynasd.trace import TraceError, load_run, run_from_dict, run_to_dict, save_run
 
 OUT = dict(reveal=10, score=11)  # after the 10 views (the session state is not sent)

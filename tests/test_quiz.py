@@ -4,9 +4,9 @@ it is built and checked through the API and in a real browser on a replayed exam
 import pytest
 from test_browser import WAIT_S, browser  # noqa: F401  (the browser fixture)
 
-from dynasd.explorer import quiz
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.share import example_traces, load_example
+from dynasd.explorer.lessons import quiz
+from dynasd.explorer.sessions.share import example_traces, load_example
 
 
 def test_every_example_gets_eight_questions_whose_answers_are_among_the_choices():

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
+from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import CUSTOM, MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
 from dynasd.explorer.pairs import PairCache, pairs_from_env
-from dynasd.explorer.registry import SessionRegistry
-from dynasd.explorer.session import Session, SessionFailed, load_trace
+from dynasd.explorer.sessions.registry import SessionRegistry
+from dynasd.explorer.sessions.session import Session, load_trace
 from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
 from dynasd.options import MAX_TREE_NODES, DecoderOptions
 from dynasd.trace import run_to_dict, save_run
@@ -233,8 +234,9 @@ def test_a_public_server_offers_only_the_shipped_decision_models():
 def test_every_explorer_entry_point_keeps_the_public_servers_policy():
     """Compare, two methods on one step, the losslessness check and the peer all start through engine.prepare, so
     none of them opens a decision model a public server does not ship."""
-    from dynasd.explorer import losslessness, peer, side_by_side
-    from dynasd.explorer.session import compare_methods
+    from dynasd.explorer.lessons import losslessness, side_by_side
+    from dynasd.explorer.measure import peer
+    from dynasd.explorer.sessions.session import compare_methods
 
     public = PairCache(loader=TinyLoader(), allow_custom=False, allow_hub=False, allow_decision_paths=False)
     sneaky = Settings(**TINY, stop="decision", decision_model="/etc", temperature=1.0)
@@ -558,7 +560,7 @@ def test_stop_mid_run_leaves_a_session_that_continues_to_the_uninterrupted_text(
 def test_heap_trimmer_starts_once_per_process():
     import threading
 
-    from dynasd.explorer.memory import start_heap_trimmer
+    from dynasd.explorer.sessions.memory import start_heap_trimmer
 
     assert start_heap_trimmer(3600) and start_heap_trimmer(3600)  # glibc on every machine this runs on
     assert sum(t.name == "heap-trimmer" for t in threading.enumerate()) == 1

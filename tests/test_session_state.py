@@ -21,7 +21,7 @@ SECOND_PROCESS = """
 import json, sys
 from pathlib import Path
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.session import Session
+from dynasd.explorer.sessions.session import Session
 from ui import play, state
 state.PAIRS = PairCache(device="cpu")
 session = state.SESSIONS.adopt(Session.from_state(Path(sys.argv[1]).read_bytes()))
@@ -35,7 +35,7 @@ print(json.dumps({"said": said, "steps": steps, "text": session.run.text}))
 @pytest.mark.slow(seconds=8)
 def test_a_second_process_goes_on_with_a_session_from_its_state(tmp_path):
     from dynasd.explorer.pairs import PairCache
-    from dynasd.explorer.session import Session
+    from dynasd.explorer.sessions.session import Session
     from ui import play, state
 
     state.PAIRS = PairCache(device="cpu")

@@ -136,7 +136,7 @@ def test_the_app_preloads_the_embedded_pair_offline_with_one_line_and_tiny_rando
     import app
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.pairs import PairCache
-    from dynasd.explorer.registry import SessionRegistry
+    from dynasd.explorer.sessions.registry import SessionRegistry
     from ui import state
 
     pairs = PairCache(device="cpu")

@@ -1,5 +1,5 @@
-"""A run's speed figures have one owner (dynasd/explorer/speed.py): one measured speed-up against ar, every other
-number named for what it is, with why they differ; the cost view draws them as given."""
+"""A run's speed figures have one owner (dynasd/explorer/measure/speed.py): one measured speed-up against ar, every
+other number named for what it is, with why they differ; the cost view draws them as given."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from dynasd.decoders import make_decoder
-from dynasd.explorer.cost import MeasuredCosts, run_shape
-from dynasd.explorer.measured_here import KeptCompare, Measured
-from dynasd.explorer.speed import compared_speedup, run_speed
+from dynasd.explorer.measure.cost import MeasuredCosts, run_shape
+from dynasd.explorer.measure.measured_here import KeptCompare, Measured
+from dynasd.explorer.measure.speed import compared_speedup, run_speed
 from dynasd.options import DecoderOptions
 from viz.cost import cost_figure, cost_markdown
 

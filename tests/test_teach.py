@@ -11,12 +11,15 @@ import torch
 from scipy.stats import chi2
 
 import viz
+from dynasd import step_cost
 from dynasd.decoders import make_decoder
-from dynasd.explorer import cost, losslessness, share, side_by_side
 from dynasd.explorer.inputs import Settings, UserError
+from dynasd.explorer.lessons import losslessness, side_by_side
+from dynasd.explorer.lessons.phases import shown_at, step_at_phase, step_phases
+from dynasd.explorer.measure import cost
+from dynasd.explorer.measure.speed import run_speed
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.phases import shown_at, step_at_phase, step_phases
-from dynasd.explorer.speed import run_speed
+from dynasd.explorer.sessions import share
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import TraceError, run_from_dict, run_to_dict
@@ -155,19 +158,19 @@ def test_phases_come_in_order_and_each_shows_only_what_existed_then(runs):
 # -- the cost model's arithmetic ------------------------------------------------------------------------------------
 
 def test_cost_arithmetic_on_hand_worked_numbers():
-    assert cost.expected_speedup(3.0, step_s=0.02, ar_s=0.01) == pytest.approx(1.5)
-    assert cost.chain_tokens_per_step(0.5, 2) == pytest.approx(1.75)
-    assert cost.chain_tokens_per_step(1.0, 4) == 5.0
+    assert step_cost.expected_speedup(3.0, step_s=0.02, ar_s=0.01) == pytest.approx(1.5)
+    assert step_cost.chain_tokens_per_step(0.5, 2) == pytest.approx(1.75)
+    assert step_cost.chain_tokens_per_step(1.0, 4) == 5.0
     # a step costing 1.75 ar steps on a depth-2 chain breaks even exactly at acceptance 0.5
-    assert cost.break_even_acceptance(2, step_s=0.0175, ar_s=0.01) == pytest.approx(0.5, abs=1e-5)
-    assert cost.break_even_acceptance(2, step_s=0.031, ar_s=0.01) is None  # more than 3 ar steps: never pays
-    assert cost.break_even_acceptance(2, step_s=0.009, ar_s=0.01) == 0.0
+    assert step_cost.break_even_acceptance(2, step_s=0.0175, ar_s=0.01) == pytest.approx(0.5, abs=1e-5)
+    assert step_cost.break_even_acceptance(2, step_s=0.031, ar_s=0.01) is None  # more than 3 ar steps: never pays
+    assert step_cost.break_even_acceptance(2, step_s=0.009, ar_s=0.01) == 0.0
     # 3 tokens per step at 10 ms each = 30 ms of budget; draft 8 ms + base 2 ms leave 20 ms for 40 rows
-    assert cost.break_even_row_cost(3.0, 40, 0.008, 0.002, 0.01) == pytest.approx(0.0005)
-    assert cost.break_even_row_cost(1.0, 40, 0.02, 0.0, 0.01) is None
-    assert cost.fit_line([1, 2, 4], [3, 5, 9]) == pytest.approx((1.0, 2.0))
-    assert cost.fit_line([5, 5], [1, 3]) == (2.0, 0.0)
-    costs = cost.StepCosts(ar_s=0.01, verify_base_s=0.008, verify_per_row_s=0.001, draft_per_forward_s=0.002)
+    assert step_cost.break_even_row_cost(3.0, 40, 0.008, 0.002, 0.01) == pytest.approx(0.0005)
+    assert step_cost.break_even_row_cost(1.0, 40, 0.02, 0.0, 0.01) is None
+    assert step_cost.fit_line([1, 2, 4], [3, 5, 9]) == pytest.approx((1.0, 2.0))
+    assert step_cost.fit_line([5, 5], [1, 3]) == (2.0, 0.0)
+    costs = step_cost.StepCosts(ar_s=0.01, verify_base_s=0.008, verify_per_row_s=0.001, draft_per_forward_s=0.002)
     assert costs.step_s(rows=20, draft_forwards=4) == pytest.approx(0.036)
 
 

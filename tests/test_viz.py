@@ -237,9 +237,9 @@ def test_timeline_stacks_every_committed_token(runs):
 
 
 def compared(runs: dict):
-    """A Compare's result over finished runs, each timed as one chunk per step (dynasd/explorer/compare.py)."""
-    from dynasd.explorer.compare import Chunk, CompareState, MethodRun, compare_result
+    """A Compare's result over finished runs, each timed as one chunk per step (dynasd/explorer/measure/compare.py)."""
     from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.measure.compare import Chunk, CompareState, MethodRun, compare_result
 
     state = CompareState(Settings(pair="tiny-random"), "hi", tuple(runs),
                          runs={m: MethodRun(m, run=run) for m, run in runs.items()},
@@ -439,7 +439,7 @@ def test_speed_and_acceptance_read_the_same_in_summary_and_compare(runs):
 def test_every_view_names_the_acceptance_test_alike_and_agrees_with_the_walk(runs):
     """p′ and q′ (what a test used), one comparison (u < min(1, p′/q′)), and the verdict the walk recorded: the
     tree's hover, the p/q bars' hover, the Acceptance test view and the guided step say the same for every test."""
-    from dynasd.explorer.phases import step_phases
+    from dynasd.explorer.lessons.phases import step_phases
     from dynasd.sampling import ACCEPT_RULE, REJECT_RULE
     from viz.residual import acceptance_figure
     from viz.tree import _hover

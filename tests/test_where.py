@@ -1,6 +1,7 @@
-"""Where would it pay? (dynasd/explorer/where.py, targets.py): a run's step carried to other targets and a GPU from
-given costs, checked against hand-computed values; the sentence about a tree is derived from the view; the bigger
-targets' costs are measured once on this device, kept in the temporary cache, read back, and not kept when busy."""
+"""Where would it pay? (dynasd/explorer/measure/where.py, targets.py): a run's step carried to other targets and a
+GPU from given costs, checked against hand-computed values; the sentence about a tree is derived from the view; the
+bigger targets' costs are measured once on this device, kept in the temporary cache, read back, and not kept when
+busy."""
 from __future__ import annotations
 
 import json
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from dynasd.explorer import targets, where
-from dynasd.explorer.cost import MeasuredCosts, chain_tokens_per_step, fit_line
-from dynasd.explorer.targets import TargetShape
-from dynasd.explorer.where import GpuModel, StepShape
+from dynasd.explorer.measure import targets, where
+from dynasd.explorer.measure.cost import MeasuredCosts
+from dynasd.explorer.measure.targets import TargetShape
+from dynasd.explorer.measure.where import GpuModel, StepShape
 from dynasd.kernels.block_weights import block_kernel
+from dynasd.step_cost import chain_tokens_per_step, fit_line
 from viz.where import where_figure, where_markdown
 
 DEVICE = MeasuredCosts({1: 0.010, 8: 0.014, 16: 0.018}, "2026-12-06 00:00", "by hand", "here")
@@ -122,7 +124,7 @@ def test_a_shapes_costs_are_measured_once_kept_in_the_cache_and_not_kept_when_bu
 
 
 def test_the_sentence_said_at_a_runs_start_reads_only_kept_costs(tiny_pair):
-    from dynasd.explorer.cost import Conditions, costs_file, keep_costs
+    from dynasd.explorer.measure.cost import Conditions, costs_file, keep_costs
 
     path = costs_file(tiny_pair)
     path.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from dynasd.explorer.inputs import Settings
+from dynasd.explorer.sessions.calls import Advance, StartRun
 from dynasd.models import tiny_random_pair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,10 +181,10 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
     run = wrapped["gpu_run"]
 
     def start(settings, prompt, **kwargs):
-        return run(settings, "start", prompt, **kwargs)
+        return run(settings, StartRun(prompt), **kwargs)
 
     def advance(settings, snapshot, **kwargs):
-        return run(settings, "advance", snapshot, **kwargs)
+        return run(settings, Advance(snapshot), **kwargs)
 
     longest = Settings(pair="tiny-random", max_new_tokens=gpu.MAX_NEW_TOKENS_LIMIT)
     one, chunk, whole = (advance(longest, None, steps=n) for n in (1, gpu.GPU_STEP_CHUNK, gpu.UNTIL_DONE))
@@ -211,7 +212,7 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
 def test_the_losslessness_check_split_into_gpu_calls_draws_what_one_call_draws(zero_gpu_app, monkeypatch):
     """Its samples are drawn in calls of at most SAMPLES_PER_CALL, with the seeds one call would use: the same
     counts, the same p-values."""
-    from dynasd.explorer import losslessness
+    from dynasd.explorer.lessons import losslessness
     from dynasd.explorer.pairs import PairCache
 
     fresh, fake = zero_gpu_app
@@ -289,7 +290,7 @@ def test_zerogpus_own_failures_become_one_line_with_a_way_on(zero_gpu_app, monke
         def refuse(*args, message=message, **kwargs):
             raise gr.Error(message)
 
-        monkeypatch.setattr(fresh.gpu, "gpu_advance", refuse)
+        monkeypatch.setattr(fresh.gpu, "gpu_run", refuse)
         with pytest.warns(UserWarning):  # gradio's toast, outside a request
             said = play.on_step(session.id, "hello", **tiny)[OUT_STATUS]
         assert said.startswith("⚠ no GPU for this call") and message.splitlines()[0][:60] in said, said

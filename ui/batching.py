@@ -1,11 +1,11 @@
 """Learn → Rows and batches: the verify cost against its rows on this device (the cost model's calibration: runs
 the target for a second or two) in one sentence, and a model of the speed-up against batch size
-(dynasd/explorer/batching.py, viz/batching.py); the `rows_and_batches` API endpoint."""
+(dynasd/explorer/measure/batching.py, viz/batching.py); the `rows_and_batches` API endpoint."""
 from __future__ import annotations
 
 import gradio as gr
 
-from dynasd.explorer import batching
+from dynasd.explorer.measure import batching
 from viz.batching import batching_figure
 
 from . import gpu

@@ -8,7 +8,7 @@ from pathlib import Path
 import gradio as gr
 
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.session import Session
+from dynasd.explorer.sessions.session import Session
 from viz.export_html import MAX_EXPORT_STEPS, write_run_html
 
 from .handler import handler

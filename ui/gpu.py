@@ -28,15 +28,15 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from dynasd.explorer import compare as compare_model
-from dynasd.explorer import cost as cost_model
-from dynasd.explorer import engine, losslessness, side_by_side
-from dynasd.explorer import where as where_model
 from dynasd.explorer.engine import UNTIL_DONE, Progress
-from dynasd.explorer.failures import Failed, failures_as_data
+from dynasd.explorer.failures import Failed, SessionFailed, failures_as_data
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, first_line
-from dynasd.explorer.peer import run_peer
-from dynasd.explorer.session import Compute, SessionFailed
+from dynasd.explorer.lessons import losslessness, side_by_side
+from dynasd.explorer.measure import compare as compare_model
+from dynasd.explorer.measure import cost as cost_model
+from dynasd.explorer.measure import where as where_model
+from dynasd.explorer.measure.peer import run_peer
+from dynasd.explorer.sessions.calls import ModelCalls, RunRequest
 from dynasd.options import METHODS
 
 from . import state
@@ -122,35 +122,18 @@ def on_gpu(duration: Callable[..., int]):
 # -- the model calls: functions of data --------------------------------------------------------------------------
 
 @on_gpu(_run_seconds)
-def gpu_run(settings: Settings, action: str, data, steps: int = 0, expected_s: float = 0.0,
-            turns: list[str] | None = None) -> Progress:
-    """A run's model call: "start" (`data`: the prompt), "advance" (the snapshot) or "follow-up" (the snapshot; and
-    `turns`). One GPU function for the three: ZeroGPU keeps a worker per decorated function, and the live decoder a
-    call leaves (engine.LIVE) spares the next call a prefill only in the same worker."""
-    if action == "start":
-        return engine.start_run(state.PAIRS, settings, data, steps)
-    if action == "advance":
-        return engine.advance(state.PAIRS, settings, data, steps)
-    return engine.follow_up(state.PAIRS, settings, data, turns or [], steps)
-
-
-def gpu_start(settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
-    return gpu_run(settings, "start", prompt, steps=steps, expected_s=expected_s)
-
-
-def gpu_advance(settings: Settings, snapshot, steps: int = 1, expected_s: float = 0.0) -> Progress:
-    return gpu_run(settings, "advance", snapshot, steps=steps, expected_s=expected_s)
-
-
-def gpu_follow_up(settings: Settings, snapshot, turns: list[str], steps: int = 0,
-                  expected_s: float = 0.0) -> Progress:
-    return gpu_run(settings, "follow-up", snapshot, steps=steps, expected_s=expected_s, turns=turns)
+def gpu_run(settings: Settings, request: RunRequest, steps: int = 0, expected_s: float = 0.0) -> Progress:
+    """A run's model call where the models are: `request` is a StartRun, an Advance or a FollowUp
+    (dynasd/explorer/sessions/calls.py), which runs the engine. One GPU function for the three: ZeroGPU keeps a
+    worker per decorated function, and the live decoder a call leaves (engine.LIVE) spares the next call a prefill
+    only in the same worker."""
+    return request.on(state.PAIRS, settings, steps)
 
 
 @on_gpu(_round_seconds)
 @failures_as_data
 def gpu_compare_round(settings: Settings, compared: compare_model.CompareState) -> compare_model.CompareState:
-    """One round of an interleaved Compare (dynasd/explorer/compare.py): every unfinished method one chunk of
+    """One round of an interleaved Compare (dynasd/explorer/measure/compare.py): every unfinished method one chunk of
     steps, from the Compare's state as data to its next state."""
     return compare_model.compare_round(state.PAIRS, compared)
 
@@ -171,7 +154,7 @@ def gpu_calibrate(settings: Settings, context_ids: list[int], again: bool = Fals
 @on_gpu(_run_whole_seconds)
 @failures_as_data
 def gpu_where(settings: Settings, context_ids: list[int], again: bool = False) -> where_model.WhereCosts:
-    """What Learn → Where would it pay? needs measured (dynasd/explorer/where.py: where_costs)."""
+    """What Learn → Where would it pay? needs measured (dynasd/explorer/measure/where.py: where_costs)."""
     return where_model.where_costs(state.PAIRS, settings, context_ids, again)
 
 
@@ -269,31 +252,26 @@ def no_gpu(exc: BaseException) -> str:
             "a while, or replay an example trace (Learn → Share & examples), which needs no GPU")
 
 
-def _through(function: Callable) -> Callable:
-    """A run's call (start, advance, follow-up) with no more steps than fit in one GPU call (fit_steps)."""
-    def through(settings, *args, steps: int = 0, expected_s: float = 0.0, **kwargs):
-        steps, expected_s = fit_steps(settings, steps, expected_s)
-        return call(function, settings, *args, steps=steps, expected_s=expected_s, **kwargs)
-    return through
+class PageCalls(ModelCalls):
+    """The page's form of a session's model calls (calls.ModelCalls): each on the model thread, or on a ZeroGPU
+    Space in a GPU process (`call`), with no more steps than fit in one GPU call (fit_steps). On ZeroGPU a Step
+    computes GPU_STEP_CHUNK steps and a Run as many as fit; a run's start says in a toast when its pair loads first
+    (tens of seconds on a CPU): the toast goes at once, in the event's own stream and so before its update, which a
+    separate status event could not promise."""
 
+    def __init__(self) -> None:
+        self.gpu = on_zero_gpu()
+        self.chunk = GPU_STEP_CHUNK if self.gpu else 1
+        self.run_chunk = run_steps()
 
-def compute() -> Compute:
-    """Where a session's runs are computed: in place (one step per Step), or on ZeroGPU in chunks."""
-    zero = on_zero_gpu()
-    return Compute(start=_announced(_through(gpu_start)), advance=_through(gpu_advance),
-                   follow_up=_through(gpu_follow_up), chunk=GPU_STEP_CHUNK if zero else 1, run_chunk=run_steps(),
-                   gpu=zero)
-
-
-def _announced(start: Callable) -> Callable:
-    """A run's start that first says, in a toast, when its pair is loading (tens of seconds on a CPU): the toast
-    goes at once, in the event's own stream and so before its update, which a separate status event could not
-    promise."""
-    def announced(settings, *args, **kwargs):
+    def start(self, settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
         if settings.pair_key not in state.PAIRS.loaded():
             gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
-        return start(settings, *args, **kwargs)
-    return announced
+        return super().start(settings, prompt, steps, expected_s)
+
+    def run(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
+        steps, expected_s = fit_steps(settings, steps, expected_s)
+        return call(gpu_run, settings, request, steps=steps, expected_s=expected_s)
 
 
 def run_steps() -> int:
@@ -303,9 +281,9 @@ def run_steps() -> int:
 
 
 def compare(settings: Settings, prompt: str) -> Iterator[compare_model.CompareState]:
-    """Compare's states as its interleaved rounds come (dynasd/explorer/compare.py): one model call per round (on
-    ZeroGPU, one GPU call each, which fits GPU_MAX_S whatever the run's length) and one per whole peer run, between
-    the rounds. Raises UserError or SessionFailed."""
+    """Compare's states as its interleaved rounds come (dynasd/explorer/measure/compare.py): one model call per
+    round (on ZeroGPU, one GPU call each, which fits GPU_MAX_S whatever the run's length) and one per whole peer
+    run, between the rounds. Raises UserError or SessionFailed."""
     compared = compare_model.new_compare(settings, prompt)
     yield from compare_model.interleaved(compared, lambda now: call(gpu_compare_round, settings, now),
                                          lambda: attempt(gpu_compare_peer, settings, prompt))

@@ -15,8 +15,8 @@ from typing import Callable, Iterator
 
 import gradio as gr
 
+from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import UserError, one_line
-from dynasd.explorer.session import SessionFailed
 
 from . import state
 from .views import Views

@@ -1,7 +1,7 @@
 """The Learn tab: teaching views of the step on show (guided phases, the residual, the acceptance test, the cost
-model, two methods on one step, an empirical losslessness check, shareable links and example traces), and its
-section of the page (learn_section, called once from build_app). The figures are viz/residual.py, guided.py,
-cost.py and losslessness.py; the arithmetic and the sampling dynasd/explorer/cost.py, losslessness.py, phases.py,
+model, two methods on one step, an empirical losslessness check, shareable links and example traces), and its section
+of the page (learn_section, called once from build_app). The figures are viz/residual.py, guided.py, cost.py and
+losslessness.py; the arithmetic and the sampling dynasd/explorer/measure/cost.py, losslessness.py, phases.py,
 side_by_side.py and share.py. Each handler is one line behind ui/handler.py's decorator."""
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from typing import Any
 import gradio as gr
 
 import viz
-from dynasd.explorer import losslessness, share, side_by_side
-from dynasd.explorer.best_trees import best_trees
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.session import Session
-from dynasd.explorer.speed import speed_here
+from dynasd.explorer.lessons import losslessness, side_by_side
+from dynasd.explorer.measure.best_trees import best_trees
+from dynasd.explorer.measure.speed import speed_here
+from dynasd.explorer.sessions import share
+from dynasd.explorer.sessions.session import Session
 from dynasd.options import METHODS, options_of_run
 from dynasd.sampling import ACCEPT_RULE
 from viz.cost import budget_figure, cost_figure, cost_markdown
@@ -76,7 +77,7 @@ class LearnViews(Views):
 @dataclass
 class CostViews(Views):
     """Learn → Cost model: the speed-up curves, the best tree by budget, their words and the Learn status. Every
-    number is the run's speed figures (dynasd/explorer/speed.py)."""
+    number is the run's speed figures (dynasd/explorer/measure/speed.py)."""
 
     CLEARED = {"plot": None, "budget": None, "text": None}
     plot: Any = left_out()

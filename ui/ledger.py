@@ -1,4 +1,4 @@
-"""The KV cache tab of the step's views: the ledger of the step on show (dynasd/explorer/ledger.py, drawn by
+"""The KV cache tab of the step's views: the ledger of the step on show (dynasd/explorer/lessons/ledger.py, drawn by
 viz/ledger.py), the `kv_cache` API endpoint. While the tab is open it follows the step on show, as the Learn tab
 does (not during a Run)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import gradio as gr
 
-from dynasd.explorer.ledger import ledger_markdown, run_ledger
-from dynasd.explorer.session import Session
+from dynasd.explorer.lessons.ledger import ledger_markdown, run_ledger
+from dynasd.explorer.sessions.session import Session
 from viz.ledger import ledger_figure
 
 from .handler import handler

@@ -1,12 +1,12 @@
 """Learn → Losslessness → the misconception lab: the correct acceptance rule beside the wrong ones learners
-propose, sampled at a rejection of the run on show (dynasd/explorer/misconceptions.py; viz/misconceptions.py);
+propose, sampled at a rejection of the run on show (dynasd/explorer/lessons/misconceptions.py; viz/misconceptions.py);
 the `misconceptions` API endpoint. No model: it reads p and q from the trace."""
 from __future__ import annotations
 
 import gradio as gr
 
-from dynasd.explorer import misconceptions as lab
-from dynasd.explorer.session import Session
+from dynasd.explorer.lessons import misconceptions as lab
+from dynasd.explorer.sessions.session import Session
 from viz.misconceptions import lab_figure, lab_markdown
 
 from .handler import handler

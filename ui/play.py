@@ -1,8 +1,8 @@
 """The Play tab's handlers: Step, the paced Run (and the API's streamed Run), Stop, Reset, the step slider, Compare,
 saving and loading traces, recipes and the controls that follow the method and the pair. Each is one line behind
-ui/handler.py's decorator: the session's controller (dynasd/explorer/controller.py) does the action, the views of
-ui/views.py show its outcome. Model work goes through ui/gpu.py as calls of data in, data out (on a ZeroGPU Space
-each is a GPU call in another process)."""
+ui/handler.py's decorator: the session's controller (dynasd/explorer/sessions/controller.py) does the action, the
+views of ui/views.py show its outcome. Model work goes through ui/gpu.py as calls of data in, data out (on a ZeroGPU
+Space each is a GPU call in another process)."""
 from __future__ import annotations
 
 import tempfile
@@ -13,11 +13,11 @@ import pandas as pd
 
 import viz
 from dynasd.device_info import machine_line
-from dynasd.explorer import compare as compare_model
-from dynasd.explorer.controller import Controller, Outcome
 from dynasd.explorer.inputs import CUSTOM, UserError
-from dynasd.explorer.measured_here import KeptCompare, fastest_recipe_here, read_compare
-from dynasd.explorer.session import Session
+from dynasd.explorer.measure import compare as compare_model
+from dynasd.explorer.measure.measured_here import KeptCompare, fastest_recipe_here, read_compare
+from dynasd.explorer.sessions.controller import Controller, Outcome
+from dynasd.explorer.sessions.session import Session
 from dynasd.models import has_feature_draft
 from dynasd.options import OPTIONS
 from dynasd.recipes import RECIPES, recipe_values
@@ -35,7 +35,7 @@ STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many se
 
 def controller(session: Session) -> Controller:
     """The session's controller, its model calls through ui/gpu.py (on ZeroGPU: GPU calls in chunks)."""
-    return Controller(session, gpu.compute())
+    return Controller(session, gpu.PageCalls())
 
 
 def paced(session: Session, outcome: Outcome, tick) -> RunViews:
@@ -88,7 +88,7 @@ def on_show_step(session, index):
 
 @handler(CompareViews)
 def on_compare(session, prompt, **controls):
-    """Every method in interleaved rounds with peer runs between (dynasd/explorer/compare.py), one model call a
+    """Every method in interleaved rounds with peer runs between (dynasd/explorer/measure/compare.py), one model call a
     round (ui/gpu.py); the table grows round by round; a finished Compare is kept for the Recipe menu."""
     for compared in gpu.compare(settings_from(controls), prompt):
         result = compare_model.compare_result(compared)

@@ -1,7 +1,7 @@
 """Predict, then reveal, on the page: Play's 'Let me predict first' (the step's verdicts wait for a guess of how
 many tokens it commits) and the guided step's 'will this node pass?' buttons; one API endpoint, `predict`
 (step, node, guess in; the step's views, the reveal and the score out). The questions and scoring are
-dynasd/explorer/predict.py, the hidden views viz/predict.py."""
+dynasd/explorer/lessons/predict.py, the hidden views viz/predict.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,9 +9,9 @@ from typing import Any
 
 import gradio as gr
 
-from dynasd.explorer import phases, predict
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.session import Session
+from dynasd.explorer.lessons import phases, predict
+from dynasd.explorer.sessions.session import Session
 
 from .handler import handler
 from .play import controller

@@ -1,4 +1,4 @@
-"""Learn → Quiz: a checkpoint quiz built from the run on show (dynasd/explorer/quiz.py), one radio per question;
+"""Learn → Quiz: a checkpoint quiz built from the run on show (dynasd/explorer/lessons/quiz.py), one radio per question;
 the `quiz` (build) and `quiz_check` (answers in, marks and score out) API endpoints."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import gradio as gr
 
-from dynasd.explorer import quiz
-from dynasd.explorer.session import Session
+from dynasd.explorer.lessons import quiz
+from dynasd.explorer.sessions.session import Session
 
 from .handler import handler
 from .views import Views, left_out

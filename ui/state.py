@@ -4,7 +4,7 @@ the tests) may replace them."""
 from __future__ import annotations
 
 from dynasd.explorer.pairs import pairs_from_env
-from dynasd.explorer.registry import SessionRegistry
+from dynasd.explorer.sessions.registry import SessionRegistry
 
 PAIRS = pairs_from_env()
 SESSIONS = SessionRegistry(max_sessions=64, ttl_s=3600)

@@ -2,7 +2,7 @@
 scripts read them too, ui/page_scripts.py)."""
 from __future__ import annotations
 
-from dynasd.explorer.controller import RUNNING, STOPPING  # statuses of a Run (the page reads RUNNING)
+from dynasd.explorer.sessions.controller import RUNNING, STOPPING  # statuses of a Run (the page reads RUNNING)
 
 __all__ = ["RUNNING", "STOPPING", "status_line"]
 

@@ -13,12 +13,12 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import viz
-from dynasd.explorer import cost as cost_model
-from dynasd.explorer import phases
-from dynasd.explorer.controller import Outcome, Show
 from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
-from dynasd.explorer.predict import asks_first, score_markdown
-from dynasd.explorer.session import Session
+from dynasd.explorer.lessons import phases
+from dynasd.explorer.lessons.predict import asks_first, score_markdown
+from dynasd.explorer.measure import cost as cost_model
+from dynasd.explorer.sessions.controller import Outcome, Show
+from dynasd.explorer.sessions.session import Session
 from viz.guided import guided_figure
 from viz.predict import hidden_step_views
 

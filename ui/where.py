@@ -1,11 +1,11 @@
 """Learn → Where would it pay?: the run on show's acceptance carried to this device, to targets of larger real shapes
-measured here, and to a GPU (dynasd/explorer/where.py; drawn by viz/where.py); the `where_would_it_pay` API
+measured here, and to a GPU (dynasd/explorer/measure/where.py; drawn by viz/where.py); the `where_would_it_pay` API
 endpoint. The first use measures the bigger targets on this device (tens of seconds on a CPU) and keeps them."""
 from __future__ import annotations
 
 import gradio as gr
 
-from dynasd.explorer import where
+from dynasd.explorer.measure import where
 from viz.where import where_figure, where_markdown
 
 from . import gpu

@@ -1,11 +1,11 @@
 """Rows and batches: the measured forward time against its rows (relative to one row), and the MODELLED speed-up
-over ar against a server's batch size (dynasd/explorer/batching.py), one above the other."""
+over ar against a server's batch size (dynasd/explorer/measure/batching.py), one above the other."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dynasd.explorer.batching import RowCost, memory_bound_rows
+from dynasd.explorer.measure.batching import RowCost, memory_bound_rows
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout
 

@@ -1,10 +1,11 @@
 """Compare drawn: the table's rows as text and the two-panel bar chart, from a Compare's result
-(dynasd/explorer/compare.py: CompareResult, numbers measured in interleaved rounds). Nothing is computed here."""
+(dynasd/explorer/measure/compare.py: CompareResult, numbers measured in interleaved rounds). Nothing is computed
+here."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.compare import CompareResult, CompareRow
+from dynasd.explorer.measure.compare import CompareResult, CompareRow
 
 from .style import STATUS_COLORS, base_layout
 from .timeline import CONDITIONAL, LEVEL_RATE, PER_POSITION, TOKENS_PER_S, _two_panels, rates_text

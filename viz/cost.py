@@ -1,13 +1,13 @@
 """The cost model in one chart: expected speed-up over ar as a function of the acceptance rate, for this step
 shape on this device and for the same shape with free verify rows, with this run's expected and measured speed-ups
 marked. The break-even line at 1 is where drafting stops paying. Every number is the run's speed figures
-(dynasd/explorer/speed.py: RunSpeed), drawn and written as they are given."""
+(dynasd/explorer/measure/speed.py: RunSpeed), drawn and written as they are given."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.best_trees import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
-from dynasd.explorer.speed import RunSpeed
+from dynasd.explorer.measure.best_trees import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
+from dynasd.explorer.measure.speed import RunSpeed
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout
 from .timeline import rates_text
@@ -116,7 +116,7 @@ def cost_figure(speed: RunSpeed) -> go.Figure:
 
 
 def budget_figure(best: BestTrees) -> go.Figure:
-    """Expected speed-up of the best static tree for each node budget (dynasd/explorer/best_trees.py: from the
+    """Expected speed-up of the best static tree for each node budget (dynasd/explorer/measure/best_trees.py: from the
     run's own acceptance by sibling rank and this device's costs), with the run's own tree marked when it is a
     static one: how far today's shape is from the best this draft allows here. Every expectation is drawn cut by
     `best.scale`."""

@@ -1,10 +1,10 @@
 """The guided step's figure: the tree as it stood at a phase, or the verify mask at the Verify phase. What a phase
-is and what the step held then are dynasd/explorer/phases.py's; this module only draws them."""
+is and what the step held then are dynasd/explorer/lessons/phases.py's; this module only draws them."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.phases import Phase
+from dynasd.explorer.lessons.phases import Phase
 from dynasd.trace import StepTrace
 
 from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, base_layout, show_token

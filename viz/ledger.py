@@ -1,12 +1,12 @@
 """The KV-cache ledger of one step as a figure: each model's cache as a row of cells (one per position), during
 the step (what its forwards wrote: committed rows, then tree rows) and after the commit (the accepted path kept,
 the rest cropped, the committed token still pending), with a line where the next step's forward starts. The rows
-come from dynasd/explorer/ledger.py."""
+come from dynasd/explorer/lessons/ledger.py."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.ledger import CacheRows, StepLedger, draft_fed_nodes
+from dynasd.explorer.lessons.ledger import CacheRows, StepLedger, draft_fed_nodes
 from dynasd.trace import RunTrace
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout, show_token

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.losslessness import LosslessnessCheck
+from dynasd.explorer.lessons.losslessness import LosslessnessCheck
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout, show_token
 

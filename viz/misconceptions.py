@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dynasd.explorer.misconceptions import SHORT_NAMES, Position, RuleResult, sampling_noise, visible
+from dynasd.explorer.lessons.misconceptions import SHORT_NAMES, Position, RuleResult, sampling_noise, visible
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout, show_token
 

@@ -15,7 +15,7 @@ from .tree import root_token, tree_figure
 def hidden_step_views(run: RunTrace, index: int, untested: StepTrace, before: tuple | None,
                       question: str) -> tuple[list, dict, str, str]:
     """(text spans, figures, summary, story) of step `index` with its verdicts hidden: `untested` is the step
-    before its tests (dynasd/explorer/phases.py before_the_tests). `before`: the views of step index - 1
+    before its tests (dynasd/explorer/lessons/phases.py before_the_tests). `before`: the views of step index - 1
     (ui/views.py step_views), None for the first step."""
     step = run.steps[index]
     root = root_token(run, index)

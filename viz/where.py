@@ -1,12 +1,12 @@
-"""Where would it pay? drawn: one bar per target and device with the expected speed-up over ar, and the two
-numbers that decide it written on each (the draft's share of a target forward, the acceptance needed to break
-even), from dynasd/explorer/where.py's view. Measured rows are solid, modelled ones hatched and named so (meaning
-never by colour alone); every label is dark text on white. Nothing is computed here."""
+"""Where would it pay? drawn: one bar per target and device with the expected speed-up over ar, and the two numbers
+that decide it written on each (the draft's share of a target forward, the acceptance needed to break even), from
+dynasd/explorer/measure/where.py's view. Measured rows are solid, modelled ones hatched and named so (meaning never
+by colour alone); every label is dark text on white. Nothing is computed here."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.where import WhereItPays, WhereRow
+from dynasd.explorer.measure.where import WhereItPays, WhereRow
 
 from .style import STATUS_COLORS, base_layout
 from .timeline import rates_text

@@ -29,7 +29,6 @@ from ..options import DecoderOptions
 from ..prompts import follow_up_ids
 from ..stopping import READS_DECISION_MODEL, load_decision_model
 from ..trace import RunTrace, StepTrace
-from .cost import check_kept_costs
 from .inputs import Settings, UserError, check_prompt, one_line
 from .pairs import MODEL_BUILD_LOCK, PairCache
 
@@ -59,7 +58,7 @@ class Progress:
     seconds: float = 0.0                 # the whole call, where it ran
     error: str = ""
     failed: bool = False
-    tree_note: str = ""                  # a new run: what this device's kept costs say of its tree (tree_note)
+    tree_note: str = ""                  # a new run: what this device's kept costs say of its tree (where.py)
 
     @property
     def step_seconds(self) -> float:
@@ -253,7 +252,6 @@ def _start(pairs: PairCache, settings: Settings, prompt: str, steps: int, progre
         progress.prefill_seconds = time.perf_counter() - prefilling
     progress.run = _header(run)
     _steps(pairs, prepared.pair, decoder, steps, progress)
-    progress.tree_note = tree_note(prepared.pair, prepared.settings, progress.steps)
 
 
 def _resumed(prepared: Prepared, snapshot: DecoderSnapshot) -> Decoder:
@@ -301,8 +299,7 @@ def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, 
 
 def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progress) -> None:
     """Take up to `steps` steps, each under the pair's lock (other sessions' steps interleave), recording the
-    run's text after each; check this device's kept costs against the steps' own times (cost.py); then the
-    snapshot, and the decoder kept live unless its run is over. A step that
+    run's text after each; then the snapshot, and the decoder kept live unless its run is over. A step that
     fails leaves the decoder half way through it: no snapshot then, the steps before it still come back."""
     run = decoder.run
     for _ in range(steps):
@@ -312,25 +309,9 @@ def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progr
             FAULTS.raise_if_armed("step", run.prompt)
             step = decoder.step()  # a failure leaves the decoder half way: no snapshot, the session fails
         progress.steps.append(RecordedStep(step, run.text, run.finished))
-    check_kept_costs(pair, [recorded.step for recorded in progress.steps])
     progress.snapshot = decoder.snapshot()
     if not decoder.done:
         LIVE.keep(progress.snapshot.fingerprint, decoder)
-
-
-def tree_note(pair, settings: Settings, steps: list[RecordedStep]) -> str:
-    """The sentence said when a run starts about its tree on this device, from the costs kept here (a draft forward
-    from the draft's kept line, else the first step's own) by where.tree_sentence: derived from the view Learn →
-    Where would it pay? draws, so the two cannot disagree; "" before a step that ran the draft, or where this
-    device's costs were never kept."""
-    from .where import tree_sentence
-
-    drafted = [r.step for r in steps if r.step.draft_forwards]
-    branching = settings.options.for_method().branching()
-    if not drafted or not branching:
-        return ""
-    first = drafted[0]
-    return tree_sentence(settings.method, tuple(branching), pair, first.draft_seconds / first.draft_forwards)
 
 
 def _header(run: RunTrace) -> RunTrace:

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .inputs import UserError, one_line
-from .session import SessionFailed
+
+
+class SessionFailed(RuntimeError):
+    """A model call failed inside one session; the message says so and how to recover."""
+
+
+def failed_during(what: str, exc: BaseException | str) -> str:
+    """A session's failure in one line: what failed, its first line, and the way on."""
+    detail = exc if isinstance(exc, str) else one_line(exc)  # a model call in another process sends its line
+    return f"the model call failed during {what} ({detail}); press Reset to start over"
 
 
 @dataclass

@@ -9,7 +9,16 @@ from dataclasses import field, make_dataclass, replace
 from typing import Any
 
 from ..models import BUILTIN_PAIRS, PRESETS
-from ..options import DEFAULT_MAX_NEW_TOKENS, MAX_REF_CHARS, OPTIONS, DecoderOptions, Int, OptionsError, options_of_run
+from ..options import (
+    DEFAULT_MAX_NEW_TOKENS,
+    MAX_REF_CHARS,
+    METHODS,
+    OPTIONS,
+    DecoderOptions,
+    Int,
+    OptionsError,
+    options_of_run,
+)
 from ..trace import RunTrace
 
 CUSTOM = "custom"              # the pair control's value for a target and draft named by the user
@@ -140,3 +149,13 @@ def settings_of_trace(run: RunTrace) -> Settings | None:
         return Settings(**values, **options.values()).normalised()
     except UserError:
         return None
+
+
+def check_methods(settings: Settings, methods: tuple[str, ...] = METHODS) -> None:
+    """Every method's options checked before any model loads or runs (a UserError naming the method), so a bad
+    option fails a Compare at once instead of after the methods before it ran."""
+    for method in methods:
+        try:
+            settings.options.for_method(method).validate()
+        except OptionsError as exc:
+            raise UserError(f"{method}: {exc}") from exc

@@ -12,20 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import OPTIONS
-from ..trace import RunTrace
-from .cost import (
-    MeasuredCosts,
-    RunShape,
-    StepCosts,
-    chain_tokens_per_step,
-    cost_numbers,
-    costs_from,
-    draft_forward_s,
-    expected_speedup,
-    measured_scale,
-    run_shape,
-)
+from ...options import OPTIONS
+from ...step_cost import StepCosts, chain_tokens_per_step, expected_speedup
+from ...trace import RunTrace
+from .cost import MeasuredCosts, RunShape, cost_numbers, costs_from, draft_forward_s, measured_scale, run_shape
 from .measured_here import KeptCompare
 
 CURVE_POINTS = 41  # acceptance 0, 0.025, ..., 1 on the cost model's chart
@@ -175,7 +165,7 @@ def run_speed(run: RunTrace, measured: MeasuredCosts | None, compared: ComparedS
 def speed_here(run: RunTrace, measured: MeasuredCosts | None, controls: dict, pair_key: str) -> RunSpeed:
     """`run_speed` with what the last Compare of this pair on this machine measured for the run's method (when it
     ran it with these control values)."""
-    from ..device_info import machine_line
+    from ...device_info import machine_line
     from .measured_here import read_compare
 
     return run_speed(run, measured, compared_speedup(read_compare(machine_line(), pair_key), run.method, controls))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..device_info import device_key, machine_line
-from ..embedded import cache_dir
+from ...device_info import device_key, machine_line
+from ...embedded import cache_dir
 from .cost import (
     CALIBRATION_CONTEXT,
     CALIBRATION_ROUNDS,
@@ -99,7 +99,7 @@ def shape_of_config(name: str, config) -> TargetShape:
 def random_blocks(kind: str, rows: int, columns: int, generator: torch.Generator) -> torch.Tensor:
     """(rows, columns / 32, bytes) raw GGUF blocks of `kind` with random codes and scales of a trained layer's
     size (weights within about ±0.08): the cost of a product does not depend on the values."""
-    from ..kernels.block_weights import BLOCK, Q4_1, RAW_BYTES
+    from ...kernels.block_weights import BLOCK, Q4_1, RAW_BYTES
 
     blocks = columns // BLOCK
     raw = torch.randint(0, 256, (rows, blocks, RAW_BYTES[kind]), dtype=torch.uint8, generator=generator)
@@ -117,8 +117,8 @@ def build_target(shape: TargetShape, layers: int | None = None, seed: int = 0) -
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    from ..kernels import accelerate_model, plan_for
-    from ..kernels.block_weights import INT8, Q4_1, Q8_0, BlockEmbedding, BlockLinear, block_kernel
+    from ...kernels import accelerate_model, plan_for
+    from ...kernels.block_weights import INT8, Q4_1, Q8_0, BlockEmbedding, BlockLinear, block_kernel
 
     kernel = block_kernel()
     if kernel is None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import options_of_run
-from ..trace import RunTrace, StepTrace
-from .inputs import UserError
+from ...options import options_of_run
+from ...trace import RunTrace, StepTrace
+from ..inputs import UserError
 
 QUESTIONS = 8  # at most; a run without trees (ar) or without sampled tests gets fewer
 

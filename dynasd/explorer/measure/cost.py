@@ -1,17 +1,13 @@
-"""What a step costs on this device, and the speed-up over ar that follows from it.
-
-A step costs its draft forwards plus one verify forward over `rows` positions; ar pays one single-row target
-forward per token. So
-
-    speed-up = tokens per step * t_ar / (t_draft + t_verify(rows))
+"""What a step costs on this device: the verify calibration, the draft's forwards timed beside it, kept once per
+device and pair, and the speed-up the step-cost formulas (dynasd/step_cost.py) give from them.
 
 On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are read once either way), so wide
 trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
-slower than ar even when it commits more tokens per step. The functions below are plain arithmetic (tests pin
-them on hand-made numbers); `calibrate` is the only one that runs a model (`calibrate_context` gives it a
-pair and the end of a run's text, `calibration_context`). A device's measured costs are kept in the cache folder,
-once per device and pair, with when and how they were measured: the explorer's cost view reads them by default,
-since a model fitted to a run's own few verify sizes can be far off (one ar step read as 638 ms where it took 93).
+slower than ar even when it commits more tokens per step. `calibrate` is the one function here that runs a model
+(`calibrate_context` gives it a pair and the end of a run's text, `calibration_context`). A device's measured costs
+are kept in the cache folder, once per device and pair, with when and how they were measured: the explorer's cost
+view reads them by default, since a model fitted to a run's own few verify sizes can be far off (one ar step read
+as 638 ms where it took 93).
 """
 from __future__ import annotations
 
@@ -23,81 +19,14 @@ from pathlib import Path
 
 import torch
 
-from ..device_info import device_key, device_line, emulated
-from ..embedded import cache_dir
-from ..options import drafts_with_features
-from ..origins import DRAFT
-from ..trace import RunTrace, StepTrace
-from .inputs import Settings
-from .pairs import PairCache
-
-
-@dataclass(frozen=True)
-class StepCosts:
-    """Seconds on one device: one ar step, and the verify forward as a line in its rows."""
-
-    ar_s: float                 # one single-row target forward (an ar step)
-    verify_base_s: float        # t_verify(rows) = verify_base_s + verify_per_row_s * rows
-    verify_per_row_s: float
-    draft_per_forward_s: float  # one draft forward (one tree level)
-
-    def verify_s(self, rows: int) -> float:
-        return self.verify_base_s + self.verify_per_row_s * rows
-
-    def step_s(self, rows: int, draft_forwards: int) -> float:
-        return self.draft_per_forward_s * draft_forwards + self.verify_s(rows)
-
-
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope); a single distinct x gives a flat line through the mean."""
-    if not xs or len(xs) != len(ys):
-        raise ValueError("fit_line needs as many y values as x values, at least one")
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    if spread == 0:
-        return mean_y, 0.0
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
-    return mean_y - slope * mean_x, slope
-
-
-def expected_speedup(tokens_per_step: float, step_s: float, ar_s: float) -> float:
-    """Tokens per step, each of which would have cost ar one ar_s, over the seconds the step took."""
-    if step_s <= 0 or ar_s <= 0:
-        raise ValueError("step and ar times must be positive")
-    return tokens_per_step * ar_s / step_s
-
-
-def chain_tokens_per_step(acceptance: float, depth: int) -> float:
-    """Expected tokens a step commits on a chain of `depth` candidates each accepted with probability
-    `acceptance` (independently): 1 + a + a^2 + ... + a^depth (the accepted prefix plus the bonus/correction)."""
-    if not 0.0 <= acceptance <= 1.0 or depth < 0:
-        raise ValueError("acceptance must lie in [0, 1] and depth be non-negative")
-    return sum(acceptance ** i for i in range(depth + 1))
-
-
-def break_even_acceptance(depth: int, step_s: float, ar_s: float, tolerance: float = 1e-6) -> float | None:
-    """The acceptance at which a depth-`depth` chain with this step cost matches ar; None if even acceptance 1
-    does not pay (the step costs more than depth + 1 ar steps)."""
-    needed = step_s / ar_s
-    if needed <= 1.0:
-        return 0.0
-    if chain_tokens_per_step(1.0, depth) < needed:
-        return None
-    low, high = 0.0, 1.0
-    while high - low > tolerance:  # tokens per step grows with acceptance: bisect
-        mid = (low + high) / 2
-        low, high = (mid, high) if chain_tokens_per_step(mid, depth) < needed else (low, mid)
-    return high
-
-
-def break_even_row_cost(tokens_per_step: float, rows: int, draft_s: float, verify_base_s: float,
-                        ar_s: float) -> float | None:
-    """The per-row verify cost at which this step shape matches ar (None: the draft alone already costs more)."""
-    budget = tokens_per_step * ar_s - draft_s - verify_base_s
-    if budget <= 0 or rows <= 0:
-        return None
-    return budget / rows
+from ...device_info import device_key, device_line, emulated
+from ...embedded import cache_dir
+from ...options import drafts_with_features
+from ...origins import DRAFT
+from ...step_cost import StepCosts, break_even_acceptance, break_even_row_cost, expected_speedup, fit_line
+from ...trace import RunTrace, StepTrace
+from ..inputs import Settings
+from ..pairs import PairCache
 
 
 @dataclass(frozen=True)
@@ -268,7 +197,7 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
     taken in `rounds` interleaved rounds: each round times every model at every row count once, so load that comes
     and goes falls on all of them alike; and the conditions they were taken in (`load`: the load average's
     source, load_average by default)."""
-    from ..cache import CachedModel
+    from ...cache import CachedModel
 
     if not context_ids:
         raise ValueError("calibration needs a context of at least one token")

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..origins import BY_NAME, DRAFT
-from ..sampling import passes
-from ..trace import RunTrace, StepTrace
-from .labels import show_token
+from ...origins import BY_NAME, DRAFT
+from ...sampling import passes
+from ...trace import RunTrace, StepTrace
+from ..labels import show_token
 from .predict import node_question, pending_test, tested_nodes
 
 

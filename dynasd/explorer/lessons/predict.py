@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sampling import passes
-from ..trace import Prediction, RunTrace, StepTrace
-from .inputs import UserError
+from ...sampling import passes
+from ...trace import Prediction, RunTrace, StepTrace
+from ..inputs import UserError
 
 COMMIT = -1  # the node of a "how many tokens will this step commit?" guess
 

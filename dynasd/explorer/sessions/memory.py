@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..kernels.memory import can_return_freed_memory, return_freed_memory
+from ...kernels.memory import can_return_freed_memory, return_freed_memory
 
 
 def process_rss_mb() -> float:

@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Callable
 
-from .inputs import UserError
+from ..inputs import UserError
 from .session import Session
 
 

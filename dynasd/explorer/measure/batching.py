@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cost import RunShape, fit_line
+from ...step_cost import fit_line
+from .cost import RunShape
 
 MEMORY_BOUND_RATIO = 1.5  # rows up to the last count whose forward took under 1.5x one row's: "memory-bound"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -5,12 +5,12 @@ exactly where that step started; each one-step run is a RunTrace like any other,
 """
 from __future__ import annotations
 
-from ..decoders import RequestError
-from ..options import METHODS
-from ..trace import RunTrace
-from .engine import prepare
-from .inputs import Settings, UserError
-from .pairs import PairCache
+from ...decoders import RequestError
+from ...options import METHODS
+from ...trace import RunTrace
+from ..engine import prepare
+from ..inputs import Settings, UserError
+from ..pairs import PairCache
 
 
 def prefix_before(run: RunTrace, index: int) -> list[int]:

@@ -22,19 +22,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..acceptance import acceptance_of
-from ..embedded import cache_dir
-from ..trace import RunTrace
-from .cost import (
-    MeasuredCosts,
-    RunShape,
-    break_even_acceptance,
-    draft_forward_s,
-    fit_line,
-    kept_forward_s,
-    run_shape,
-    warm_steps,
-)
+from ...acceptance import acceptance_of
+from ...embedded import cache_dir
+from ...step_cost import break_even_acceptance, fit_line
+from ...trace import RunTrace, StepTrace
+from .cost import MeasuredCosts, RunShape, draft_forward_s, kept_forward_s, run_shape, warm_steps
 from .targets import BIGGER_TARGETS, EMBEDDED_SHAPE, TargetShape
 
 
@@ -322,7 +314,7 @@ def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: 
                   ) -> WhereItPays:
     """The view of a tree before any run (no acceptance: no speed-up expected, the break-even only), for the
     sentence said when a run starts (tree_verdict)."""
-    from ..tree import TreeShape
+    from ...tree import TreeShape
 
     tree = TreeShape(tuple(branching))
     step = StepShape(tree.num_nodes + 1, len(branching), len(branching), None)
@@ -356,3 +348,16 @@ def tree_sentence(method: str, branching: tuple[int, ...], pair, draft_per_forwa
     if costs is None or not branching:
         return ""
     return tree_verdict(where_of_tree(method, tuple(branching), draft_per_forward_s, costs))
+
+
+def tree_note(pair, settings, steps: list[StepTrace]) -> str:
+    """The sentence said when a run starts about its tree on this device (`settings`: the run's), from the costs
+    kept here (a draft forward from the draft's kept line, else the first step's own) by tree_sentence: derived from
+    the view Learn → Where would it pay? draws, so the two cannot disagree; "" before a step that ran the draft, or
+    where this device's costs were never kept."""
+    drafted = [step for step in steps if step.draft_forwards]
+    branching = settings.options.for_method().branching()
+    if not drafted or not branching:
+        return ""
+    first = drafted[0]
+    return tree_sentence(settings.method, tuple(branching), pair, first.draft_seconds / first.draft_forwards)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import RunTrace
-from .inputs import UserError
+from ...trace import RunTrace
+from ..inputs import UserError
 
 CANDIDATES = 2                 # i.i.d. draws from q per decision (k): enough for the sibling rules to differ
 DEFAULT_SAMPLES = 4000

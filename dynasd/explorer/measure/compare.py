@@ -26,13 +26,14 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..acceptance import acceptance_of
-from ..decoders.snapshot import DecoderSnapshot
-from ..options import METHODS
-from ..trace import RunTrace, StepTrace
-from . import engine
-from .cost import Conditions, load_average
-from .inputs import Settings, UserError
+from ...acceptance import acceptance_of
+from ...decoders.snapshot import DecoderSnapshot
+from ...options import METHODS
+from ...trace import RunTrace, StepTrace
+from .. import engine
+from ..failures import SessionFailed, failed_during
+from ..inputs import Settings, UserError, check_methods
+from .cost import Conditions, check_kept_costs, load_average
 from .measured_here import KeptCompare, Measured, keep_compare, now_utc
 from .peer import PEER_LABEL, PeerRun
 
@@ -112,8 +113,6 @@ class CompareState:
 
 def new_compare(settings: Settings, prompt: str, methods: tuple[str, ...] = METHODS) -> CompareState:
     """A Compare of `methods` (each option checked before any model runs: a UserError names the method)."""
-    from .session import check_methods
-
     settings = settings.normalised()
     check_methods(settings, methods)
     return CompareState(settings, prompt, tuple(methods), runs={m: MethodRun(m) for m in methods})
@@ -127,10 +126,8 @@ def chunk_steps(method_run: MethodRun) -> int:
 
 
 def _raise(progress: engine.Progress, method: str) -> None:
-    from .session import SessionFailed, _failure
-
     if progress.failed:
-        raise SessionFailed(_failure(f"the {method} run", progress.error))
+        raise SessionFailed(failed_during(f"the {method} run", progress.error))
     if progress.error:
         raise UserError(f"{method}: {progress.error}")
 
@@ -156,7 +153,8 @@ def _absorb(method_run: MethodRun, progress: engine.Progress) -> list[StepTrace]
 
 def compare_round(pairs, state: CompareState, load: Callable[[], float | None] = load_average) -> CompareState:
     """One round: every unfinished method takes one chunk of steps, in this round's order (engine.start_run for
-    its first, engine.advance from its snapshot after), and the load average is read before and after."""
+    its first, engine.advance from its snapshot after), each chunk's steps checked against this device's kept
+    costs as a session's are, and the load average is read before and after."""
     state = replace(state, runs={m: replace(r) for m, r in state.runs.items()}, chunks=list(state.chunks),
                     loads=list(state.loads))
     before = load()
@@ -171,6 +169,7 @@ def compare_round(pairs, state: CompareState, load: Callable[[], float | None] =
             progress = engine.advance(pairs, replace(state.settings, method=method), method_run.snapshot, steps)
         _raise(progress, method)
         taken = _absorb(method_run, progress)
+        check_kept_costs(pairs.get(state.settings.normalised()), taken)
         state.chunks.append(Chunk(method, state.rounds, sum(len(s.committed) for s in taken),
                                   sum(s.seconds for s in taken)))
     state.loads += [x for x in (before, load()) if x is not None]

@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from ..sampling import SamplingConfig, logits_to_probs
-from .engine import prepare
-from .inputs import Settings, UserError
-from .pairs import PairCache
+from ...sampling import SamplingConfig, logits_to_probs
+from ..engine import prepare
+from ..inputs import Settings, UserError
+from ..pairs import PairCache
 
 MIN_EXPECTED = 5.0   # chi-square's usual validity rule: every bin expects at least this many samples
 MAX_BINS = 12

@@ -29,14 +29,17 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterator
 
-from ..models import pick_device
-from ..trace import RunTrace, StepTrace
-from ..tree import TreeShape
-from . import predict, share
-from .both_sides import example_note
-from .inputs import Settings, UserError
-from .predict import Reveal
-from .session import Compute, Mode, Session, SessionFailed, load_trace
+from ...models import pick_device
+from ...trace import RunTrace, StepTrace
+from ...tree import TreeShape
+from ..failures import SessionFailed
+from ..inputs import Settings, UserError
+from ..lessons import predict
+from ..lessons.predict import Reveal
+from ..measure.both_sides import example_note
+from . import share
+from .calls import ModelCalls
+from .session import Mode, Session, load_trace
 
 RUNNING, STOPPING = "Running…", "Stopping after the current step…"  # statuses of a Run (the page reads RUNNING)
 WIDE_TREE_NODES = 8  # the narrow recipe's (2, 1, 1, 1) tree; wider ones lost to ar on every CPU measured
@@ -67,20 +70,20 @@ class Outcome:
 
 
 class Controller:
-    """A learner's actions on one session, computed through `compute` (session.Compute)."""
+    """A learner's actions on one session, computed through `calls` (calls.ModelCalls)."""
 
-    def __init__(self, session: Session, compute: Compute) -> None:
-        self.session, self.compute = session, compute
+    def __init__(self, session: Session, calls: ModelCalls) -> None:
+        self.session, self.calls = session, calls
 
     # -- Play: Step, Run, Stop, Reset, follow-up ----------------------------------------------------------------
     def step(self, settings: Settings, prompt: str) -> Outcome:
         """Step: the next step of the run of these settings and prompt (a new run when they changed)."""
         session = self._not_during_a_run()
         with session.lock:
-            note = self._ensure_run(settings, prompt, self.compute.chunk)
+            note = self._ensure_run(settings, prompt, self.calls.chunk)
             if isinstance(note, Outcome):
                 return note
-            step = session.step(self.compute)
+            step = session.step(self.calls)
         said = step_time(step) + (f" ({note})" if note else "") + (" The run is finished." if session.done else "")
         return Outcome(said, "ok")
 
@@ -91,7 +94,7 @@ class Controller:
         session = self.session
         with session.lock:
             self._not_during_a_run()  # under the lock: two Runs in one session cannot both pass
-            note = self._ensure_run(settings, prompt, self.compute.run_chunk)
+            note = self._ensure_run(settings, prompt, self.calls.run_chunk)
             if isinstance(note, Outcome):
                 return note
             session.mode, session.paced_at = Mode.RUNNING, time.monotonic()
@@ -116,7 +119,7 @@ class Controller:
         session = self.session
         with session.lock:
             self._not_during_a_run()
-            note = self._ensure_run(settings, prompt, self.compute.run_chunk)
+            note = self._ensure_run(settings, prompt, self.calls.run_chunk)
             if isinstance(note, Outcome):
                 yield note
                 return
@@ -137,7 +140,7 @@ class Controller:
             with self.session.lock:
                 if self.session.run is not run:
                     return
-                self.session.step(self.compute, self.compute.run_chunk)
+                self.session.step(self.calls, self.calls.run_chunk)
             now = time.monotonic()
             if now - last_sent >= every_s and not run.finished:
                 last_sent = now
@@ -176,7 +179,7 @@ class Controller:
     def follow_up(self, message: str) -> Outcome:
         session = self._not_during_a_run()
         with session.lock:
-            session.follow_up(self.compute, message)
+            session.follow_up(self.calls, message)
         return Outcome(f"Turn {len(session.turns)} of the conversation: press **Step** or **Run** to answer the "
                        "follow-up.", "ok")
 
@@ -201,9 +204,9 @@ class Controller:
             raise UserError(f"the step must lie in [0, {share.MAX_LINK_STEP}]")
         with session.lock:
             if session.replay or not session.matches(settings, prompt):
-                session.start(self.compute, settings, prompt, steps=target + 1)
+                session.start(self.calls, settings, prompt, steps=target + 1)
             while len(session.run.steps) <= target and not session.done:  # one model call at most
-                session.step(self.compute, target + 1 - len(session.run.steps))
+                session.step(self.calls, target + 1 - len(session.run.steps))
         shown = min(target, len(session.run.steps) - 1)
         note = "" if shown == target else f" (the run finished after step {shown})"
         return Outcome(f"Showing step {shown}{note}.", "ok", index=shown)
@@ -294,15 +297,15 @@ class Controller:
         replaced = session.run is not None and not session.replay
         reason = ("settings changed: started a new run" if replaced and not session.done
                   else "started a new run in place of the finished one" if replaced else "started a new run")
-        session.start(self.compute, settings, prompt, steps=steps)
-        speed = session.tree_note.rstrip(".") or wide_tree_on_a_cpu(settings, self.compute.gpu)
+        session.start(self.calls, settings, prompt, steps=steps)
+        speed = session.tree_note.rstrip(".") or wide_tree_on_a_cpu(settings, self.calls.gpu)
         return f"{reason}; {start_costs(session)}" + (f". {speed}" if speed else "")
 
     def _paced_step(self, note: str) -> Outcome:
         """A step of the page's Run (under the lock): the step, and whether the page asks for another."""
         session = self.session
         try:
-            step = session.step(self.compute, self.compute.run_chunk)
+            step = session.step(self.calls, self.calls.run_chunk)
         except BaseException:
             session.paced_at = None
             if session.mode in (Mode.RUNNING, Mode.STOPPING):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import drafts_with_features
-from ..origins import DRAFT, TARGET_ROOT
-from ..trace import RunTrace, StepTrace
+from ...options import drafts_with_features
+from ...origins import DRAFT, TARGET_ROOT
+from ...trace import RunTrace, StepTrace
 
 DRAFTING_METHODS = ("sd", "mcsd", "ti-mcsd", "dynamic")  # the methods whose tree comes from a draft model
 DRAFT_READS = (DRAFT.name, TARGET_ROOT.name)  # nodes the draft reads: its own, and ti-mcsd's level 1 below them

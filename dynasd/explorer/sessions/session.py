@@ -3,8 +3,8 @@
 Why data: on a ZeroGPU Space every model call runs in a forked child process that shares no memory with the
 process serving the page, and behind one URL several replicas may serve one visitor. So a Session holds no model,
 no KV cache and no decoder: it holds the run on show (a RunTrace), the steps already computed but not yet shown
-(`ahead`), and the decoder's snapshot after them. Model work goes through a `Compute` (engine.py: functions of
-data, wrapped in spaces.GPU on a Space), and the session absorbs what comes back. A session pickles
+(`ahead`), and the decoder's snapshot after them. Model work goes through `ModelCalls` (calls.py: functions of
+data, in a spaces.GPU process on a Space), and the session absorbs what comes back. A session pickles
 (`state()`/`from_state()`) and goes on in another process exactly as it would have in this one.
 
 A failing model call marks only its own session failed; other sessions and the loaded models carry on.
@@ -14,49 +14,28 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from ..decoders import RequestError
-from ..decoders.snapshot import DecoderSnapshot
-from ..options import METHODS, OptionsError
-from ..trace import RunTrace, StepTrace, TraceError, load_run
-from . import engine
-from .engine import Progress, RecordedStep, build_decoder, encode, load_decision_model_for
-from .inputs import Settings, UserError, check_prompt, one_line
-from .pairs import PairCache
+from ...decoders import RequestError
+from ...decoders.snapshot import DecoderSnapshot
+from ...options import METHODS
+from ...trace import RunTrace, StepTrace, TraceError, load_run
+from .. import engine
+from ..engine import Progress, RecordedStep, build_decoder, encode, load_decision_model_for
+from ..failures import SessionFailed, failed_during
+from ..inputs import Settings, UserError, check_methods, check_prompt
+from ..pairs import PairCache
+from .calls import InProcess, ModelCalls
 
-__all__ = ["Compute", "Mode", "Session", "SessionFailed", "build_decoder", "compare_methods", "encode",
-           "load_decision_model_for", "load_trace", "local_compute"]
-
-
-@dataclass(frozen=True)
-class Compute:
-    """Where a session's model calls run: the three engine calls, each taking and returning data. In one
-    process they are engine.py's functions bound to a pair cache (`local_compute`); on a ZeroGPU Space each is
-    wrapped in spaces.GPU (ui/gpu.py). `chunk` is how many steps a Step computes at once: 1 where a step is
-    cheap to ask for, more where each call waits for a GPU (the rest are shown by later Steps without one)."""
-
-    start: Callable[..., Progress]
-    advance: Callable[..., Progress]
-    follow_up: Callable[..., Progress]
-    chunk: int = 1
-    run_chunk: int = 1         # steps a Run computes per model call (engine.UNTIL_DONE: as many as fit)
-    gpu: bool = False          # the models run on a GPU (ZeroGPU), where a wide tree is the right first sight
+__all__ = ["Mode", "Session", "build_decoder", "compare_methods", "encode",
+           "load_decision_model_for", "load_trace"]
 
 
-def local_compute(pairs: PairCache, chunk: int = 1) -> Compute:
-    return Compute(start=lambda settings, prompt, steps=0, **_: engine.start_run(pairs, settings, prompt, steps),
-                   advance=lambda settings, snapshot, steps=1, **_: engine.advance(pairs, settings, snapshot, steps),
-                   follow_up=lambda settings, snapshot, turns, steps=0, **_: engine.follow_up(
-                       pairs, settings, snapshot, turns, steps),
-                   chunk=chunk)
-
-
-def _compute(where: Compute | PairCache) -> Compute:
-    return where if isinstance(where, Compute) else local_compute(where)
+def _calls(where: ModelCalls | PairCache) -> ModelCalls:
+    """The calls a session's model work goes through: a pair cache alone means in this process (the tests)."""
+    return where if isinstance(where, ModelCalls) else InProcess(where)
 
 
 # What a session is, as data: these fields travel with state() and make a session whole in another process.
@@ -174,14 +153,13 @@ class Session:
         self.prompt, self.mode, self.error = "", Mode.EMPTY, None
         self.turns = []
 
-    # -- model work, through a Compute -------------------------------------------------------------------------
-    def start(self, compute: Compute | PairCache, settings: Settings, prompt: str, steps: int = 0) -> RunTrace:
+    # -- model work, through ModelCalls ------------------------------------------------------------------------
+    def start(self, calls: ModelCalls | PairCache, settings: Settings, prompt: str, steps: int = 0) -> RunTrace:
         """A new run: prefill the prompt (and take `steps` steps, kept ahead of the page). Raises UserError for
         anything the user can fix; the previous run stays on show until the new one has started."""
         settings = settings.normalised()  # a bad shape or sampling setting is refused before any model loads
         prompt = check_prompt(prompt)
-        progress = _compute(compute).start(settings, prompt, steps=steps,
-                                           expected_s=self._expected(steps, settings))
+        progress = _calls(calls).start(settings, prompt, steps=steps, expected_s=self._expected(steps, settings))
         if progress.run is None:  # nothing started: the old run stays as it was
             self._raise(progress, settings, prompt, started=False)
         self.reset()
@@ -190,7 +168,7 @@ class Session:
         self._raise(progress, settings, prompt, started=True)
         return self.run
 
-    def follow_up(self, compute: Compute | PairCache, message: str) -> RunTrace:
+    def follow_up(self, calls: ModelCalls | PairCache, message: str) -> RunTrace:
         """The next turn of the conversation: `message` after the finished run's answer, as a new run with the
         same settings (Step and Run then go on with it). The tokens are those of a fresh run over the whole
         conversation: prompt, answer, then prompts.follow_up_ids."""
@@ -200,8 +178,8 @@ class Session:
         if self.replay or self.run is None or self.snapshot is None or not self.done:
             raise UserError("a follow-up message goes after a finished run: press Run (or Step to the end) first")
         turns = self.turns + [message]
-        progress = _compute(compute).follow_up(self.settings, self.snapshot, turns, steps=0,
-                                               expected_s=self._expected(0, self.settings))
+        progress = _calls(calls).follow_up(self.settings, self.snapshot, turns, steps=0,
+                                           expected_s=self._expected(0, self.settings))
         if progress.run is None:
             self._raise(progress, self.settings, self.prompt, started=False)
         self.turns, self.ahead, self.mode = turns, [], Mode.STEPPING
@@ -210,9 +188,9 @@ class Session:
         self._raise(progress, self.settings, self.prompt, started=True)
         return self.run
 
-    def step(self, compute: Compute | PairCache, steps: int | None = None) -> StepTrace:
+    def step(self, calls: ModelCalls | PairCache, steps: int | None = None) -> StepTrace:
         """Show the next step: one computed already (`ahead`), or a model call that computes `steps` of them
-        (default: the compute's chunk; UNTIL_DONE for a whole Run) and shows the first."""
+        (default: the calls' chunk; UNTIL_DONE for a whole Run) and shows the first."""
         if self.mode is Mode.FAILED:
             raise SessionFailed(self.error)
         if self.replay:
@@ -222,10 +200,10 @@ class Session:
         if self.run is None or (self.snapshot is None and not self.ahead):
             raise UserError("nothing to step: press Step or Run to start a run")
         if not self.ahead:
-            compute = _compute(compute)
-            count = compute.chunk if steps is None else steps
-            progress = compute.advance(self.settings, self.snapshot, steps=count,
-                                       expected_s=self._expected(count, self.settings))
+            calls = _calls(calls)
+            count = calls.chunk if steps is None else steps
+            progress = calls.advance(self.settings, self.snapshot, steps=count,
+                                     expected_s=self._expected(count, self.settings))
             self._absorb(progress)
             if not self.ahead:
                 self._raise(progress, self.settings, self.prompt, started=True)
@@ -246,14 +224,14 @@ class Session:
             self.snapshot = progress.snapshot
         if progress.failed:
             self.snapshot = None
-            self.mode, self.error = Mode.FAILED, _failure("the model call", progress.error)
+            self.mode, self.error = Mode.FAILED, failed_during("the model call", progress.error)
 
     def _raise(self, progress: Progress, settings: Settings, prompt: str, started: bool) -> None:
         if progress.failed:
             if not started:  # a prefill that failed marks the session, and the old run is no longer on show
                 self.reset()
                 self.settings, self.prompt = settings, prompt
-                self.mode, self.error = Mode.FAILED, _failure("prefill", progress.error)
+                self.mode, self.error = Mode.FAILED, failed_during("prefill", progress.error)
             raise SessionFailed(self.error)
         if progress.error:
             raise UserError(progress.error)
@@ -284,25 +262,6 @@ class Session:
 PACED_RUN_TIMEOUT_S = 30.0  # a browser-paced Run not asked for its next step this long was abandoned
 
 
-class SessionFailed(RuntimeError):
-    """A model call failed inside one session; the message says so and how to recover."""
-
-
-def _failure(what: str, exc: BaseException | str) -> str:
-    detail = exc if isinstance(exc, str) else one_line(exc)  # a model call in another process sends its line
-    return f"the model call failed during {what} ({detail}); press Reset to start over"
-
-
-def check_methods(settings: Settings, methods: tuple[str, ...] = METHODS) -> None:
-    """Every method's options checked before any model loads or runs (a UserError naming the method), so a bad
-    option fails a Compare at once instead of after the methods before it ran."""
-    for method in methods:
-        try:
-            settings.options.for_method(method).validate()
-        except OptionsError as exc:
-            raise UserError(f"{method}: {exc}") from exc
-
-
 def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
                     methods: tuple[str, ...] = METHODS) -> Iterator[tuple[str, RunTrace]]:
     """The same prompt and settings through each method, one after another (yields as each finishes).
@@ -323,7 +282,7 @@ def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
         except UserError:
             raise
         except Exception as exc:
-            raise SessionFailed(_failure(f"the {method} run", exc)) from exc
+            raise SessionFailed(failed_during(f"the {method} run", exc)) from exc
         yield method, decoder.run
 
 

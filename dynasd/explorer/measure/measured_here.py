@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..embedded import cache_dir
-from ..options import OPTIONS
+from ...embedded import cache_dir
+from ...options import OPTIONS
 
 MAX_KEPT_BYTES = 200_000
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..bench.measure import ForwardClock, run_hf_assisted
-from ..bench.specs import HF_ASSISTED, MethodSpec
-from ..models import ModelPair
-from .engine import prepare
-from .inputs import Settings, UserError, one_line
-from .pairs import PairCache
+from ...bench.measure import ForwardClock, run_hf_assisted
+from ...bench.specs import HF_ASSISTED, MethodSpec
+from ...models import ModelPair
+from ..engine import prepare
+from ..inputs import Settings, UserError, one_line
+from ..pairs import PairCache
 
 PEER_LABEL = "hf-assisted (transformers)"
 

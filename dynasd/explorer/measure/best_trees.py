@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..options import tree_of_run
-from ..trace import RunTrace
-from ..tree_search import Candidate, acceptance_vector, best_by_budget, evaluate
-from .cost import StepCosts, run_shape, warm_steps
+from ...options import tree_of_run
+from ...step_cost import StepCosts
+from ...trace import RunTrace
+from ...tree_search import Candidate, acceptance_vector, best_by_budget, evaluate
+from .cost import run_shape, warm_steps
 
 BUDGET_NODES = 64  # the node budgets the best-tree view sweeps
 BUDGET_MIN_TESTS = 5  # one run is short: a rank counts from 5 tests (`dynasd best-tree` asks for 20 over a set)

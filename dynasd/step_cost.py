@@ -1,0 +1,82 @@
+"""What a step costs and the speed-up over ar that follows: plain arithmetic on seconds, no model and no device.
+
+A step costs its draft forwards plus one verify forward over `rows` positions; ar pays one single-row target
+forward per token. So
+
+    speed-up = tokens per step * t_ar / (t_draft + t_verify(rows))
+
+Why a module of its own, below the tree search and the explorer: the best-tree search scores shapes with these
+formulas, and the explorer's cost views (dynasd/explorer/measure/cost.py) fill them with this device's measured
+seconds; both read the one formula. Tests pin them on hand-made numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Seconds on one device: one ar step, and the verify forward as a line in its rows."""
+
+    ar_s: float                 # one single-row target forward (an ar step)
+    verify_base_s: float        # t_verify(rows) = verify_base_s + verify_per_row_s * rows
+    verify_per_row_s: float
+    draft_per_forward_s: float  # one draft forward (one tree level)
+
+    def verify_s(self, rows: int) -> float:
+        return self.verify_base_s + self.verify_per_row_s * rows
+
+    def step_s(self, rows: int, draft_forwards: int) -> float:
+        return self.draft_per_forward_s * draft_forwards + self.verify_s(rows)
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope); a single distinct x gives a flat line through the mean."""
+    if not xs or len(xs) != len(ys):
+        raise ValueError("fit_line needs as many y values as x values, at least one")
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return mean_y, 0.0
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
+    return mean_y - slope * mean_x, slope
+
+
+def expected_speedup(tokens_per_step: float, step_s: float, ar_s: float) -> float:
+    """Tokens per step, each of which would have cost ar one ar_s, over the seconds the step took."""
+    if step_s <= 0 or ar_s <= 0:
+        raise ValueError("step and ar times must be positive")
+    return tokens_per_step * ar_s / step_s
+
+
+def chain_tokens_per_step(acceptance: float, depth: int) -> float:
+    """Expected tokens a step commits on a chain of `depth` candidates each accepted with probability
+    `acceptance` (independently): 1 + a + a^2 + ... + a^depth (the accepted prefix plus the bonus/correction)."""
+    if not 0.0 <= acceptance <= 1.0 or depth < 0:
+        raise ValueError("acceptance must lie in [0, 1] and depth be non-negative")
+    return sum(acceptance ** i for i in range(depth + 1))
+
+
+def break_even_acceptance(depth: int, step_s: float, ar_s: float, tolerance: float = 1e-6) -> float | None:
+    """The acceptance at which a depth-`depth` chain with this step cost matches ar; None if even acceptance 1
+    does not pay (the step costs more than depth + 1 ar steps)."""
+    needed = step_s / ar_s
+    if needed <= 1.0:
+        return 0.0
+    if chain_tokens_per_step(1.0, depth) < needed:
+        return None
+    low, high = 0.0, 1.0
+    while high - low > tolerance:  # tokens per step grows with acceptance: bisect
+        mid = (low + high) / 2
+        low, high = (mid, high) if chain_tokens_per_step(mid, depth) < needed else (low, mid)
+    return high
+
+
+def break_even_row_cost(tokens_per_step: float, rows: int, draft_s: float, verify_base_s: float,
+                        ar_s: float) -> float | None:
+    """The per-row verify cost at which this step shape matches ar (None: the draft alone already costs more)."""
+    budget = tokens_per_step * ar_s - draft_s - verify_base_s
+    if budget <= 0 or rows <= 0:
+        return None
+    return budget / rows
