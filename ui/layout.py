@@ -1,5 +1,5 @@
 """The page: every widget, and every event wired to its handler (ui/play.py, and the Learn tab's section from
-ui/learn.py). Each decoder option's control is built from its entry in dynasd/options.py."""
+ui/learn_layout.py). Each decoder option's control is built from its entry in dynasd/options.py."""
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +20,7 @@ from . import state
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
 from .export import export_controls
 from .gpu import on_zero_gpu
-from .learn import learn_section
+from .learn_layout import learn_section
 from .lecture import STEP_KEYS_HELP, lecture_buttons, lecture_toggle, wire_lecture
 from .ledger import ledger_section
 from .page_scripts import (
