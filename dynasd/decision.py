@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 HARD_TOPK = 10
@@ -56,8 +57,6 @@ class DecisionModel(nn.Module):
         return torch.sigmoid(self(self.features(draft_probs, draft_hidden)))
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
-        from safetensors.torch import save_file
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
@@ -66,8 +65,6 @@ class DecisionModel(nn.Module):
 
     @classmethod
     def load(cls, folder: str | Path) -> "DecisionModel":
-        from safetensors.torch import load_file
-
         folder = Path(folder)
         if not (folder / "decision.json").is_file():
             raise FileNotFoundError(f"no decision model in {folder} (expected decision.json + model.safetensors)")

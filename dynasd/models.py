@@ -15,11 +15,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tokenizers
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from .converted import converted_weights, load_converted, saved_rows
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
+from .feature_draft import add_feature_input, is_feature_draft
 from .kernels import ARITHMETICS, INT8, accelerate
 from .shared_module import SharedModule
 
@@ -163,12 +166,10 @@ TINY_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level tokenizer built in code: no files, no downloads."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
     vocab = {tok: i for i, tok in enumerate(TINY_SPECIALS + TINY_CHARS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
+    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
+    core.decoder = tokenizers.decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
                                   pad_token="</s>")
     tok.chat_template = TINY_CHAT_TEMPLATE
@@ -225,8 +226,6 @@ def tiny_random_pair(vocab_size: int | None = None, device: str | None = "cpu", 
 def tiny_feature_draft(target: torch.nn.Module, seed: int) -> torch.nn.Module:
     """An untrained feature draft for the tiny target (feature_draft.py): its last layer, norm, embedding and head,
     with a seeded random input mixer, so that the feature path runs in tests and offline demos."""
-    from .feature_draft import add_feature_input
-
     draft = add_feature_input(tiny_llama(target.config.vocab_size, seed=seed, layers=1,
                                          hidden=target.config.hidden_size))
     with torch.no_grad():
@@ -327,10 +326,6 @@ def load_distilled_draft(target: torch.nn.Module, folder: Path) -> torch.nn.Modu
     With a `head_tokens.json` beside it, its output layer is cut down to those tokens (SubsetHead). The draft is
     built on the meta device and takes the file's tensors as they are, so no random initialisation is computed
     and thrown away."""
-    from safetensors.torch import load_file
-
-    from .feature_draft import add_feature_input, is_feature_draft
-
     config = target.config.__class__.from_json_file(str(folder / "config.json"))
     with torch.device("meta"):
         draft = target.__class__(config)

@@ -30,6 +30,10 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+import transformers
+from tqdm import tqdm
+
 from ..decision import DecisionModel
 from ..device_info import device_line
 from ..kernels import weight_bytes_per_forward
@@ -139,9 +143,6 @@ def add_quality(record: dict, context_ids: list[int], pair, judges: list[Judge])
 
 
 def _meta(args, pair, prompts, specs, temperatures) -> dict:
-    import torch
-    import transformers
-
     return {
         "command": "python -m dynasd " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
         "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
@@ -240,8 +241,6 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
     turn). `pairs`: the loaded pair by MethodSpec.pair_key ("fast", and others such as "torch" or
     "fast/weights=fp32" when a method asks for them); `plan`: plan_methods' (made here if None); `judge`: a second
     model that scores every output."""
-    from tqdm import tqdm
-
     apply_preset(args)
     plan = plan or plan_methods(args, specs)
     pair = pairs["fast"]
@@ -338,8 +337,6 @@ def run(args: argparse.Namespace) -> int:
     if REFERENCE not in _split_methods(args.methods):
         print("note: added ar, the reference for speedup and fidelity", file=sys.stderr)
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,9 @@ from typing import Iterator
 import torch
 
 from ..decoders import make_decoder
-from ..models import ModelPair
+from ..models import ModelLoadError, ModelPair, load_pair
 from ..options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions
+from .specs import decoder_options, parse_methods, parse_temperatures
 
 # The Tensor methods that hand a device value to Python; each is a synchronisation when the tensor is on a GPU.
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
@@ -78,9 +79,6 @@ def reads_per_step(pair: ModelPair, options: DecoderOptions, prompt: str, steps:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..models import ModelLoadError, load_pair
-    from .specs import decoder_options, parse_methods, parse_temperatures
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pair", default="tiny-random")
     p.add_argument("--device", default="cpu")

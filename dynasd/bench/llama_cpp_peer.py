@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from ..models import embedded_gguf_path
 from ..options import DecoderOptions
 from .measure import Measured, truncate
@@ -103,8 +105,6 @@ class LlamaCppPeer:
 
     @classmethod
     def load(cls, args: argparse.Namespace, pair) -> LlamaCppPeer:
-        import torch
-
         return cls(gguf_path(args), pair, torch.get_num_threads())  # the threads our methods run with (--threads)
 
     def close(self) -> None:
@@ -179,7 +179,6 @@ def meta(specs: list[MethodSpec], pair) -> dict:
     if not any(spec.method == LLAMA_CPP for spec in specs):
         return {}
     import llama_cpp
-    import torch
 
     return {"llama_cpp": {"version": llama_cpp.__version__, "n_threads": torch.get_num_threads(),
                           "n_ctx": pair.context_limit, "counts": COUNTS}}

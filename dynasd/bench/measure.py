@@ -6,11 +6,13 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 
 from ..acceptance import acceptance_of
 from ..decision import DecisionModel
 from ..decoders import make_decoder
 from ..options import DecoderOptions
+from ..trace import PROPOSED_ORIGINS
 from .specs import HF_ASSISTED, MethodSpec
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -109,8 +111,6 @@ def truncate(ids: list[int], max_new_tokens: int, eos_ids) -> tuple[list[int], s
 
 def draft_level_counts(trace) -> tuple[int, int]:
     """(accepted, attempted) draft levels: a live level counts once per step, target-root levels not at all."""
-    from ..trace import PROPOSED_ORIGINS
-
     accepted = attempted = 0
     for step in trace.steps:
         attempted += len({n.level for n in step.nodes if n.origin in PROPOSED_ORIGINS})
@@ -202,8 +202,6 @@ def run_hf_assisted(spec: MethodSpec, pair, options: DecoderOptions, ids, max_ne
     The draft's generation config is restored afterwards: HF's heuristic schedule
     writes its state into it, which would leak from one run into the next.
     """
-    import transformers
-
     sampling, seed = options.sampling, options.seed
     eos = sorted(pair.eos_token_ids)
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy, eos_token_id=eos or None,

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models import _load_any
+
 
 @dataclass
 class Judge:
@@ -54,8 +56,6 @@ def sequence_log_likelihood(model: torch.nn.Module, context_ids: list[int], answ
 
 def load_judge(path: str, device: torch.device) -> Judge:
     """A judge from a local path or hub id (as `--target` takes them), in fp32 on the bench's device."""
-    from ..models import _load_any
-
     model, tokenizer = _load_any(path, torch.float32, None)
     return Judge(name=path, model=model.to(device).eval(), tokenizer=tokenizer)
 
