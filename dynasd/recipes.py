@@ -1,4 +1,4 @@
-"""Named method configurations: the papers' settings and the fastest ones measured on a CPU, written once.
+"""Named method configurations: the papers' settings and the ones measured fastest on some CPU, written once.
 
 Why: the explorer has a dozen method controls, and the configurations worth seeing first (MCSD's static tree, the
 DynaSD paper's target-initialized fork with and without a decision model, plain speculative sampling, prompt lookup,
@@ -46,12 +46,11 @@ class Recipe:
 
 
 ALL = [
-    # docs/benchmarks.md: the fastest lossless method with float32 weights on an AVX-512 AMD EPYC, Zen 4 (1.27x ar);
-    # not with the GGUF blocks (0.97x ar with the AVX-512 kernels, 0.83x with AVX2's; Intel Xeon, float32
-    # arithmetic), nor on an AVX2-only EPYC (0.89x ar in 8-bit activations, where pld led)
+    # A label says what a recipe is, never how fast: which one wins depends on the CPU kind, the weights and the
+    # arithmetic (docs/benchmarks.md has where each was measured fastest and where not), and the app's Recipe menu
+    # adds what Compare measured on the machine it runs on (ui/play.py: on_recipe_menu).
     Recipe("narrow-cpu",
-           "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop (fastest with float32 weights "
-           "on an AVX-512 CPU)",
+           "Narrow tree for a CPU: two draft chains, prompt lookup, decision-model stop",
            dict(method="mcsd", k_config=(2, 1, 1, 1), dynamic_depth=True, stop="decision",
                 threshold=DEFAULT_THRESHOLD, lookup=8)),
     Recipe("mcsd-paper", f"MCSD (Yang et al. 2024): a static {Shape.text(MCSD_TREE)} tree from the draft",
@@ -64,10 +63,7 @@ ALL = [
     Recipe("dynamic", "Dynamic tree (EAGLE-2-style): 16 nodes grown where the draft is confident, 4 levels",
            dict(method="dynamic", nodes=16, depth=4, expand=4)),
     Recipe("sd", "Speculative sampling: one draft chain of 4", dict(method="sd", gamma=4)),
-    # docs/benchmarks.md: the fastest lossless method with the GGUF blocks (1.04x ar with the AVX-512 kernels, 0.98x
-    # with AVX2's, where every other method is slower still; Intel Xeon, float32 arithmetic) and on an AVX2-only
-    # EPYC (0.97x ar in 8-bit activations, ahead of every tree)
-    Recipe("pld", "Prompt lookup decoding: no draft model (fastest with the GGUF blocks, and without AVX-512)",
+    Recipe("pld", "Prompt lookup decoding: no draft model",
            dict(method="pld", lookup=8)),
 ]
 BY_KEY = {recipe.key: recipe for recipe in ALL}

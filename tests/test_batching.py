@@ -6,7 +6,8 @@ import json
 import pytest
 
 from dynasd.explorer.measure import batching
-from dynasd.explorer.measure.cost import RunShape
+from dynasd.explorer.measure.cost import RunShape, costs_from
+from dynasd.step_cost import expected_speedup
 from viz.batching import batching_figure
 
 GPU_LIKE = {1: 1.0, 2: 1.0, 4: 1.01, 8: 1.02, 16: 1.05, 32: 1.1, 64: 1.2}
@@ -32,9 +33,13 @@ def test_the_sentence_reads_the_regime_from_the_measurements():
 def test_the_batch_model_is_its_stated_arithmetic_and_ends_below_ar():
     cost = batching.row_cost(KNEE)
     run = shape(tokens_per_step=3.0, rows=9.0, draft_s=0.1)
-    points = batching.batch_speedups(cost, run)
-    b1 = 3.0 * cost.forward_s(1) / (0.1 + cost.forward_s(9))
-    assert points[0] == (1, pytest.approx(b1))
+    costs = costs_from(run, KNEE, 0.1)
+    points = batching.batch_speedups(costs, run)
+    b1 = 3.0 * KNEE[1] / (0.1 + cost.forward_s(9))
+    assert points[0] == (1, pytest.approx(b1)), "one sequence: the measured one-row forward against the step"
+    assert points[0][1] == pytest.approx(expected_speedup(3.0, costs.step_s(9, 1), costs.ar_s)), "the cost model's"
+    b4 = 3.0 * (KNEE[1] + 3 * cost.per_row_s) / (0.1 + cost.forward_s(36))
+    assert dict(points)[4] == pytest.approx(b4), "ar's batch of 4 rows: the one-row forward and 3 rows more"
     speedups = [s for _, s in points]
     assert speedups == sorted(speedups, reverse=True) and speedups[0] > 1 > speedups[-1]
     assert speedups[-1] == pytest.approx(3.0 / 9.0, rel=0.1)
@@ -42,6 +47,7 @@ def test_the_batch_model_is_its_stated_arithmetic_and_ends_below_ar():
     assert stop is not None and dict(points)[stop] < 1 <= dict(points)[stop // 2]
     text = batching.batch_sentence(points, run)
     assert text.startswith("**Model, not a measurement:**") and f"from a batch of {stop}" in text
+    assert f"**{points[0][1]:.2f}× (expected)** for one sequence (the Cost model's figure)" in text
     figure = json.loads(batching_figure(cost, points).to_json())
     assert "MODEL" in json.dumps(figure["layout"]["annotations"])
 
@@ -56,6 +62,7 @@ def test_the_endpoint_measures_this_device_and_labels_the_model(explorer_url):
         client.predict(prompt="hello", **tiny, api_name="/step")
     figure, text = client.predict(1, **tiny, api_name="/rows_and_batches")
     assert text.startswith("On this device one target forward over 8 rows") and "Model, not a measurement" in text
+    assert "For one sequence nothing was measured for this method" in text, "no Compare ran: nothing quoted"
     assert len(json.loads(figure["plot"])["data"]) == 3
 
 

@@ -1,6 +1,8 @@
 """Compare runs its methods interleaved in chunks of steps (dynasd/explorer/measure/compare.py), so load falls on all of
-them alike: the order rotates round by round, each range comes from the chunks, the load is recorded, no winner is
-named within the noise, and a busy machine is said to be one."""
+them alike: the order rotates round by round, ar runs in every round (again from the prompt once its own run is
+done) so each method's speed is a ratio against ar's chunk of the same round, with a range over those rounds; the
+load is recorded, no winner is named within the noise (a row timed once is compared by its value), the counter
+counts methods, and a busy machine is said to be one."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,16 +12,20 @@ import torch
 
 from dynasd.explorer.inputs import Settings
 from dynasd.explorer.measure import compare
-from dynasd.explorer.measure.compare import CompareResult, CompareRow, rate_range
+from dynasd.explorer.measure.compare import CompareResult, CompareRow, PairedRatio, paired_ratio, rate_range
 from dynasd.explorer.measure.measured_here import KeptCompare, Measured, fastest_recipe_here
 from dynasd.explorer.pairs import PairCache
 from dynasd.options import OPTIONS
 from dynasd.recipes import RECIPES
-from viz.compare import compare_figure, compare_table
+from viz.compare import AGAINST_AR, compare_figure, compare_table
+from viz.timeline import TOKENS_PER_S
 
 
-def row(method: str, rate: float, low: float, high: float, parts: int = 5, forward: float = 1.0) -> CompareRow:
-    return CompareRow(method, True, True, rate, low, high, parts, forward, None, (), (), 10, 10, 0.0, True)
+def row(method: str, rate: float, low: float, high: float, parts: int = 5, forward: float = 1.0,
+        ratio: tuple[float, float, float] | None = None, peer: bool = False) -> CompareRow:
+    paired = None if ratio is None else PairedRatio(*ratio, pairs=parts)
+    return CompareRow(method, True, True, rate, low, high, parts, forward, None, (), (), 10, 10, 0.0, True, peer,
+                      paired)
 
 
 @pytest.fixture(scope="module")
@@ -42,22 +48,64 @@ def test_every_round_gives_each_unfinished_method_one_chunk_in_a_rotated_order(r
               for i in range(min(final.rounds, 3))}
     assert len(firsts) > 1, "no method always goes first"
     for method, run in final.runs.items():
-        chunks = [c for c in final.chunks if c.method == method]
+        chunks = [c for c in final.chunks if c.method == method and not c.reference]
         assert sum(c.tokens for c in chunks) == len(run.run.new_token_ids) == 24
         assert sum(c.seconds for c in chunks) == pytest.approx(sum(s.seconds for s in run.run.steps))
 
 
-def test_the_rows_are_numbers_measured_over_chunks_and_the_load_is_recorded(rounds):
+def test_ar_is_timed_in_every_round_again_from_the_prompt_once_its_own_run_is_done(rounds):
+    final = rounds[-1]
+    for index in range(final.rounds):
+        ars = [c for c in final.chunks if c.round == index and c.method == "ar"]
+        assert len(ars) == 1, f"round {index} has one ar chunk to pair with"
+    own_rounds = {c.round for c in final.chunks if c.method == "ar" and not c.reference}
+    reference = [c for c in final.chunks if c.reference]
+    assert reference and all(c.round not in own_rounds for c in reference), "the reference runs after ar's own"
+    assert final.reference is not None and final.reference.run.prompt == final.runs["ar"].run.prompt
+    timed = [c for c in final.chunks if c.cpu_seconds is not None]
+    assert timed and all(c.call_seconds > 0 and c.cpu_seconds >= 0 for c in timed), "CPU time beside wall time"
+    assert all(c.cpu_seconds is None for c in final.chunks if c.round == 0), "a call that prefilled is not timed"
+
+
+def test_the_rows_are_ratios_against_ar_paired_by_round_then_tokens_per_s(rounds):
     final = rounds[-1]
     result = compare.compare_result(final)
     assert [r.method for r in result.rows] == ["ar", "sd", "pld"]
     assert result.load_average == 0.9, "the highest load read around any round"
+    ar_of = {c.round: c for c in final.chunks if c.method == "ar"}
     for r in result.rows:
-        chunks = [(c.tokens, c.seconds) for c in final.chunks if c.method == r.method]
-        assert (r.low, r.high) == rate_range(chunks) and r.parts == len(chunks)
+        chunks = [c for c in final.chunks if c.method == r.method and not c.reference]
+        assert (r.low, r.high) == rate_range([(c.tokens, c.seconds) for c in chunks]) and r.parts == len(chunks)
         assert r.same_text_as_ar is True, "greedy sd and pld write ar's text"
-    assert compare_table(result)[0]["timed in"] == f"{result.rows[0].parts} chunks"
+        if r.method == "ar":
+            assert r.against_ar is None and r.speed == 1.0
+            continue
+        paired = r.against_ar
+        expected = paired_ratio([(c.tokens, c.seconds) for c in chunks],
+                                [(ar_of[c.round].tokens, ar_of[c.round].seconds) for c in chunks])
+        assert (paired.ratio, paired.low, paired.high, paired.pairs) == \
+            (expected.ratio, expected.low, expected.high, len(chunks))
+        assert paired.low <= paired.ratio <= paired.high
+    table = compare_table(result)
+    assert table[0]["timed in"].startswith(f"{result.rows[0].parts} chunks")
+    assert list(table[1])[:4] == ["method", "same text as ar", AGAINST_AR, TOKENS_PER_S], "ratios lead"
     assert result.threads == torch.get_num_threads() and not result.busy, "a load under the threads is not busy"
+
+
+def test_a_paired_ratio_cancels_what_both_rounds_share_and_its_range_comes_from_the_rounds():
+    slow_round = [(10, 1.0), (10, 2.0), (10, 1.0), (10, 1.0)]  # the second round ran at half speed for both
+    ar = [(20, 1.0), (20, 2.0), (20, 1.0), (20, 1.0)]
+    paired = paired_ratio(slow_round, ar)
+    assert paired.ratio == pytest.approx(0.5) and paired.low == pytest.approx(0.5) == paired.high
+    noisy = paired_ratio([(10, 1.0), (12, 1.0), (8, 1.0), (11, 1.0)], [(20, 1.0)] * 4)
+    assert noisy.low < noisy.ratio < noisy.high and noisy == paired_ratio([(10, 1.0), (12, 1.0), (8, 1.0),
+                                                                          (11, 1.0)], [(20, 1.0)] * 4)
+    once = paired_ratio([(10, 1.0)], [(20, 1.0)])
+    assert (once.ratio, once.low, once.high, once.pairs) == (0.5, 0.5, 0.5, 1)
+    by_cpu = paired_ratio([(10, 1.0)], [(20, 1.0)], [2.0], [2.0])
+    assert by_cpu.by_cpu == pytest.approx(0.5) and not by_cpu.cpu_disagrees
+    assert paired_ratio([(10, 1.0)], [(20, 1.0)], [4.0], [2.0]).cpu_disagrees, "CPU time says 0.25: outside"
+    assert paired_ratio([], []) is None
 
 
 def test_a_range_is_the_spread_of_the_chunks_rates_seeded():
@@ -68,19 +116,42 @@ def test_a_range_is_the_spread_of_the_chunks_rates_seeded():
     assert rate_range([(10, 2.0)]) == (5.0, 5.0)
 
 
-def test_no_winner_is_named_within_the_noise_and_a_busy_machine_is_said_to_be_one():
-    quiet = CompareResult([row("ar", 10.5, 9.8, 11.2), row("pld", 10.8, 10.1, 11.6)], 6, 1.2, 2, True)
+def test_the_verdict_ranks_by_ratio_and_names_no_winner_within_the_noise():
+    quiet = CompareResult([row("ar", 10.5, 9.8, 11.2), row("pld", 10.8, 10.1, 11.6, ratio=(1.03, 0.97, 1.09))],
+                          6, 1.2, 2, True)
     close = compare.verdict(quiet)
-    assert "No clear winner" in close and "Fastest here" not in close and "ar (9.8–11.2)" in close
-    clear = compare.verdict(replace(quiet, rows=[row("ar", 10.5, 9.8, 11.2), row("mcsd", 2.7, 2.5, 2.9, forward=2)]))
+    assert "No clear winner" in close and "Fastest here" not in close and "ar (1× ar (itself))" in close
+    clear = compare.verdict(replace(quiet, rows=[row("ar", 10.5, 9.8, 11.2),
+                                                 row("mcsd", 2.7, 2.5, 2.9, forward=2, ratio=(0.26, 0.24, 0.28))]))
     assert "Fastest here: **ar**" in clear and "No speculative method paid" in clear
-    assert "mcsd needed the fewest target forwards" in clear
-    once = compare.verdict(replace(quiet, rows=[row("pld", 30.0, 29.0, 31.0), row("peer", 5.0, 5.0, 5.0, 1)]))
-    assert "No clear winner" in once, "a row timed once has no range: it cannot be beaten within noise"
-    busy = replace(quiet, rows=[row("ar", 10.5, 9.8, 11.2), row("mcsd", 2.7, 2.5, 2.9)], load_average=2.7)
+    assert "mcsd needed the fewest target forwards" in clear and "0.26× ar (0.24–0.28 over 5 paired rounds)" in clear
+    busy = replace(quiet, rows=[row("ar", 10.5, 9.8, 11.2), row("mcsd", 2.7, 2.5, 2.9, ratio=(0.26, 0.24, 0.28))],
+                   load_average=2.7)
     assert busy.busy == "measured on a busy machine: load 2.7 on 2 threads"
     assert "Measured on a busy machine: load 2.7 on 2 threads" in compare.verdict(busy)
     assert busy.busy in compare_figure(busy).layout.title.text
+
+
+def test_a_row_timed_once_is_compared_by_its_value_not_counted_as_tied():
+    """pld 1.75x ar with its range above 1, the peer timed in one run at 0.15x: pld is the clear winner (a row timed
+    once has a range of one value, and that value is far below pld's range)."""
+    rows = [row("ar", 111.0, 87.4, 119.0), row("pld", 195.0, 140.0, 213.6, ratio=(1.75, 1.52, 1.98)),
+            row("peer", 18.0, 18.0, 18.0, parts=1, ratio=(0.16, 0.16, 0.16), peer=True)]
+    said = compare.verdict(CompareResult(rows, 6, 0.5, 2, True))
+    assert said.startswith("Fastest here: **pld**, **1.75× ar (1.52–1.98 over 5 paired rounds)**, 195.0 tokens/s")
+    once_near = rows[:2] + [row("peer", 190.0, 190.0, 190.0, parts=1, ratio=(1.6, 1.6, 1.6), peer=True)]
+    assert "No clear winner" in compare.verdict(CompareResult(once_near, 6, 0.5, 2, True)), "1.6 is in pld's range"
+
+
+def test_the_counter_counts_methods_started_and_finished_not_rows(rounds):
+    middle = rounds[0]
+    said, kind = compare.progress(middle, compare.compare_result(middle))
+    assert kind == "info" and said.startswith("Round 1: 3 of 3 methods started, ")
+    assert "drawn at the end" in said and "×" not in said and "tokens/s" not in said, "no speed while it measures"
+    with_peer = replace(middle, peers=[object()])
+    result = replace(compare.compare_result(middle), rows=compare.compare_result(middle).rows + [
+        row("peer", 5.0, 5.0, 5.0, parts=1, peer=True)])
+    assert "3 of 3 methods started" in compare.progress(with_peer, result)[0], "the peer's row is not a method"
 
 
 def test_whole_peer_runs_go_between_the_rounds_spread_over_them():
@@ -107,7 +178,25 @@ def test_a_busy_compare_marks_no_recipe_fastest_here():
     label, values = next((label, values) for label, values in RECIPES.items() if values.get("method") == "pld")
     controls = {name: OPTIONS[name].record(value) for name, value in values.items() if name != "method"}
     kept = KeptCompare("2026-12-06 00:00", "here", "embedded", controls,
-                       [Measured("pld", 50.0, 48.0, 52.0), Measured("ar", 20.0, 19.0, 21.0)])
+                       [Measured("pld", 50.0, 48.0, 52.0, 2.5, 2.4, 2.6, 6), Measured("ar", 20.0, 19.0, 21.0)])
     assert fastest_recipe_here(kept, {label: values}) == label, "a quiet machine's clear winner is marked"
     busy = replace(kept, busy="measured on a busy machine: load 3.0 on 2 threads")
     assert fastest_recipe_here(busy, {label: values}) is None
+
+
+def test_a_finished_compare_is_kept_with_its_prompt_ratios_and_load(rounds, tmp_path, monkeypatch):
+    from dynasd.device_info import machine_line
+    from dynasd.explorer.measure.measured_here import compare_for
+
+    monkeypatch.setenv("DYNASD_CACHE", str(tmp_path))
+    final = rounds[-1]
+    result = compare.compare_result(final)
+    compare.keep(result, final)
+    controls = final.settings.controls()
+    machine = final.runs["ar"].run.device.partition(";")[0]
+    assert machine == machine_line()
+    kept = compare_for(machine, "tiny-random", "sd", {**controls, "method": "sd"}, "the cat the cat")
+    sd = next(r for r in result.rows if r.method == "sd").against_ar
+    assert kept is not None and kept.row("sd").ratio == sd.ratio and kept.row("sd").pairs == sd.pairs
+    assert kept.load == result.load_said() and kept.prompt == "the cat the cat"
+    assert compare_for(machine, "tiny-random", "sd", controls, "another prompt") is None

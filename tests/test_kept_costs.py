@@ -44,8 +44,10 @@ def test_a_kept_cost_100x_too_slow_is_caught_by_the_first_step(pairs):
 
     shown = cost.calibrate_context(pairs, SETTINGS, ids)
     assert not shown.kept and shown.timings[1] < planted.timings[1] / 10, "measured again, not the kept figure"
-    assert shown.said().startswith("measured again because the costs kept from 2026-12-05 12:42 UTC disagreed "
-                                   "with this device's own steps: step 0's own verify"), shown.said()
+    assert shown.again_said().startswith("Measured again: the costs kept from 2026-12-05 12:42 UTC disagreed "
+                                         "with this device's own steps: step 0's own verify"), shown.again_said()
+    assert "\n" not in shown.again_said() and "**" not in shown.again_said(), "one plain line"
+    assert shown.said().startswith("measured on this device at "), "the costs' own sentence says no more of it"
 
 
 def test_a_step_slower_than_the_kept_line_or_outside_it_says_nothing_a_faster_one_does():

@@ -49,9 +49,10 @@ def test_cost_model_side_by_side_and_losslessness(connect):
     figure, budget, text, status = client.predict(1, True, **TINY, api_name="/cost_model")  # measure again
     assert "measured now on this device" in status and "ar step" in text
     names = [trace["name"] for trace in plot(figure)["data"]]
-    assert names[1:4] == ["verify rows free (expected)", "this run: expected", "this run: measured"]
-    assert ("Compare (another run)" in names) == ("measured by Compare" in text), "a kept Compare: drawn and said"
-    assert "Costs measured on this device" in text and "(measured)" in text
+    assert names[1:3] == ["verify rows free (expected)", "this run: expected"]
+    assert ("Compare: measured against ar" in names) == ("measured by Compare" in text), "kept: drawn and said"
+    assert "Forward costs measured on this device" in text and "(expected)" in text
+    assert "Not measured yet" in text, "no Compare of this prompt and settings ran: nothing is called measured"
     assert plot(budget)["layout"]["title"]["text"].startswith(("Best static tree", "No static tree"))
     tree_a, story_a, tree_b, story_b, status = client.predict(1, "sd", "ti-mcsd", **TINY,
                                                                  api_name="/side_by_side")

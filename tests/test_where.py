@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dynasd.explorer.measure import targets, where
-from dynasd.explorer.measure.cost import MeasuredCosts
+from dynasd.explorer.measure.cost import MeasuredCosts, RunShape, costs_from
 from dynasd.explorer.measure.targets import TargetShape
 from dynasd.explorer.measure.where import GpuModel, StepShape
 from dynasd.kernels.block_weights import block_kernel
@@ -32,17 +32,24 @@ def view(gpu_check=None):
 
 def test_each_row_gives_the_step_cost_draft_share_break_even_and_speedup_by_hand():
     here, big = view().rows[:2]
-    assert here.step_s == pytest.approx(3 * 0.002 + 0.014) and here.ar_s == 0.010
-    assert here.expected == pytest.approx(2.5 * 0.010 / 0.020) and here.draft_share == pytest.approx(0.2)
-    assert chain_tokens_per_step(here.break_even, 3) == pytest.approx(0.020 / 0.010, abs=1e-4)
-    assert big.target == "SmolLM2-1.7B" and big.source == "measured, scaled from layers"
-    assert big.step_s == pytest.approx(0.006 + 0.060) and big.draft_share == pytest.approx(0.05)
-    assert big.expected == pytest.approx(2.5 * 0.040 / 0.066)
-    twelve = where.forward_at(DEVICE.timings, 12)
-    assert twelve == pytest.approx(0.016), "between measured row counts: on the line between them"
     base, per_row = fit_line([1.0, 8.0, 16.0], [0.010, 0.014, 0.018])
-    beyond = where.forward_at(DEVICE.timings, 32)
-    assert beyond == pytest.approx(base + 32 * per_row) and beyond > 0.018, "beyond the measured rows: the line"
+    assert here.step_s == pytest.approx(3 * 0.002 + base + 8 * per_row) and here.ar_s == 0.010
+    assert here.expected == pytest.approx(2.5 * 0.010 / here.step_s) and here.draft_share == pytest.approx(0.2)
+    assert chain_tokens_per_step(here.break_even, 3) == pytest.approx(here.step_s / 0.010, abs=1e-4)
+    assert big.target == "SmolLM2-1.7B" and big.source == "measured costs, scaled from layers"
+    big_base, big_per_row = fit_line([1.0, 8.0, 16.0], [0.040, 0.060, 0.080])
+    assert big.step_s == pytest.approx(0.006 + big_base + 8 * big_per_row) and big.draft_share == pytest.approx(0.05)
+    assert big.expected == pytest.approx(2.5 * 0.040 / big.step_s)
+    assert where.forward_at(DEVICE.timings, 1) == 0.010, "one row: the measured one-row forward, as ar's step"
+    assert where.forward_at(DEVICE.timings, 12) == pytest.approx(base + 12 * per_row), "beyond one row: the line"
+    costs = costs_from(shape_of(rows=8), DEVICE.timings, 0.002)
+    assert here.step_s == pytest.approx(costs.step_s(8, 3)), "as the Cost model reads the same calibration"
+
+
+def shape_of(rows: int) -> RunShape:
+    return RunShape(steps=2, tokens_per_step=2.5, rows=rows, draft_forwards=3, acceptance=0.5, depth=3,
+                    draft_per_forward_s=0.002, verify_rows=[rows], verify_seconds=[0.01], tokens_per_s=1.0,
+                    overhead_s=0.0)
 
 
 def test_a_step_too_costly_for_its_depth_never_breaks_even():
@@ -80,16 +87,19 @@ def test_the_sentence_about_a_tree_is_derived_from_the_view():
     said = where.tree_verdict(shown)
     here = shown.rows[0]
     assert f"expected at {here.expected:.2f}× ar" in said and f"{here.draft_share:.0%} of a target forward" in said
-    assert "SmolLM2-1.7B-shaped target" in said and "(modelled)" in said
+    assert "SmolLM2-1.7B-shaped target" in said and "(modelled)" in said and "measured by Compare" not in said
     faster = replace(shown, rows=[replace(here, expected=3.21)] + shown.rows[1:])
     assert "expected at 3.21× ar" in where.tree_verdict(faster), "a number changed in the view changes the sentence"
     not_run = where.where_it_pays("mcsd", replace(STEP, tokens_per_step=None), 0.002, DEVICE, {}, DRAFT)
     first = where.tree_verdict(not_run).split(";")[0]
-    assert f"pays above acceptance {not_run.rows[0].break_even:.2f} per level" in first and "expected" not in first
+    assert f"is expected to pay above acceptance {not_run.rows[0].break_even:.2f} per level" in first
     text = where_markdown(shown, said)
     assert said in text and "0.80 · 0.50 · 0.20" in text and "| SmolLM2-1.7B | a GPU | modelled |" in text
+    assert "Nothing measured for this method, prompt and settings yet" in text
+    assert all(f"{r.expected:.2f}× (expected)" in text for r in shown.rows), "every speed-up: expected"
     bars = where_figure(shown).data[0]
     assert len(bars.y) == len(shown.rows) and any(p == "/" for p in bars.marker.pattern.shape), "modelled: hatched"
+    assert all(" expected (" in text for text in bars.text), "every bar is an expectation, and says so"
 
 
 def test_scaled_shapes_read_the_line_through_their_depths():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from dynasd.explorer.measure import batching
+from dynasd.explorer.measure.speed import compared_here
 from viz.batching import batching_figure
 
 from . import gpu
@@ -15,10 +16,11 @@ from .views import MeasuredViews, measured_for_show
 
 @handler(MeasuredViews)
 def on_rows_and_batches(session, index, **controls):
-    """Measures this device's target forward over 1 to 64 rows (kept costs are re-used) and models batch sizes."""
-    run, _, measured = measured_for_show(session, index, controls, "nothing to measure against yet",
-                                         gpu.gpu_calibrate)
-    view = batching.rows_and_batches(run, measured)
+    """Measures this device's target forward over 1 to 64 rows (kept costs are re-used) and models batch sizes,
+    beside what Compare measured for the run's method, settings and prompt."""
+    run, settings, measured = measured_for_show(session, index, controls, "nothing to measure against yet",
+                                                gpu.gpu_calibrate)
+    view = batching.rows_and_batches(run, measured, compared_here(run, settings.controls(), settings.pair_key))
     return MeasuredViews(batching_figure(view.cost, view.points), view.text, session.id)
 
 

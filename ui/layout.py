@@ -327,8 +327,9 @@ def _wire_settings(demo: gr.Blocks, w: SimpleNamespace) -> None:
     controls, shown = w.controls, [w.controls[name] for name in CONTROL_NAMES]
     w.recipe.input(on_recipe, [w.recipe], [*shown, w.status, w.dynamic_section], api_visibility="private",
                    queue=False, show_progress="hidden")
-    # the menu names this machine and marks the recipe measured fastest here (a kept Compare), if any
-    for refresh in (demo.load, w.compare_status.change, controls["pair"].change):
+    # the menu names this machine and shows what a kept Compare measured here (refreshed when a Compare's table
+    # comes: once, at its end)
+    for refresh in (demo.load, w.compare_table.change, controls["pair"].change):
         refresh(on_recipe_menu, [controls["pair"]], [w.recipe], api_visibility="private", queue=False,
                 show_progress="hidden")
     for name in RECIPE_CONTROLS:

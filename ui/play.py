@@ -15,7 +15,7 @@ import viz
 from dynasd.device_info import machine_line
 from dynasd.explorer.inputs import CUSTOM, UserError
 from dynasd.explorer.measure import compare as compare_model
-from dynasd.explorer.measure.measured_here import KeptCompare, fastest_recipe_here, read_compare
+from dynasd.explorer.measure.measured_here import KeptCompare, fastest_recipe_here, read_compares, recipe_here
 from dynasd.explorer.sessions.controller import Controller, Outcome
 from dynasd.explorer.sessions.session import Session
 from dynasd.models import has_feature_draft
@@ -89,42 +89,62 @@ def on_show_step(session, index):
 @handler(CompareViews)
 def on_compare(session, prompt, **controls):
     """Every method in interleaved rounds with peer runs between (dynasd/explorer/measure/compare.py), one model call a
-    round (ui/gpu.py); the table grows round by round; a finished Compare is kept for the Recipe menu."""
+    round (ui/gpu.py). While it measures, only the status line changes (the rounds so far): a table and a chart
+    redrawn at every round would be drawn on the cores the measurement runs on, and slow whichever methods ran
+    meanwhile. The table and chart come once, when the Compare is complete; it is then kept (measured_here.py),
+    so that every view of a run of these settings on this prompt quotes it."""
+    cleared = False
     for compared in gpu.compare(settings_from(controls), prompt):
         result = compare_model.compare_result(compared)
-        if compared.complete:
-            compare_model.keep(result, compared)
-        yield CompareViews(pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result),
-                           status_line(*compare_model.progress(compared, result)), session.id)
+        status = status_line(*compare_model.progress(compared, result))
+        if not compared.complete:
+            yield CompareViews(status=status, session_id=session.id, **({} if cleared else dict(table=None, plot=None)))
+            cleared = True
+            continue
+        compare_model.keep(result, compared)
+        yield CompareViews(pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result), status, session.id)
 
 
 def on_recipe_menu(pair: str):
-    """The Recipe menu for this machine and pair: the recipe that this machine's kept Compare measured a clear
-    winner marked ★, and a line that names the machine and says what was (or was not) measured on it."""
-    kept = read_compare(machine_line(), str(pair or ""))
-    star = fastest_recipe_here(kept, RECIPES)
-    choices = [(CUSTOM_RECIPE, CUSTOM_RECIPE)] + [
-        (f"★ measured fastest here · {label}" if label == star else label, label) for label in RECIPES]
-    return gr.update(choices=choices, info=recipe_info(kept, star))
+    """The Recipe menu for this machine and pair: each recipe that a kept Compare on this machine ran with its
+    settings shows that Compare's ratio against ar, the clear winner of the newest Compare is marked ★, and a line
+    names the machine and says what was (or was not) measured on it. A label says nothing else of speed."""
+    kept = read_compares(machine_line(), str(pair or ""))
+    newest = kept[0] if kept else None
+    star = fastest_recipe_here(newest, RECIPES)
+    choices = [(CUSTOM_RECIPE, CUSTOM_RECIPE)] + [(recipe_choice(label, values, kept, star), label)
+                                                  for label, values in RECIPES.items()]
+    return gr.update(choices=choices, info=recipe_info(newest, star))
+
+
+def recipe_choice(label: str, values: dict, kept: list[KeptCompare], star: str | None) -> str:
+    """A recipe's entry: its label, and what Compare measured for its settings on this machine, if it did."""
+    here = recipe_here(kept, values)
+    if here is None:
+        return label
+    _, row = here
+    said = ("1× ar (ar itself)" if row.method == "ar" else
+            f"{row.ratio:.2f}× ar ({row.ratio_low:.2f}–{row.ratio_high:.2f})")
+    return f"{'★ ' if label == star else ''}{label} · measured here: {said}"
 
 
 def recipe_info(kept: KeptCompare | None, star: str | None) -> str:
     here = f"This machine: {machine_line()}."
     if kept is None:
-        return (f"{here} The labels say where a recipe was measured fastest (docs/benchmarks.md); nothing was "
-                "measured on this machine yet: Compare measures every method here and marks a clear winner ★.")
+        return (f"{here} Nothing measured here yet: Compare measures every method against ar on this machine, and "
+                "each recipe it ran with the recipe's settings then shows its speed-up here.")
     best, clear = kept.fastest()
-    when = f"Compare here at {kept.measured_at} UTC"
+    when = f"{kept.said()}, on “{kept.prompt[:40]}”" if kept.prompt else kept.said()
     if star:
-        return f"{here} ★ = measured fastest by {when} ({best.tokens_per_s:.1f} tokens/s)."
+        return f"{here} Speed-ups: what Compare measured here against ar; ★ = the clear winner of the {when}."
     if kept.busy:
-        return (f"{here} {when}, {kept.busy}: {best.method} fastest ({best.low:.1f}–{best.high:.1f} tokens/s), "
-                "but no recipe is marked from a busy machine's Compare.")
+        return (f"{here} Speed-ups: what Compare measured here against ar. The {when} ran {kept.busy}: no recipe is "
+                "marked ★ from a busy machine's Compare.")
     if not clear:
-        return (f"{here} {when}: no clear winner ({best.method} fastest, {best.low:.1f}–{best.high:.1f} tokens/s, "
-                "within the run's noise of another method); no recipe is marked.")
-    return (f"{here} {when}: {best.method} was the clear winner ({best.tokens_per_s:.1f} tokens/s), with settings "
-            "no recipe has; no recipe is marked.")
+        return (f"{here} Speed-ups: what Compare measured here against ar. The {when} found no clear winner "
+                f"({best.method} fastest, within the noise of another method): no recipe is marked ★.")
+    return (f"{here} Speed-ups: what Compare measured here against ar. The {when} found {best.method} the clear "
+            "winner, with settings no recipe has: no recipe is marked ★.")
 
 
 @handler(SaveViews)

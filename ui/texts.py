@@ -125,9 +125,12 @@ stopping early saves draft work.
 SUMMARY_HELP = """
 **What am I seeing?** *Left*: how many tokens each step committed, by origin. *Right*: tokens written so far (green)
 against target forwards spent (grey); autoregressive decoding spends one forward per token (dashed red), so the
-gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up. **Tokens / s
-(decoding)** counts the steps' time only (draft + verify + accept) and depends on this machine; the prompt's
-prefill is reported apart, once, because it is paid before the first step whatever the method.
+gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up. **Speed-up over
+ar** is what the Compare tab measured for this method, these settings and this prompt on this machine: the method
+and ar timed side by side, round by round, with its range (a dash until a Compare ran them). **Tokens / s, as it
+happened** is this run's own rate, its steps' time only (draft + verify + accept), taken while the page asked for
+and drew each step: it moves with whatever else the machine does, so it is no comparison; the prompt's prefill is
+reported apart, once, because it is paid before the first step whatever the method.
 
 *Below*, the acceptance by draft position, under the names vLLM reports. **Per-position acceptance** (teal): the
 share of drafting steps that accepted a candidate at position k; it can only fall with k, and when every step
@@ -138,7 +141,14 @@ is worth growing. *Right*: how many candidates each step accepted.
 """
 
 COMPARE_HELP = f"""
-**What am I seeing?** The same prompt and settings through every method. **same text as ar** says whether a
+**What am I seeing?** The same prompt and settings through every method, run in interleaved rounds: each round
+gives every method a short chunk of steps, and ar runs in every round, so each method's **× ar** is its tokens / s
+against ar's in the same rounds, with the range of that ratio over the rounds (a second Compare of the prompt lands
+within a few percent of it, where absolute tokens / s move by 15%). Tokens / s come second; **× ar by CPU time** is
+the same ratio from this process's CPU time, a cross-check against other work on the same cores. While it
+measures, the page shows only its progress: drawing the table at every round would slow the methods measured
+meanwhile. The result is kept: Summary, the Cost model, Rows and batches, Where would it pay? and the Recipe menu
+quote it for runs of these settings on this prompt. **same text as ar** says whether a
 method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
 *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
 random draws differ (they agree in distribution, not token by token).
@@ -157,8 +167,8 @@ the CPU is busy computing, not waiting for memory, so verifying the {_DEFAULT_TR
 {_DEFAULT_TREE.depth} draft forwards is not free either. A wide tree then saves target forwards (tokens / target \
 forward > 1) yet loses time (tokens / s below ar). Whether it would pay with a bigger target or on a GPU depends \
 on what a draft forward costs against a target forward: Learn → *Where would it pay?* carries a run's acceptance \
-there from measured costs. On a CPU narrow trees win with float32 weights (the recipe *Narrow tree for a CPU*), \
-and prompt lookup with the GGUF blocks, the default.
+there from measured costs. Which method wins depends on the CPU, its weights and arithmetic: what this Compare \
+measures here is the answer for this machine, and the Recipe menu shows it beside each recipe it ran.
 """
 
 TRACE_HELP = """
@@ -181,4 +191,5 @@ def device_note(zero_gpu: bool = False) -> str:
     """The machine the page's speeds are measured on, under the intro (a run's own, with its weights and kernels,
     is in its Summary)."""
     where = ("a shared ZeroGPU GPU, named in each run's Summary" if zero_gpu else machine_line())
-    return f"<small>Speeds on this page are measured on **{where}**.</small>"
+    return (f"<small>Speed-ups on this page are measured by Compare, or expected from costs measured, on "
+            f"**{where}**.</small>")

@@ -17,6 +17,7 @@ from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settin
 from dynasd.explorer.lessons import phases
 from dynasd.explorer.lessons.predict import asks_first, score_markdown
 from dynasd.explorer.measure import cost as cost_model
+from dynasd.explorer.measure.speed import compared_here
 from dynasd.explorer.sessions.controller import Outcome, Show
 from dynasd.explorer.sessions.session import Session
 from viz.guided import guided_figure
@@ -230,14 +231,16 @@ class PhaseViews(Views):
 
 
 
-def step_views(run, index: int) -> tuple[list, dict, str, str]:
-    """The text spans, figures, summary and story of step `index` of `run` (pure builders; nothing is sent)."""
+def step_views(run, index: int, compared=None) -> tuple[list, dict, str, str]:
+    """The text spans, figures, summary and story of step `index` of `run` (pure builders; nothing is sent);
+    `compared`: what Compare measured for the run's method, settings and prompt, which the summary quotes."""
     step = run.steps[index]
     root = viz.root_token(run, index)
     figures = dict(tree=viz.tree_figure(step, root, lossy=not run.lossless),
                    mask=viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes), root_label=root),
                    pq=viz.pq_figure(step), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
-    return viz.text_spans(run, index), figures, viz.summary_markdown(run, index), viz.step_story(run, index)
+    return (viz.text_spans(run, index), figures, viz.summary_markdown(run, index, compared),
+            viz.step_story(run, index))
 
 
 def step_on_page(session: Session, index: int | None, status) -> dict:
@@ -249,16 +252,26 @@ def step_on_page(session: Session, index: int | None, status) -> dict:
     last = len(run.steps) - 1
     index = last if index is None else max(0, min(int(index), last))
     question = asks_first(session, index)
+    compared = compared_for_show(session)
     if question:
         spans, figures, summary, story = hidden_step_views(run, index, phases.before_the_tests(run.steps[index]),
-                                                           step_views(run, index - 1) if index else None, question)
+                                                           step_views(run, index - 1, compared) if index else None,
+                                                           question)
     else:
-        spans, figures, summary, story = step_views(run, index)
+        spans, figures, summary, story = step_views(run, index, compared)
     return dict(text=gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
                 **figures_sent(session, figures), summary=summary, status=status, story=story,
                 scrubber=gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
                                    label=f"Step on show ({index} of {last})"),
                 session_id=session.id)
+
+
+def compared_for_show(session: Session):
+    """What Compare measured on this machine for the run on show's method, settings and prompt (None for a
+    replayed run: its settings are the trace's, not this machine's)."""
+    if session.replay or session.settings is None or session.run is None:
+        return None
+    return compared_here(session.run, session.settings.controls(), session.settings.pair_key)
 
 
 def empty_views(session: Session, status) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from dynasd.explorer.measure import where
+from dynasd.explorer.measure.speed import compared_here
 from viz.where import where_figure, where_markdown
 
 from . import gpu
@@ -16,8 +17,8 @@ from .views import MeasuredViews, measured_for_show
 @handler(MeasuredViews)
 def on_where(session, index, **controls):
     """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU."""
-    run, _, costs = measured_for_show(session, index, controls, "nothing to carry yet", gpu.gpu_where)
-    view = where.where_of_run(run, costs)
+    run, settings, costs = measured_for_show(session, index, controls, "nothing to carry yet", gpu.gpu_where)
+    view = where.where_of_run(run, costs, compared_here(run, settings.controls(), settings.pair_key))
     return MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
 
 

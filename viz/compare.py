@@ -1,6 +1,6 @@
 """Compare drawn: the table's rows as text and the two-panel bar chart, from a Compare's result
-(dynasd/explorer/measure/compare.py: CompareResult, numbers measured in interleaved rounds). Nothing is computed
-here."""
+(dynasd/explorer/measure/compare.py: CompareResult, numbers measured in interleaved rounds). Each method's speed
+against ar, paired round by round, comes first; its own tokens / s second. Nothing is computed here."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -11,7 +11,17 @@ from .style import STATUS_COLORS, base_layout
 from .timeline import CONDITIONAL, LEVEL_RATE, PER_POSITION, TOKENS_PER_S, _two_panels, rates_text
 
 SPREAD = "tokens / s, 90% range"  # over the method's chunks of steps (the peer: its whole runs)
+AGAINST_AR = "× ar, paired (90% range)"  # its chunks against ar's in the same rounds
+BY_CPU = "× ar by CPU time"  # the same ratio from this process's CPU time: a cross-check against other work
 PER_TARGET_FORWARD = "tokens / target forward"
+
+
+def against_ar(row: CompareRow) -> str:
+    """The row's ratio against ar as a cell: "0.13× (0.12–0.14)", "1×" for ar, "–" where ar was not run."""
+    if row.method == "ar":
+        return "1×"
+    paired = row.against_ar
+    return "–" if paired is None else f"{paired.ratio:.2f}× ({paired.low:.2f}–{paired.high:.2f})"
 
 
 def _name(row: CompareRow) -> str:
@@ -28,8 +38,10 @@ def compare_table(result: CompareResult) -> list[dict]:
     return [{
         "method": _name(row),
         "same text as ar": _same(row),
+        AGAINST_AR: against_ar(row),
         TOKENS_PER_S: round(row.tokens_per_s, 1),
         SPREAD: f"{row.low:.1f}–{row.high:.1f}" + (f" ({row.parts} runs)" if row.peer else ""),
+        BY_CPU: "–" if row.against_ar is None or row.against_ar.by_cpu is None else f"{row.against_ar.by_cpu:.2f}×",
         PER_TARGET_FORWARD: round(row.tokens_per_target_forward, 2),
         LEVEL_RATE: "–" if row.acceptance_rate is None else f"{row.acceptance_rate:.0%}",
         PER_POSITION: rates_text(list(row.per_position)),
@@ -37,40 +49,58 @@ def compare_table(result: CompareResult) -> list[dict]:
         "target forwards": row.target_forwards,
         "new tokens": row.new_tokens,
         "prefill (ms)": round(row.prefill_s * 1000),
-        "timed in": f"{row.parts} whole runs" if row.peer else f"{row.parts} chunks"
-                    + ("" if row.finished else " so far"),
+        "timed in": (f"{row.parts} whole runs" if row.peer else f"{row.parts} chunks")
+                    + ("" if row.finished else " so far")
+                    + (f", {row.against_ar.pairs} paired with ar" if row.against_ar is not None else ""),
     } for row in result.rows]
 
 
 def compare_figure(result: CompareResult) -> go.Figure:
-    """Tokens / s with each method's range (whiskers), and tokens per target forward; hatched orange where the
-    text differs from ar (not by colour alone). The title names the load the Compare ran under."""
+    """Left: each method's speed against ar, paired round by round, with its range (whiskers; where ar was not run,
+    its tokens / s and their range instead); right: tokens per target forward. Hatched orange where the text
+    differs from ar (not by colour alone). The title names the load the Compare ran under."""
     rows = result.rows
     names = [_name(r) for r in rows]
     differs = [r.same_text_as_ar is False for r in rows]
     colors = [STATUS_COLORS["correction"] if d else STATUS_COLORS["accepted"] for d in differs]
     hatched = ["x" if d else "" for d in differs]
+    paired = result.paired
+    if paired:
+        spans = [r.ratio_span for r in rows]
+        speeds = [round(r.speed, 3) for r in rows]
+        labels = [f"{v:.2f}×" for v in speeds]
+        left = "× ar, paired with ar<br>round by round"
+    else:
+        spans = [(r.low, r.high) for r in rows]
+        speeds = [round(r.tokens_per_s, 1) for r in rows]
+        labels = [f"{v}" for v in speeds]
+        left = "tokens / s, decoding<br>(this machine)"
     spread = dict(type="data", symmetric=False, color="#555", thickness=1, width=3,
-                  array=[round(r.high - r.tokens_per_s, 2) for r in rows],
-                  arrayminus=[round(r.tokens_per_s - r.low, 2) for r in rows])
-    values = {TOKENS_PER_S: [round(r.tokens_per_s, 1) for r in rows],
-              PER_TARGET_FORWARD: [round(r.tokens_per_target_forward, 2) for r in rows]}
-    traces = [go.Bar(x=names, y=values[key], showlegend=False,
+                  array=[round(max(high - v, 0.0), 3) for v, (_, high) in zip(speeds, spans)],
+                  arrayminus=[round(max(v - low, 0.0), 3) for v, (low, _) in zip(speeds, spans)])
+    forward = [round(r.tokens_per_target_forward, 2) for r in rows]
+    hover = [f"{r.tokens_per_s:.1f} tokens/s ({r.low:.1f}–{r.high:.1f})" for r in rows]
+    traces = [go.Bar(x=names, y=values, showlegend=False,
                      marker=dict(color=colors, pattern=dict(shape=hatched, fgcolor="#222", solidity=0.3)),
-                     error_y=spread if key == TOKENS_PER_S else None,
-                     text=[f"{v}" for v in values[key]], textposition="outside", cliponaxis=False, xaxis=xa,
+                     error_y=spread if xa == "x" else None, text=text, textposition="outside", cliponaxis=False,
+                     customdata=hover, hovertemplate="%{x}: %{text}<br>%{customdata}<extra></extra>", xaxis=xa,
                      yaxis=ya)
-              for key, xa, ya in ((TOKENS_PER_S, "x", "y"), (PER_TARGET_FORWARD, "x2", "y2"))]
+              for values, text, xa, ya in ((speeds, labels, "x", "y"),
+                                           (forward, [f"{v}" for v in forward], "x2", "y2"))]
     busy = result.busy
     load = (f"<b>{busy}</b>" if busy else "load unknown" if result.load_average is None
             else f"load {result.load_average:.1f} at most, on {result.threads} threads")
     title = (f"Same prompt, {len(rows)} methods in {result.rounds} interleaved rounds<br>{load}<br>"
-             "whiskers: 90% range over chunks; hatched: text differs from ar")
+             "whiskers: 90% range" + (" over paired rounds" if paired else " over chunks")
+             + "; hatched: text differs from ar")
     layout = {**base_layout(title, height=380),
-              **_two_panels("tokens / s, decoding<br>(this machine)", "tokens / target forward<br>(any machine)",
+              **_two_panels(left, "tokens / target forward<br>(any machine)",
                            0.5)}  # two lines each: one would run into the other panel's title on a phone
     layout["margin"] = dict(l=10, r=10, b=10, t=130)
-    tops = {"yaxis": values[TOKENS_PER_S] + [r.high for r in rows], "yaxis2": values[PER_TARGET_FORWARD]}
+    tops = {"yaxis": speeds + [high for _, high in spans], "yaxis2": forward}
     for axis, top in tops.items():
         layout[axis]["range"] = [0, 1.2 * max(top + [1e-9])]  # room for the value labels
+    if paired:
+        layout["shapes"] = [dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1, y1=1,
+                                 line=dict(color="#666", dash="dot"))]
     return go.Figure(data=traces, layout=layout)

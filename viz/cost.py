@@ -1,7 +1,8 @@
 """The cost model in one chart: expected speed-up over ar as a function of the acceptance rate, for this step
-shape on this device and for the same shape with free verify rows, with this run's expected and measured speed-ups
-marked. The break-even line at 1 is where drafting stops paying. Every number is the run's speed figures
-(dynasd/explorer/measure/speed.py: RunSpeed), drawn and written as they are given."""
+shape on this device and for the same shape with free verify rows, with this run's expected speed-up and, where
+Compare measured its method with its settings and prompt, that measurement and its range marked. The break-even
+line at 1 is where drafting stops paying. Every number is the run's speed figures (dynasd/explorer/measure/speed.py:
+RunSpeed), drawn and written as they are given."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -14,9 +15,9 @@ from .timeline import rates_text
 
 
 def cost_markdown(speed: RunSpeed, why_not_measured: str = "") -> str:
-    """The arithmetic behind the chart, with this run's numbers in it, and the run's one measured speed-up with
-    every other number named for what it is (RunSpeed.why_they_differ). `why_not_measured`: why this device's
-    costs could not be measured, said first."""
+    """Compare's measurement of the run's method first (or that there is none), the model's expectation and why the
+    two differ (RunSpeed.why_they_differ), the run's own rate as it happened, then the arithmetic behind the chart
+    with this run's numbers in it. `why_not_measured`: why this device's costs could not be measured, said first."""
     text = _arithmetic(speed)
     if speed.costs_measured:
         return text
@@ -30,14 +31,16 @@ def cost_markdown(speed: RunSpeed, why_not_measured: str = "") -> str:
 def _arithmetic(speed: RunSpeed) -> str:
     costs, shape = speed.costs, speed.shape
     ms = 1000.0
-    source = (f"**Costs {speed.costs_said}.**" if speed.costs_measured else
-              "**Costs modelled from this run's own verify times, not measured on this device** (a line through "
-              "the run's few verify sizes; it can be far off).")
-    ar_kind = "measured" if speed.costs_measured else "modelled"
+    source = (f"Forward costs {speed.costs_said}." + (f" {speed.again_said}" if speed.again_said else "")
+              if speed.costs_measured else
+              "**Forward costs modelled from this run's own verify times, not measured on this device** (a line "
+              "through the run's few verify sizes; it can be far off).")
+    ar_kind = "the calibration's" if speed.costs_measured else "modelled"
     lines = [
-        source + (f" This run's own times were taken on another machine ({speed.elsewhere}): its wall time says "
-                  "nothing about this one." if speed.elsewhere else ""),
         speed.why_they_differ(),
+        f"This run's own rate: {speed.happened.said()}.",
+        source + (f" This run's own times were taken on another machine ({speed.elsewhere}): they say nothing "
+                  "about this one." if speed.elsewhere else ""),
         f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here ({ar_kind}). This "
         f"run's steps verify **{speed.rows} rows** and run **{speed.draft_forwards} draft forwards** "
         f"({costs.draft_per_forward_s * ms:.2f} ms each, {speed.draft_said}), so the model's step costs "
@@ -45,14 +48,13 @@ def _arithmetic(speed: RunSpeed) -> str:
         f"({costs.verify_base_s * ms:.2f} + {speed.rows} × {costs.verify_per_row_s * ms:.3f}) ms = "
         f"**{speed.step_s * ms:.2f} ms**, i.e. **{speed.ar_steps_per_step:.1f} ar steps**. It commits "
         f"**{shape.tokens_per_step:.2f} tokens per step** (acceptance {shape.acceptance:.2f}), so the model "
-        f"expects {shape.tokens_per_step:.2f} / {speed.ar_steps_per_step:.2f} = **{speed.expected:.2f}×**.",
+        f"expects {shape.tokens_per_step:.2f} / {speed.ar_steps_per_step:.2f} = {speed.expected_said()}.",
     ]
     if speed.scale < 1.0:
-        lines.append(f"**The measurement here falls short of the model** ({speed.measured:.2f}× against "
-                     f"{speed.expected:.2f}×): trust the measurement; the best-tree chart below is scaled down by "
-                     "the same ratio.")
+        lines.append(f"Compare's range lies below the model's {speed.expected:.2f}× (expected): the best-tree chart "
+                     f"below is scaled down by {speed.scale:.2f}, to Compare's measurement.")
     lines.append(f"With free verify rows (verify = one ar step) the same steps would give "
-                 f"**{speed.expected_free_rows:.2f}×** (expected, not measured): the difference is what the "
+                 f"**{speed.expected_free_rows:.2f}× (expected)**: the difference is what the "
                  f"{speed.rows} verify rows cost on this device. Whether a GPU or a bigger target would pay is "
                  "Learn → Where would it pay?, from measured costs.")
     if speed.break_even_acceptance is None:
@@ -75,32 +77,38 @@ def _arithmetic(speed: RunSpeed) -> str:
     return "\n\n".join(lines)
 
 
+COMPARED = "Compare: measured against ar"
+
+
 def cost_figure(speed: RunSpeed) -> go.Figure:
     """Speed-up over ar against acceptance, for a chain of the run's depth at this device's step cost and with
-    free verify rows; markers: this run's expected and (where there is one) measured speed-up at its acceptance."""
+    free verify rows (both expected); markers: this run's expected speed-up at its acceptance and, where Compare
+    measured the run's method with its settings and prompt, that measurement with its range."""
     alphas, acceptance = list(speed.curve_acceptance), speed.shape.acceptance
     traces = [
-        go.Scatter(x=alphas, y=list(speed.curve_here), mode="lines", name=f"this device ({speed.rows} verify rows)",
+        go.Scatter(x=alphas, y=list(speed.curve_here), mode="lines",
+                   name=f"this device, {speed.rows} verify rows (expected)",
                    line=dict(color=STATUS_COLORS["rejected"], width=2),
-                   hovertemplate="acceptance %{x:.2f}: %{y:.2f}×<extra></extra>"),
+                   hovertemplate="acceptance %{x:.2f}: %{y:.2f}× (expected)<extra></extra>"),
         go.Scatter(x=alphas, y=list(speed.curve_free_rows), mode="lines", name="verify rows free (expected)",
                    line=dict(color=STATUS_COLORS["bonus"], width=2, dash="dash"),
-                   hovertemplate="acceptance %{x:.2f}: %{y:.2f}×<extra></extra>"),
+                   hovertemplate="acceptance %{x:.2f}: %{y:.2f}× (expected)<extra></extra>"),
         go.Scatter(x=[acceptance], y=[round(speed.expected, 4)], mode="markers", name="this run: expected",
                    marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"],
                                line=dict(color="#000", width=1)),
                    hovertemplate="expected %{y:.2f}× at acceptance %{x:.2f}<extra></extra>"),
     ]
-    if speed.measured is not None:
-        traces.append(go.Scatter(x=[acceptance], y=[round(speed.measured, 4)], mode="markers",
-                                 name="this run: measured", marker=dict(size=12, symbol="x", color="#222"),
-                                 hovertemplate="measured %{y:.2f}×<extra></extra>"))
-    if speed.compared is not None:
-        traces.append(go.Scatter(x=[acceptance], y=[round(speed.compared.speedup, 4)], mode="markers",
-                                 name="Compare (another run)", marker=dict(size=11, symbol="square-open",
-                                                                           color="#222", line=dict(width=2)),
-                                 hovertemplate="measured by Compare on another run: %{y:.2f}×<extra></extra>"))
-    marks = [speed.expected, speed.measured or 0.0, speed.compared.speedup if speed.compared else 0.0]
+    compared = speed.compared
+    if compared is not None:
+        traces.append(go.Scatter(
+            x=[acceptance], y=[round(compared.ratio, 4)], mode="markers", name=COMPARED,
+            marker=dict(size=11, symbol="square-open", color="#222", line=dict(width=2)),
+            error_y=dict(type="data", symmetric=False, color="#222", thickness=1.5, width=6,
+                         array=[round(compared.high - compared.ratio, 4)],
+                         arrayminus=[round(compared.ratio - compared.low, 4)]),
+            hovertemplate=f"measured by Compare: %{{y:.2f}}× ar ({compared.low:.2f}–{compared.high:.2f}), "
+                          f"{compared.measured_at} UTC<extra></extra>"))
+    marks = [speed.expected, compared.high if compared else 0.0]
     top = max(max(speed.curve_free_rows), *marks, 1.2) * 1.1
     layout = base_layout(f"Expected speed-up over ar, depth {speed.shape.depth}: {speed.ar_steps_per_step:.1f} ar "
                          "steps per step here", height=360)

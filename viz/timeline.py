@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from dynasd.acceptance import Acceptance, acceptance_of
+from dynasd.explorer.measure.speed import ComparedSpeedup, as_it_happened
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import TOKEN_ORIGINS, RunTrace
 
@@ -29,6 +30,8 @@ def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
 
 
 TOKENS_PER_S = "tokens / s (decoding)"
+SPEEDUP = "speed-up over ar"
+AS_IT_HAPPENED = "tokens / s, as it happened"
 LEVEL_RATE = "draft levels accepted"
 PER_POSITION = "per-position acceptance (k = 1, 2, …)"
 CONDITIONAL = "conditional acceptance (k = 1, 2, …)"
@@ -53,27 +56,40 @@ def summary_numbers(run: RunTrace, upto: int | None = None) -> dict:
     return numbers
 
 
-def summary_markdown(run: RunTrace, upto: int | None = None) -> str:
+def summary_markdown(run: RunTrace, upto: int | None = None, compared: ComparedSpeedup | None = None) -> str:
+    """The run so far in one table and its notes. Its speed: the speed-up over ar that Compare measured for the
+    run's method, settings and prompt (`compared`, dynasd/explorer/measure/speed.py: compared_here; none yet: a
+    dash and where to get one) first, then the run's own tokens / s as it happened (speed.as_it_happened)."""
     s = summary_numbers(run, upto)
+    happened = as_it_happened(run, upto)
     shown = len(run.steps) if upto is None else min(upto + 1, len(run.steps))
     drafts = run.method != "ar"  # AR drafts nothing: its acceptance columns say so
     steps = shown if shown == len(run.steps) else f"{shown} of {len(run.steps)}"  # as the timeline counts them
     level_rate = f"{s['acceptance_rate']:.0%}" if drafts else "–"
+    speedup = ("1× (ar itself)" if run.method == "ar" else compared.short() if compared is not None
+               else "– (not measured: Compare)")
+    measured = (f"*{SPEEDUP}*: {compared.said()}, on this prompt with these settings." if compared is not None
+                else "" if run.method == "ar" else
+                f"*{SPEEDUP}*: not measured for this method, prompt and settings yet: the Compare tab measures "
+                "every method against ar in the same rounds.")
     lines = [
         f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
         *(["", f"*Measured on* {run.device[:200]}"] if run.device else []),
         "",
-        f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {TOKENS_PER_S} | prefill |",
-        "|---|---|---|---|---|---|---|",
+        f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {SPEEDUP} | "
+        f"{AS_IT_HAPPENED} | prefill |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {steps} | {s['new_tokens']} | {s['target_forwards']} | {s['tokens_per_target_forward']:.2f} | "
-        f"{level_rate} | {s['tokens_per_s']:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
+        f"{level_rate} | {speedup} | {happened.tokens_per_s:.1f} | {s['prefill_seconds'] * 1000:.0f} ms |",
+        "",
+        *([measured, ""] if measured else []),
+        f"*{AS_IT_HAPPENED}*: {happened.said()}; the prompt's prefill is the separate *prefill* column.",
         "",
         f"*tokens / target forward* is what vLLM and llama.cpp call the mean acceptance length: the target's own "
         f"token and the candidate tokens ({', '.join(o.kind for o in ORIGINS if o.tested)}) it kept, per step. "
         f"*{LEVEL_RATE}*: of the "
         "draft levels a step tried, the share the kept path reached (the papers' acceptance rate); it counts "
-        "levels, not nodes, so a 44-node tree with 1 of 4 levels kept reads 25%, not 2%. *tokens / s* counts the "
-        "steps' time only; the prompt's prefill is the separate *prefill* column.",
+        "levels, not nodes, so a 44-node tree with 1 of 4 levels kept reads 25%, not 2%.",
     ]
     acceptance = acceptance_of(run.steps if upto is None else run.steps[: upto + 1])
     if acceptance.drafts:

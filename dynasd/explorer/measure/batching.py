@@ -8,17 +8,21 @@ nearly free and a tree is verified for about the price of one token. Once the ro
 is already at B rows per ar step, so speculation's extra rows (B x R) push it into the compute-bound regime: the
 speed-up shrinks with B and ends below 1.
 
-The batch model is arithmetic on the calibrated line t(n) = a + b n (n rows in one forward), not a measurement:
-  speed-up(B) = tokens_per_step x t(B) / (draft_s + t(B x rows))
+The batch model is arithmetic on the cost model's step costs (speed.py: the calibrated line t(n) = a + b n over
+n rows in one forward, and the measured one-row forward t_ar), not a measurement:
+  speed-up(B) = tokens_per_step x (t_ar + b (B - 1)) / (draft_s + t(B x rows))
 with the run's own tokens per step and verify rows, and its draft time taken as independent of B (a small draft
-is memory-bound). Past the calibrated rows it extrapolates the line.
+is memory-bound). ar's batch of B rows is anchored at the measured one-row forward, so that for one sequence the
+model is exactly the cost model's expected speed-up (one run, one expectation); past the calibrated rows it
+extrapolates the line.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...step_cost import fit_line
+from ...step_cost import StepCosts, fit_line
 from .cost import RunShape
+from .speed import ComparedSpeedup, run_speed
 
 MEMORY_BOUND_RATIO = 1.5  # rows up to the last count whose forward took under 1.5x one row's: "memory-bound"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -74,13 +78,13 @@ def rows_sentence(calibration: dict[int, float]) -> str:
             f"of one row and over {largest} rows {ratio:.1f}x: it is {reading}.")
 
 
-def batch_speedups(cost: RowCost, shape: RunShape, batches: tuple[int, ...] = BATCHES,
-                   draft_per_forward_s: float | None = None) -> list[tuple[int, float]]:
-    """The MODEL's speed-up over ar for each batch size (see the module's docstring); a draft forward's seconds as
-    measured beside the target where they were (cost.draft_forward_s), else the run's own."""
-    draft_s = (draft_per_forward_s or shape.draft_per_forward_s or 0.0) * shape.draft_forwards
-    return [(b, shape.tokens_per_step * cost.forward_s(b) / (draft_s + cost.forward_s(b * shape.rows)))
-            for b in batches]
+def batch_speedups(costs: StepCosts, shape: RunShape, batches: tuple[int, ...] = BATCHES) -> list[tuple[int, float]]:
+    """The MODEL's speed-up over ar for each batch size (see the module's docstring) on the cost model's step
+    costs, whose draft forward is the one measured beside the target where it was (cost.draft_forward_s)."""
+    draft_s = costs.draft_per_forward_s * round(shape.draft_forwards)
+    rows = max(round(shape.rows), 1)
+    return [(b, shape.tokens_per_step * (costs.ar_s + costs.verify_per_row_s * (b - 1))
+             / (draft_s + costs.verify_s(b * rows))) for b in batches]
 
 
 def break_even_batch(points: list[tuple[int, float]]) -> int | None:
@@ -96,9 +100,19 @@ def batch_sentence(points: list[tuple[int, float]], shape: RunShape) -> str:
              f"it stays above 1 up to a batch of {last[0]}")
     limit = shape.tokens_per_step / max(shape.rows, 1e-9)
     return (f"**Model, not a measurement:** with this run's {shape.tokens_per_step:.2f} tokens and {shape.rows:.1f} "
-            f"verify rows per step, the modelled speed-up is {first[1]:.2f}x for one sequence and {last[1]:.2f}x at "
-            f"a batch of {last[0]}; {where}. At large batches every row costs, and it tends to tokens per step / "
-            f"rows = {limit:.2f}.")
+            f"verify rows per step, the model expects **{first[1]:.2f}× (expected)** for one sequence (the Cost "
+            f"model's figure) and **{last[1]:.2f}× (expected)** at a batch of {last[0]}; {where}. At large batches "
+            f"every row costs, and it tends to tokens per step / rows = {limit:.2f}.")
+
+
+def measured_sentence(compared: ComparedSpeedup | None, expected: float) -> str:
+    """What Compare measured for one sequence beside the model's figure, or that nothing was measured."""
+    if compared is None:
+        return ("For one sequence nothing was measured for this method, prompt and settings yet: the Compare tab "
+                "measures it against ar.")
+    agree = ("within its range" if compared.contains(expected) else
+             "outside its range (Learn → Cost model says why)")
+    return f"For one sequence: {compared.said()}; the model's {expected:.2f}× (expected) is {agree}."
 
 
 @dataclass(frozen=True)
@@ -111,13 +125,12 @@ class RowsAndBatches:
     text: str
 
 
-def rows_and_batches(run, measured) -> RowsAndBatches:
-    """`run`'s tree shape carried to batch sizes at the row cost `measured` here (cost.MeasuredCosts). The shape and
-    the forward times come from the run's speed figures (speed.py), their one owner."""
-    from .speed import run_speed
-
-    speed = run_speed(run, measured)
+def rows_and_batches(run, measured, compared: ComparedSpeedup | None = None) -> RowsAndBatches:
+    """`run`'s tree shape carried to batch sizes at the row cost `measured` here (cost.MeasuredCosts), beside what
+    Compare measured for one sequence (`compared`, speed.compared_here). The shape and the step costs come from
+    the run's speed figures (speed.py), their one owner."""
+    speed = run_speed(run, measured, compared)
     cost = row_cost(measured.timings)
-    points = batch_speedups(cost, speed.shape, draft_per_forward_s=speed.costs.draft_per_forward_s)
+    points = batch_speedups(speed.costs, speed.shape)
     return RowsAndBatches(cost, points, rows_sentence(measured.timings) + f" (Forward times {speed.costs_said}.)\n\n"
-                          + batch_sentence(points, speed.shape))
+                          + batch_sentence(points, speed.shape) + "\n\n" + measured_sentence(compared, speed.expected))

@@ -22,8 +22,8 @@ BUDGET_MIN_TESTS = 5  # one run is short: a rank counts from 5 tests (`dynasd be
 class BestTrees:
     """`p`: the run's acceptance by sibling rank (empty: no rank was tested BUDGET_MIN_TESTS times, and there is
     no sweep); `sweep[n - 1]`: the best tree of at most n nodes; `own`: the run's own static tree evaluated the
-    same way (None for other methods); `scale` (at most 1, cost.measured_scale): every expectation is cut by it
-    where a measurement here fell short of the model."""
+    same way (None for other methods); `scale` (at most 1, speed.RunSpeed.scale): every expectation is cut by
+    it where Compare's measurement here fell short of the model."""
 
     p: list[float]
     sweep: list[Candidate] = field(default_factory=list)

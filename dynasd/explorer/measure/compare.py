@@ -4,15 +4,22 @@ Why interleaved: run one after another, a method that ran while another process 
 ran after it reads fast (under background load ar read 64.2 tokens/s and the peer 0.7; on a quiet machine three
 Compares of one prompt gave pld 3.18x, 1.49x and 1.93x). So, as `dynasd bench` rotates its methods prompt by
 prompt, Compare runs its methods round-robin in short chunks of steps: each round gives every unfinished method one
-chunk of about CHUNK_S seconds, the order rotating from round to round, until every run is finished. A method's
-tokens / s is its steps' own time (never the prefill), and its range is the spread of its chunks' rates (a seeded
-bootstrap over chunks), so load that came and went widens the ranges instead of crowning a winner. The load average
-is recorded at every round; above the threads the measurement used, the result says it was measured on a busy
-machine.
+chunk of about CHUNK_S seconds, the order rotating from round to round, until every run is finished.
+
+Why a ratio against ar, paired round by round: absolute tokens / s move with whatever else the cores do (15%
+between two quiet Compares, 3x while a browser drew on the same cores), and both runs of a ratio move together when
+they are timed side by side. So every round also times ar: its own run while it lasts, then ar run again from the
+prompt only as the round's reference (`Chunk.reference`), and a method's speed-up is its tokens / s against ar's in
+the same rounds (`paired_ratio`), its range a seeded bootstrap over those rounds: load that came and went widens
+the range instead of crowning a winner. A method's own tokens / s (its steps' own time, never the prefill) and its
+range over its chunks are kept beside it, second. Each chunk also records this process's CPU time over its call, so
+the ratio can be read by CPU time too: a cross-check that other work on the same cores cannot move in the same
+way. The load average is recorded at every round; above the threads the measurement used, the result says it was
+measured on a busy machine.
 
 The peer (transformers' assisted generation, peer.py) is one `generate` call that cannot be cut into steps: whole
-peer runs are interleaved with the rounds instead (PEER_RUNS of them, spread over the rounds), and its range is the
-spread of those runs.
+peer runs are interleaved with the rounds instead (PEER_RUNS of them, spread over the rounds), each paired with ar's
+chunks in the rounds on either side of it, and its range is the spread of those runs.
 
 Everything here is data: `CompareState` goes into a round and comes out of it, so that on a ZeroGPU Space each round
 is one GPU call in a forked process (ui/gpu.py) and elsewhere the same function runs in place; `compare_result`
@@ -21,6 +28,7 @@ turns a state into `CompareRow`s (numbers, not display strings) and `verdict` sa
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
@@ -34,8 +42,8 @@ from .. import engine
 from ..failures import SessionFailed, failed_during
 from ..inputs import Settings, UserError, check_methods
 from .cost import Conditions, check_kept_costs, load_average
-from .measured_here import KeptCompare, Measured, keep_compare, now_utc
-from .peer import PEER_LABEL, PeerRun
+from .measured_here import PROMPT_KEPT_CHARS, KeptCompare, Measured, keep_compare, now_utc, prompt_key
+from .peer import PEER_LABEL, PeerRun, run_peer
 
 CHUNK_S = 0.2             # a method's turn in a round lasts about this long (from its own last chunk's step time)
 FIRST_CHUNK_STEPS = 2     # the first turn, before any step time is known
@@ -48,12 +56,17 @@ RANGE_SHARE = 0.90        # a rate's range: the middle 90% of its bootstrap
 
 @dataclass(frozen=True)
 class Chunk:
-    """One method's turn in one round: the tokens its steps committed and their own seconds."""
+    """One method's turn in one round: the tokens its steps committed and their own seconds; the CPU time this
+    process spent over the whole call and the call's wall time (None where the models are not on a CPU, or the
+    call prefilled a prompt); `reference`: ar run again only to time this round against, its own run finished."""
 
     method: str
     round: int
     tokens: int
     seconds: float
+    cpu_seconds: float | None = None
+    call_seconds: float | None = None
+    reference: bool = False
 
 
 @dataclass
@@ -79,6 +92,7 @@ class CompareState:
     prompt: str
     methods: tuple[str, ...]
     runs: dict[str, MethodRun] = field(default_factory=dict)
+    reference: MethodRun | None = None   # ar again from the prompt, timed only as the rounds' reference
     chunks: list[Chunk] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)   # the 1-minute load average around each round
     threads: int = 1
@@ -151,27 +165,47 @@ def _absorb(method_run: MethodRun, progress: engine.Progress) -> list[StepTrace]
     return steps
 
 
+def _chunk_of(pairs, state: CompareState, method_run: MethodRun, on_cpu: bool,
+              reference: bool = False) -> Chunk:
+    """One chunk of `method_run`'s steps (its first starts the run), timed: its steps' own seconds, and where the
+    models are on a CPU and the call prefilled nothing, this process's CPU time and the call's wall time."""
+    method = method_run.method
+    steps = chunk_steps(method_run)
+    starts = method_run.run is None
+    cpu_started, wall_started = time.process_time(), time.perf_counter()
+    if starts:
+        progress = engine.start_run(pairs, replace(state.settings, method=method), state.prompt, steps)
+    else:
+        progress = engine.advance(pairs, replace(state.settings, method=method), method_run.snapshot, steps)
+    cpu_s, call_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
+    _raise(progress, method)
+    taken = _absorb(method_run, progress)
+    if not reference:
+        check_kept_costs(pairs.get(state.settings.normalised()), taken)
+    timed = on_cpu and not starts
+    return Chunk(method, state.rounds, sum(len(s.committed) for s in taken), sum(s.seconds for s in taken),
+                 cpu_s if timed else None, call_s if timed else None, reference)
+
+
 def compare_round(pairs, state: CompareState, load: Callable[[], float | None] = load_average) -> CompareState:
     """One round: every unfinished method takes one chunk of steps, in this round's order (engine.start_run for
     its first, engine.advance from its snapshot after), each chunk's steps checked against this device's kept
-    costs as a session's are, and the load average is read before and after."""
+    costs as a session's are, and the load average is read before and after. Once ar's own run is finished and
+    other methods are not, ar runs again from the prompt in its place in the order (the reference), so that every
+    round has an ar chunk to pair with."""
     state = replace(state, runs={m: replace(r) for m, r in state.runs.items()}, chunks=list(state.chunks),
-                    loads=list(state.loads))
+                    loads=list(state.loads), reference=replace(state.reference) if state.reference else None)
+    on_cpu = pairs.get(state.settings.normalised()).device.type == "cpu"
     before = load()
+    others_left = any(not r.done for m, r in state.runs.items() if m != "ar")  # at the round's start
     for method in state.order(state.rounds):
         method_run = state.runs[method]
-        if method_run.done:
-            continue
-        steps = chunk_steps(method_run)
-        if method_run.run is None:
-            progress = engine.start_run(pairs, replace(state.settings, method=method), state.prompt, steps)
-        else:
-            progress = engine.advance(pairs, replace(state.settings, method=method), method_run.snapshot, steps)
-        _raise(progress, method)
-        taken = _absorb(method_run, progress)
-        check_kept_costs(pairs.get(state.settings.normalised()), taken)
-        state.chunks.append(Chunk(method, state.rounds, sum(len(s.committed) for s in taken),
-                                  sum(s.seconds for s in taken)))
+        if not method_run.done:
+            state.chunks.append(_chunk_of(pairs, state, method_run, on_cpu))
+        elif method == "ar" and others_left:
+            if state.reference is None or state.reference.done:
+                state.reference = MethodRun("ar")
+            state.chunks.append(_chunk_of(pairs, state, state.reference, on_cpu, reference=True))
     state.loads += [x for x in (before, load()) if x is not None]
     state.threads = torch.get_num_threads()
     state.rounds += 1
@@ -206,8 +240,6 @@ def interleaved(state: CompareState, run_round: Callable[[CompareState], Compare
 def run_compare(pairs, settings: Settings, prompt: str, methods: tuple[str, ...] = METHODS,
                 peer: bool = True, load: Callable[[], float | None] = load_average) -> Iterator[CompareState]:
     """`interleaved` in this process (the CLI, the tests, a CPU app through ui/gpu.py)."""
-    from .peer import run_peer
-
     def one_peer() -> tuple[PeerRun | None, str]:
         try:
             return run_peer(pairs, settings, prompt), ""
@@ -239,8 +271,68 @@ def rate_range(parts: list[tuple[int, float]], resamples: int = RANGE_RESAMPLES)
 
 
 @dataclass(frozen=True)
+class PairedRatio:
+    """A method's speed against ar from chunks paired with ar's in the same rounds (the peer: its whole runs with
+    ar's chunks on either side): `ratio` over every pair, `low`-`high` the middle RANGE_SHARE of a seeded
+    bootstrap over the pairs (fewer than 3 pairs: their lowest and highest own ratios, so one pair gives a range of
+    one value, compared by that value), and `by_cpu` the same ratio by this process's CPU time where every pair
+    has it (a cross-check against other work on the same cores; None elsewhere)."""
+
+    ratio: float
+    low: float
+    high: float
+    pairs: int
+    by_cpu: float | None = None
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    @property
+    def cpu_disagrees(self) -> bool:
+        """The ratio by CPU time falls outside the range by wall time: other work on the cores moved the wall
+        times of the paired chunks unevenly."""
+        return self.by_cpu is not None and not self.contains(self.by_cpu)
+
+
+def _rate(parts: list[tuple[int, float]]) -> float:
+    seconds = sum(s for _, s in parts)
+    return sum(t for t, _ in parts) / seconds if seconds > 0 else 0.0
+
+
+def paired_ratio(own: list[tuple[int, float]], ar: list[tuple[int, float]],
+                 own_cpu: list[float | None] | None = None, ar_cpu: list[float | None] | None = None,
+                 resamples: int = RANGE_RESAMPLES) -> PairedRatio | None:
+    """The ratio of `own`'s tokens / s to `ar`'s, `own[i]` and `ar[i]` (tokens, seconds) timed side by side, with
+    its range (PairedRatio); None without a timed pair."""
+    pairs = [(o, a) for o, a in zip(own, ar) if o[1] > 0 and a[1] > 0 and a[0] > 0]
+    if not pairs:
+        return None
+    ratio = _rate([o for o, _ in pairs]) / _rate([a for _, a in pairs])
+    if len(pairs) < 3:
+        ratios = [_rate([o]) / _rate([a]) for o, a in pairs]
+        low, high = min(ratios + [ratio]), max(ratios + [ratio])
+    else:
+        draw = random.Random(0)
+        ratios = []
+        for _ in range(resamples):
+            picked = [pairs[draw.randrange(len(pairs))] for _ in pairs]
+            ratios.append(_rate([o for o, _ in picked]) / _rate([a for _, a in picked]))
+        ratios.sort()
+        cut = (1 - RANGE_SHARE) / 2
+        low, high = ratios[int(cut * resamples)], ratios[int((1 - cut) * resamples) - 1]
+    by_cpu = None
+    if own_cpu is not None and ar_cpu is not None:
+        timed = [((o[0], oc), (a[0], ac)) for o, a, oc, ac in zip(own, ar, own_cpu, ar_cpu)
+                 if oc and ac and a[0] > 0]
+        if timed and len(timed) == len(pairs):
+            by_cpu = _rate([o for o, _ in timed]) / _rate([a for _, a in timed])
+    return PairedRatio(ratio, min(low, ratio), max(high, ratio), len(pairs), by_cpu)
+
+
+@dataclass(frozen=True)
 class CompareRow:
-    """One method's (or the peer's) numbers in a Compare."""
+    """One method's (or the peer's) numbers in a Compare: its speed against ar paired round by round first
+    (`against_ar`; None where ar was not run), then its own tokens / s."""
 
     method: str
     lossless: bool
@@ -258,6 +350,24 @@ class CompareRow:
     prefill_s: float
     finished: bool
     peer: bool = False
+    against_ar: PairedRatio | None = None
+
+    @property
+    def ratio_span(self) -> tuple[float, float]:
+        """What this row's speed can be told apart by: its range against ar (ar itself: exactly 1), else its own
+        tokens / s range."""
+        if self.method == "ar":
+            return (1.0, 1.0)
+        if self.against_ar is not None:
+            return (self.against_ar.low, self.against_ar.high)
+        return (self.low, self.high)
+
+    @property
+    def speed(self) -> float:
+        """The row's speed as the verdict ranks it: against ar where paired, else its tokens / s."""
+        if self.method == "ar":
+            return 1.0
+        return self.against_ar.ratio if self.against_ar is not None else self.tokens_per_s
 
 
 @dataclass(frozen=True)
@@ -276,14 +386,21 @@ class CompareResult:
         """"measured on a busy machine: load 2.7 on 2 threads", or "" when the load stayed within the threads."""
         return Conditions(self.load_average, self.threads, 0.0, 0.0, on_cpu=False).busy_because()
 
-    def conditions(self) -> str:
+    @property
+    def paired(self) -> bool:
+        """Every method's speed is a ratio against ar paired round by round (ar was among the methods)."""
+        return any(r.method == "ar" for r in self.rows)
+
+    def load_said(self) -> str:
         load = f"load {self.load_average:.1f}" if self.load_average is not None else "load unknown"
-        plural = "s" if self.threads != 1 else ""
-        return f"{self.rounds} interleaved rounds; {load} at most, on {self.threads} thread{plural}"
+        return f"{load} on {self.threads} thread{'s' if self.threads != 1 else ''}"
+
+    def conditions(self) -> str:
+        return f"{self.rounds} interleaved rounds; {self.load_said().replace(' on', ' at most, on', 1)}"
 
 
 def _row(method: str, run: RunTrace, chunks: list[Chunk], reference: RunTrace | None,
-         prefill_s: float) -> CompareRow:
+         prefill_s: float, against_ar: PairedRatio | None = None) -> CompareRow:
     steps = run.steps
     tokens = sum(len(s.committed) for s in steps)
     seconds = sum(s.seconds for s in steps)
@@ -299,10 +416,11 @@ def _row(method: str, run: RunTrace, chunks: list[Chunk], reference: RunTrace | 
         tokens_per_target_forward=tokens / forwards if forwards else 0.0,
         acceptance_rate=run.summary()["acceptance_rate"] if acceptance.drafts else None,
         per_position=tuple(acceptance.per_position), conditional=tuple(acceptance.conditional),
-        target_forwards=forwards, new_tokens=tokens, prefill_s=prefill_s, finished=bool(run.finished))
+        target_forwards=forwards, new_tokens=tokens, prefill_s=prefill_s, finished=bool(run.finished),
+        against_ar=against_ar)
 
 
-def _peer_row(peers: list[PeerRun], reference: RunTrace | None) -> CompareRow:
+def _peer_row(peers: list[PeerRun], reference: RunTrace | None, against_ar: PairedRatio | None = None) -> CompareRow:
     tokens = sum(p.new_tokens for p in peers)
     seconds = sum(p.decoding_seconds for p in peers)
     forwards = sum(p.target_forwards for p in peers)
@@ -315,17 +433,48 @@ def _peer_row(peers: list[PeerRun], reference: RunTrace | None) -> CompareRow:
         tokens_per_target_forward=tokens / forwards if forwards else 0.0,
         acceptance_rate=sum(p.accepted_tokens for p in peers) / drafted if drafted else None,
         per_position=(), conditional=(), target_forwards=forwards // len(peers), new_tokens=tokens // len(peers),
-        prefill_s=sum(p.prefill_seconds for p in peers) / len(peers), finished=True, peer=True)
+        prefill_s=sum(p.prefill_seconds for p in peers) / len(peers), finished=True, peer=True, against_ar=against_ar)
+
+
+def _ar_by_round(chunks: list[Chunk]) -> dict[int, Chunk]:
+    """ar's chunk in each round: its own run's, or the reference's once that had finished."""
+    return {c.round: c for c in chunks if c.method == "ar"}
+
+
+def method_against_ar(chunks: list[Chunk], method: str) -> PairedRatio | None:
+    """`method`'s chunks paired with ar's chunk of the same round (paired_ratio); None without ar."""
+    ar = _ar_by_round(chunks)
+    own = [c for c in chunks if c.method == method and not c.reference and c.round in ar]
+    return paired_ratio([(c.tokens, c.seconds) for c in own], [(ar[c.round].tokens, ar[c.round].seconds) for c in own],
+                        [c.cpu_seconds for c in own], [ar[c.round].cpu_seconds for c in own])
+
+
+def peer_against_ar(chunks: list[Chunk], peers: list[PeerRun], peer_rounds: list[int]) -> PairedRatio | None:
+    """Each whole peer run paired with ar's chunks in the rounds on either side of it (it ran after round
+    `peer_rounds[i]` - 1); None without ar."""
+    ar = _ar_by_round(chunks)
+    own, ars = [], []
+    for peer, after in zip(peers, peer_rounds):
+        beside = [ar[r] for r in (after - 1, after) if r in ar]
+        if beside:
+            own.append((peer.new_tokens, peer.decoding_seconds))
+            ars.append((sum(c.tokens for c in beside), sum(c.seconds for c in beside)))
+    return paired_ratio(own, ars)
 
 
 def compare_result(state: CompareState) -> CompareResult:
-    """The rows of every method started so far (then the peer's), and the conditions."""
+    """The rows of every method started so far (then the peer's), each with its speed against ar paired round by
+    round where ar ran, and the conditions."""
     ar = state.runs.get("ar")
     reference = ar.run if ar is not None else None
-    rows = [_row(m, r.run, [c for c in state.chunks if c.method == m], reference, r.prefill_seconds)
+    paired = ar is not None
+    rows = [_row(m, r.run, [c for c in state.chunks if c.method == m and not c.reference], reference,
+                 r.prefill_seconds,
+                 method_against_ar(state.chunks, m) if paired and m != "ar" else None)
             for m, r in state.runs.items() if r.run is not None and r.run.steps]
     if state.peers:
-        rows.append(_peer_row(state.peers, reference))
+        rows.append(_peer_row(state.peers, reference,
+                              peer_against_ar(state.chunks, state.peers, state.peer_rounds) if paired else None))
     runs = len(state.peers)
     note = (f"no {PEER_LABEL} row: {state.peer_error}" if state.peer_error and not state.peers
             else f"{PEER_LABEL}: {runs} whole run{'s' if runs != 1 else ''} between the rounds (one generate call "
@@ -335,63 +484,94 @@ def compare_result(state: CompareState) -> CompareResult:
 
 
 def progress(state: CompareState, result: CompareResult) -> tuple[str, str]:
-    """What Compare's status line says after a round, and its kind: the rounds under way, or, once every method and
-    the peer are done, the conditions and the verdict."""
+    """What Compare's status line says after a round, and its kind: the rounds under way (no speed: the table and
+    chart are drawn once, at the end, so that drawing them does not share the cores with the measurement), or,
+    once every method and the peer are done, the conditions and the verdict."""
     if not state.complete:
-        return (f"Round {result.rounds}: {len(result.rows)} of {len(state.methods)} methods under way "
-                f"({result.conditions()})…", "info")
+        started = sum(1 for m in state.methods if state.runs[m].run is not None)
+        finished = sum(1 for m in state.methods if state.runs[m].done)
+        peers = f"; {len(state.peers)} of {PEER_RUNS} {PEER_LABEL} runs" if state.peers else ""
+        return (f"Round {result.rounds}: {started} of {len(state.methods)} methods started, {finished} finished"
+                f"{peers} ({result.conditions()}). The table and chart are drawn at the end: drawing them now would "
+                "share the cores with the measurement…", "info")
     done = "all methods compared" + (f"; {result.peer_note}" if result.peer_note else "")
     return f"{done[0].upper() + done[1:]} ({result.conditions()}). {verdict(result)}", "ok"
 
 
+def ratio_said(row: CompareRow) -> str:
+    """A row's speed against ar as the page writes it: "0.13× ar (0.12–0.14 over 9 paired rounds)"."""
+    paired = row.against_ar
+    if row.method == "ar":
+        return "1× ar (itself)"
+    if paired is None:
+        return f"{row.tokens_per_s:.1f} tokens/s (ar not run: no ratio)"
+    unit = "whole runs" if row.peer else "paired rounds"
+    return f"{paired.ratio:.2f}× ar ({paired.low:.2f}–{paired.high:.2f} over {paired.pairs} {unit})"
+
+
 def verdict(result: CompareResult) -> str:
-    """Which method was fastest and by how much against ar, in this Compare's own numbers; no winner is named
-    when the fastest method's range overlaps another's (within the noise: a second Compare may flip it); a line
-    when the machine was busy; and, when another method saved more target forwards, why that did not make it
-    faster here."""
-    rows = result.rows
+    """Which method was fastest against ar, in this Compare's own paired ratios (tokens / s second); no winner is
+    named when another row's range reaches the fastest's (within the noise: a second Compare may flip it; a row
+    timed once is compared by its one value); a line when the machine was busy or the CPU time disagrees; and,
+    when another method saved more target forwards, why that did not make it faster here."""
+    rows = [r for r in result.rows if r.method == "ar" or r.against_ar is not None] if result.paired else result.rows
     if not rows:
         return ""
-    fastest = max(rows, key=lambda r: r.tokens_per_s)
-    # a row timed once has no range to tell noise by: it counts as within the noise of the fastest
-    tied = [r for r in rows if r is not fastest and (r.high >= fastest.low or r.parts < 2 or fastest.parts < 2)]
-    ar = next((r for r in rows if r.method == "ar"), None)
-    against = (f", {fastest.tokens_per_s / ar.tokens_per_s:.2f}× ar" if ar is not None and ar.tokens_per_s > 0
-               and fastest is not ar else "")
+    fastest = max(rows, key=lambda r: r.speed)
+    tied = [r for r in rows if r is not fastest and r.ratio_span[1] >= fastest.ratio_span[0]]
     if tied:
-        names = ", ".join(f"{r.method} ({r.low:.1f}–{r.high:.1f})" for r in tied[:3])
-        text = (f"**No clear winner here**: {fastest.method} made the most tokens/s ({fastest.tokens_per_s:.1f}"
-                f"{against}), but its range over its chunks ({fastest.low:.1f}–{fastest.high:.1f}) overlaps "
-                f"{names}: within the noise.")
+        names = ", ".join(f"{r.method} ({ratio_said(r)})" for r in tied[:3])
+        text = (f"**No clear winner here**: {fastest.method} was fastest at {ratio_said(fastest)}, "
+                f"{fastest.tokens_per_s:.1f} tokens/s, but {names} reach{'es' if len(tied) == 1 else ''} into "
+                "its range: within the noise.")
     else:
-        text = (f"Fastest here: **{fastest.method}**, {fastest.tokens_per_s:.1f} tokens/s{against}, with "
-                f"{fastest.tokens_per_target_forward:.2f} tokens per target forward.")
-        if fastest is ar and len(rows) > 1:
-            text += (" No speculative method paid on this device: verifying several rows and running the draft "
-                     "cost more time than the target forwards they saved.")
+        text = (f"Fastest here: **{fastest.method}**, **{ratio_said(fastest)}**, {fastest.tokens_per_s:.1f} "
+                f"tokens/s, with {fastest.tokens_per_target_forward:.2f} tokens per target forward.")
+        if fastest.method == "ar" and len(rows) > 1:
+            runner = max((r for r in rows if r is not fastest), key=lambda r: r.speed)
+            text += (f" No speculative method paid on this device (the closest: {runner.method}, "
+                     f"{ratio_said(runner)}): verifying several rows and running the draft cost more time than the "
+                     "target forwards they saved.")
     frugal = max(rows, key=lambda r: r.tokens_per_target_forward)
     if frugal is not fastest and frugal.tokens_per_target_forward > fastest.tokens_per_target_forward:
         text += (f" {frugal.method} needed the fewest target forwards ({frugal.tokens_per_target_forward:.2f} tokens "
-                 f"each) but made {frugal.tokens_per_s:.1f} tokens/s: its forwards verified more rows and its "
+                 f"each) but ran at {ratio_said(frugal)}: its forwards verified more rows and its "
                  "draft ran more, which cost more here than the forwards saved (Learn → Where would it pay? "
                  "carries this run's acceptance to other targets and a GPU).")
+    off = [r for r in rows if r.against_ar is not None and r.against_ar.cpu_disagrees]
+    if off:
+        text += (" By this process's CPU time " + ", ".join(f"{r.method} reads {r.against_ar.by_cpu:.2f}× ar"
+                                                            for r in off[:3])
+                 + ", outside the range by wall time: other work on these cores slowed some chunks more than "
+                 "their ar neighbours.")
     busy = result.busy
     return text + (f" **{busy[0].upper()}{busy[1:]}**: every method ran in the same rounds, so the load fell on "
                    "all of them, but their ranges are wider." if busy else "")
 
 
-def kept(result: CompareResult, runs: dict[str, RunTrace], settings: Settings) -> KeptCompare | None:
-    """The finished Compare as what this machine measured (measured_here.py; the Recipe menu reads it), or None
-    when no run names its machine. The machine is the one the runs name (on ZeroGPU the GPU process's)."""
+def kept(result: CompareResult, runs: dict[str, RunTrace], settings: Settings, prompt: str) -> KeptCompare | None:
+    """The finished Compare as what this machine measured (measured_here.py: every view that quotes a speed-up and
+    the Recipe menu read it), or None when no run names its machine. The machine is the one the runs name (on
+    ZeroGPU the GPU process's)."""
     machine = next(iter(runs.values())).device.partition(";")[0] if runs else ""
     if not machine:
         return None
+
+    def measured(row: CompareRow) -> Measured:
+        paired = row.against_ar
+        if paired is None:
+            return Measured(row.method, row.tokens_per_s, row.low, row.high)
+        return Measured(row.method, row.tokens_per_s, row.low, row.high, paired.ratio, paired.low, paired.high,
+                        paired.pairs)
+
     return KeptCompare(now_utc(), machine, settings.pair_key, settings.controls(),
-                       [Measured(r.method, r.tokens_per_s, r.low, r.high) for r in result.rows], busy=result.busy)
+                       [measured(r) for r in result.rows], busy=result.busy, prompt=prompt[:PROMPT_KEPT_CHARS],
+                       prompt_key=prompt_key(prompt), load=result.load_said(), rounds=result.rounds)
 
 
 def keep(result: CompareResult, state: CompareState) -> None:
-    """Keep a finished Compare for the Recipe menu (nothing when no run names its machine)."""
-    measured = kept(result, {m: r.run for m, r in state.runs.items() if r.run is not None}, state.settings)
+    """Keep a finished Compare (nothing when no run names its machine)."""
+    measured = kept(result, {m: r.run for m, r in state.runs.items() if r.run is not None}, state.settings,
+                    state.prompt)
     if measured is not None:
         keep_compare(measured)

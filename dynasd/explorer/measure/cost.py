@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ...cache import CachedModel
 from ...device_info import device_key, device_line, emulated
 from ...embedded import cache_dir
 from ...options import drafts_with_features
@@ -107,25 +108,11 @@ def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
     return dict(
         rows=rows, draft_forwards=draft_forwards, step_s=step_s, free_rows_s=free_rows_s,
         predicted=expected_speedup(shape.tokens_per_step, step_s, costs.ar_s),
-        measured=shape.tokens_per_s * costs.ar_s,
         free_rows=expected_speedup(shape.tokens_per_step, free_rows_s, costs.ar_s),
         break_even_acceptance=break_even_acceptance(shape.depth, step_s, costs.ar_s),
         break_even_row_cost=break_even_row_cost(shape.tokens_per_step, rows,
                                                 costs.draft_per_forward_s * draft_forwards,
                                                 costs.verify_base_s, costs.ar_s))
-
-
-# A model's expectation counts as contradicted when this run's own measured speed-up falls this far below it.
-CONTRADICTED_BELOW = 0.9
-
-
-def measured_scale(n: dict) -> float:
-    """Measured over expected speed-up when the measurement here is clearly lower (the model over-promises),
-    else 1: the best-tree sweep is scaled by it, so that no chart promises what this machine did not do."""
-    if n["predicted"] <= 0 or n["measured"] <= 0:
-        return 1.0
-    ratio = n["measured"] / n["predicted"]
-    return ratio if ratio < CONTRADICTED_BELOW else 1.0
 
 
 CALIBRATION_ROWS = (1, 2, 4, 8, 16, 32, 64)
@@ -197,8 +184,6 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
     taken in `rounds` interleaved rounds: each round times every model at every row count once, so load that comes
     and goes falls on all of them alike; and the conditions they were taken in (`load`: the load average's
     source, load_average by default)."""
-    from ...cache import CachedModel
-
     if not context_ids:
         raise ValueError("calibration needs a context of at least one token")
     load = load or load_average
@@ -256,12 +241,16 @@ class MeasuredCosts:
     draft_timings: dict[int, float] = field(default_factory=dict)  # the pair's draft, in the same rounds
 
     def said(self) -> str:
-        """When, how and where, in one sentence for the page."""
-        again = f"measured again because {self.again_because}; " if self.again_because else ""
+        """When, how and where, in one sentence for the page; a measurement that replaced kept costs says why in
+        one more line (`again_said`)."""
         conditions = f" ({self.conditions.said()})" if self.conditions else ""
-        return (f"{again}measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} "
+        return (f"measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} "
                 f"UTC: {self.how}{conditions}; {self.device}" + (f" (not kept: {self.not_kept})"
                                                                   if self.not_kept else ""))
+
+    def again_said(self) -> str:
+        """Why these costs replaced the kept ones, in one line ("" when they did not)."""
+        return f"Measured again: {self.again_because}." if self.again_because else ""
 
 
 def costs_file(pair) -> Path:

@@ -19,15 +19,26 @@ and the view says so. Every sentence the page says about GPUs or bigger models i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...acceptance import acceptance_of
 from ...embedded import cache_dir
 from ...step_cost import break_even_acceptance, fit_line
 from ...trace import RunTrace, StepTrace
-from .cost import MeasuredCosts, RunShape, draft_forward_s, kept_forward_s, run_shape, warm_steps
-from .targets import BIGGER_TARGETS, EMBEDDED_SHAPE, TargetShape
+from ...tree import TreeShape
+from .cost import (
+    MeasuredCosts,
+    RunShape,
+    calibrate_context,
+    costs_file,
+    draft_forward_s,
+    read_kept_costs,
+    run_shape,
+    warm_steps,
+)
+from .speed import ComparedSpeedup
+from .targets import BIGGER_TARGETS, EMBEDDED_SHAPE, TargetShape, shape_of_config, target_costs, target_costs_file
 
 
 @dataclass(frozen=True)
@@ -103,13 +114,16 @@ class StepShape:
     per_position: tuple[float, ...] = ()
 
 
+MEASURED_COSTS = "measured costs"  # a row whose forwards were measured; its speed-up is still expected, not measured
+
+
 @dataclass(frozen=True)
 class WhereRow:
     """One target on one device: the step's cost and the two numbers that decide it."""
 
     target: str
     device: str
-    source: str                  # "measured", "measured, scaled from layers", "modelled", "measured by gpu_check"
+    source: str                  # MEASURED_COSTS (", scaled from layers"), "modelled", "measured by gpu_check"
     how: str                     # where the numbers come from, in a few words
     ar_s: float                  # one target forward over one row: an ar step
     draft_s: float               # one draft forward
@@ -128,23 +142,26 @@ class WhereRow:
 
 @dataclass(frozen=True)
 class WhereItPays:
-    """The view: a step shape and its rows, this device's first."""
+    """The view: a step shape and its rows, this device's first; `compared`: what Compare measured for the run's
+    method, settings and prompt on this machine (None: nothing, or no run yet)."""
 
     method: str
     step: StepShape
     draft: str
     rows: list[WhereRow]
     notes: list[str]
+    compared: ComparedSpeedup | None = None
 
 
 def forward_at(timings: dict[int, float], rows: int) -> float:
-    """A forward over `rows` rows: read between the measured row counts, on their line beyond them."""
-    inside = kept_forward_s(timings, rows)
-    if inside is not None:
-        return inside
+    """A forward over `rows` rows as the cost model reads a calibration (cost.costs_from): the measured one-row
+    forward for one row, else the line through every measured row count. One reading everywhere, so that this
+    device's row here is the Cost model's expectation for the same run, not a second one."""
     counts = sorted(timings)
     base, per_row = fit_line([float(r) for r in counts], [timings[r] for r in counts])
-    return max(base + per_row * rows, timings[counts[-1]])
+    if rows == 1:
+        return timings.get(1, base + per_row)
+    return base + max(per_row, 0.0) * rows
 
 
 def where_row(target: str, device: str, source: str, how: str, target_s, draft_s: float,
@@ -169,15 +186,16 @@ def where_it_pays(method: str, step: StepShape, draft_per_forward_s: float, devi
                   embedded: TargetShape = EMBEDDED_SHAPE) -> WhereItPays:
     """The rows for one step shape: (a) this device, (b) the bigger targets measured here, (c) a GPU."""
     drafts = step.draft_forwards > 0
-    rows = [where_row(f"{embedded.name} (this pair's target)", "this CPU", "measured",
-                      "this device's kept costs", lambda n: forward_at(device.timings, n), draft_per_forward_s, step)]
+    rows = [where_row(f"{embedded.name} (this pair's target)", "this CPU", MEASURED_COSTS,
+                      "this device's kept costs, as the Cost model reads them",
+                      lambda n: forward_at(device.timings, n), draft_per_forward_s, step)]
     for shape in BIGGER_TARGETS:
         costs = targets.get(shape.name)
         if costs is None:
             continue
-        rows.append(where_row(shape.name, "this CPU", "measured, scaled from layers" if shape.scaled else "measured",
-                              "random weights, the same arithmetic", lambda n, c=costs: forward_at(c.timings, n),
-                              draft_per_forward_s, step))
+        rows.append(where_row(shape.name, "this CPU", f"{MEASURED_COSTS}, scaled from layers" if shape.scaled
+                              else MEASURED_COSTS, "random weights, the same arithmetic",
+                              lambda n, c=costs: forward_at(c.timings, n), draft_per_forward_s, step))
     if gpu_check is not None:
         rows.append(where_row(GPU_CHECK_TARGET, gpu_check.device, "measured by gpu_check",
                               "scripts/gpu_check.sh, random weights, bfloat16",
@@ -221,7 +239,14 @@ def _pays(row: WhereRow, depth: int) -> str:
 
 
 def _outcome(row: WhereRow, depth: int) -> str:
-    return f"is expected at {row.expected:.2f}× ar" if row.expected is not None else _pays(row, depth)
+    """What the model expects of a row: its speed-up, or for a tree not yet run where it would pay."""
+    if row.expected is not None:
+        return f"is expected at {row.expected:.2f}× ar"
+    if row.break_even is None:
+        return f"is expected never to pay at depth {depth}"
+    if row.break_even <= 0.0:
+        return "is expected to pay at any acceptance"
+    return f"is expected to pay above acceptance {row.break_even:.2f} per level"
 
 
 def tree_verdict(view: WhereItPays) -> str:
@@ -237,11 +262,13 @@ def tree_verdict(view: WhereItPays) -> str:
     if bigger:
         big = bigger[-1]
         text += (f"; with a {big.target}-shaped target it {_outcome(big, depth)} here ({_share(big.draft_share)} "
-                 "draft share, measured)")
+                 "draft share, from measured costs)")
     if gpus:
         gpu = max(gpus, key=lambda r: r.expected if r.expected is not None else -(r.break_even or 2.0))
-        label = "modelled" if gpu.modelled else "measured"
+        label = "modelled" if gpu.modelled else "from measured costs"
         text += f"; on {gpu.device} with {gpu.target} it {_outcome(gpu, depth)} ({label})"
+    if view.compared is not None:
+        text += f"; {view.compared.short()} on this prompt"
     return text + " (Learn → Where would it pay?)."
 
 
@@ -260,8 +287,6 @@ class WhereCosts:
 
 def draft_shape_of(pair) -> TargetShape | None:
     """The draft's shape, with the rows its output layer really has (a reduced head: models.SubsetHead)."""
-    from .targets import shape_of_config
-
     draft = getattr(pair, "draft", None)
     if draft is None or getattr(draft, "config", None) is None:
         return None
@@ -269,8 +294,6 @@ def draft_shape_of(pair) -> TargetShape | None:
     head = getattr(draft, "lm_head", None)
     token_ids = getattr(head, "token_ids", None)
     if token_ids is not None:  # the draft's head scores only these tokens; its embedding is the target's, shared
-        from dataclasses import replace
-
         shape = replace(shape, vocab=int(token_ids.numel()))
     return shape
 
@@ -278,9 +301,6 @@ def draft_shape_of(pair) -> TargetShape | None:
 def where_costs(pairs, settings, context_ids: list[int], again: bool = False) -> WhereCosts:
     """This device's kept costs (measured first where there are none), the bigger targets' (likewise, on a CPU
     with the block kernels only: elsewhere the embedded target's arithmetic does not run) and the draft's shape."""
-    from .cost import calibrate_context
-    from .targets import target_costs
-
     device = calibrate_context(pairs, settings, context_ids, again)
     pair = pairs.get(settings)
     targets, missing = {}, ""
@@ -295,8 +315,9 @@ def where_costs(pairs, settings, context_ids: list[int], again: bool = False) ->
     return WhereCosts(device, targets, draft_shape_of(pair), missing)
 
 
-def where_of_run(run: RunTrace, costs: WhereCosts) -> WhereItPays:
-    """The view of a run: its step shape and acceptance, on every target and device with costs."""
+def where_of_run(run: RunTrace, costs: WhereCosts, compared: ComparedSpeedup | None = None) -> WhereItPays:
+    """The view of a run: its step shape and acceptance, on every target and device with costs, with what Compare
+    measured for its method, settings and prompt here (`compared`, speed.compared_here)."""
     shape = run_shape(run)
     measured_draft = draft_forward_s(costs.device, shape.draft_rows)
     view = where_it_pays(run.method, step_of_run(run), measured_draft or shape.draft_per_forward_s or 0.0,
@@ -307,15 +328,13 @@ def where_of_run(run: RunTrace, costs: WhereCosts) -> WhereItPays:
                           f"draft forwards took {(shape.draft_per_forward_s or 0.0) * 1000:.2f} ms each.")
     if costs.targets_missing:
         view.notes.insert(1, f"No bigger target was measured here: {costs.targets_missing}.")
-    return view
+    return replace(view, compared=compared)
 
 
 def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: float, costs: WhereCosts,
                   ) -> WhereItPays:
     """The view of a tree before any run (no acceptance: no speed-up expected, the break-even only), for the
     sentence said when a run starts (tree_verdict)."""
-    from ...tree import TreeShape
-
     tree = TreeShape(tuple(branching))
     step = StepShape(tree.num_nodes + 1, len(branching), len(branching), None)
     parents = (1, *tree.level_sizes[:-1])  # a draft forward reads the level above the one it draws
@@ -327,9 +346,6 @@ def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: 
 def kept_where_costs(pair) -> WhereCosts | None:
     """The view's costs as kept in the cache (nothing measured, no model run: for a handler in the serving
     process), or None when this device's costs for `pair` were never kept or a step has since contradicted them."""
-    from .cost import costs_file, read_kept_costs
-    from .targets import target_costs_file
-
     device = read_kept_costs(costs_file(pair))
     if device is None or device.contradicted:
         return None
