@@ -83,7 +83,7 @@ class Session:
         self.load_seconds = 0.0        # loading the model pair for the current run (0 when it was loaded already)
         self.prefill_seconds = 0.0     # the current run's prompt prefill: not part of any step's time
         self.seconds_per_step = 0.0    # measured in the last model call: how long the next call should take
-        self.tree_note = ""            # what this device's kept costs say of the current run's tree (engine.tree_note)
+        self.tree_note = ""            # what this device's kept costs say of the current run's tree (where.tree_note)
         self.predict_first = False     # a page setting, not a state: a step's verdicts wait for a guess
 
     # -- the session as data ----------------------------------------------------------------------------------
