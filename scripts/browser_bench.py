@@ -152,7 +152,7 @@ class Page:
         self.driver.execute_async_script(WAIT_FOR_STEP_JS, f"Step {index}:", list(STEP_FIGURES), click)
 
     def shown_step(self) -> int | None:
-        match = re.search(r"\((\d+) of (\d+)\)", self.text("scrubber"))
+        match = re.search(r"Step on show: (\d+)", self.text("scrubber"))
         return int(match.group(1)) if match else None
 
     def type_step(self, index: int) -> float:

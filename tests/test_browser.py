@@ -174,12 +174,12 @@ def _set_slider(browser, elem_id: str, value) -> None:
 
 
 def _shown_step(browser) -> int | None:
-    """The step on show, from the scrubber's label 'Step on show (k of n)'."""
+    """The step on show, from the scrubber's label 'Step on show: k (steps 0 to n)'."""
     import re
 
     from selenium.webdriver.common.by import By
 
-    match = re.search(r"\((\d+) of (\d+)\)", browser.find_element(By.ID, "scrubber").text)
+    match = re.search(r"Step on show: (\d+)", browser.find_element(By.ID, "scrubber").text)
     return int(match.group(1)) if match else None
 
 
@@ -208,7 +208,7 @@ def test_run_keeps_pace_with_the_page_and_stop_ends_it(browser, explorer_url):
     assert "Running" in status()
     # the step on show when Stop is clicked, read in the same script as the click: nothing can come in between
     shown_at_stop = browser.execute_script(
-        "const shown = document.getElementById('scrubber').innerText.match(/\\((\\d+) of \\d+\\)/);"
+        "const shown = document.getElementById('scrubber').innerText.match(/Step on show: (\\d+)/);"
         "document.getElementById('stop-btn').click();"
         "return shown ? Number(shown[1]) : null;")
     wait.until(lambda _: "Stopped after" in status())

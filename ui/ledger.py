@@ -1,6 +1,7 @@
 """The KV cache tab of the step's views: the ledger of the step on show (dynasd/explorer/lessons/ledger.py, drawn by
 viz/ledger.py), the `kv_cache` API endpoint. While the tab is open it follows the step on show, as the Learn tab
-does (not during a Run)."""
+does (not during a Run), and a reveal: what stayed and what was cropped tell a hidden step's verdict, so with 'Let
+me predict first' on they wait for the reveal as the step's other views do."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from dynasd.explorer.lessons.ledger import ledger_markdown, run_ledger
+from dynasd.explorer.lessons.predict import asks_first
 from dynasd.explorer.sessions.session import Session
 from viz.ledger import ledger_figure
 
@@ -56,8 +58,8 @@ def on_ledger(session, index):
 
 def ledger_views(session: Session, index) -> FigureViews:
     run, index, _ = step_on_show(session, index, "no step to show yet")
-    ledger = run_ledger(run)
-    return FigureViews(ledger_figure(run, ledger, index), ledger_markdown(ledger[index]), session.id)
+    ledger, verdict = run_ledger(run), not asks_first(session, index)
+    return FigureViews(ledger_figure(run, ledger, index, verdict), ledger_markdown(ledger[index], verdict), session.id)
 
 
 def ledger_section(tabs: gr.Tabs, session_id, scrubber) -> None:

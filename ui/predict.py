@@ -14,6 +14,7 @@ from dynasd.explorer.lessons import phases, predict
 from dynasd.explorer.sessions.session import Session
 
 from .handler import handler
+from .ledger import LEDGER_FOLLOWS_JS
 from .play import controller
 from .views import PhaseViews, PredictViews, StepViews, ToggleViews, left_out, step_on_show
 
@@ -63,14 +64,17 @@ def on_predict(session, step, node, guess):
 
 
 def wire_play(toggle: gr.Checkbox, play: PlayPredict, session_id, scrubber, views: StepViews) -> None:
-    """Play's events; the reveal is the `predict` API endpoint."""
+    """Play's events; the reveal is the `predict` API endpoint. A reveal and the toggle redraw the KV cache tab
+    when it is open: its ledger tells the verdict too, and the step on show has not changed."""
     toggle.input(on_toggle, [session_id, toggle, scrubber],
                  ToggleViews(**vars(views), panel=play.panel, score=play.score).outputs(),
-                 api_visibility="private", show_progress="hidden")
+                 api_visibility="private", show_progress="hidden").then(
+        None, js=LEDGER_FOLLOWS_JS, queue=False, api_visibility="private")
     commit = gr.Number(predict.COMMIT, visible=False)
     play.reveal_btn.click(on_predict, [session_id, scrubber, commit, play.guess],
                           PredictViews(**vars(views), reveal=play.reveal, score=play.score).outputs(),
-                          api_name="predict", show_progress="hidden")
+                          api_name="predict", show_progress="hidden").then(
+        None, js=LEDGER_FOLLOWS_JS, queue=False, api_visibility="private")
 
 
 def guided_controls() -> tuple[gr.Button, gr.Button, gr.Markdown]:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import viz
 from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
 from dynasd.explorer.lessons import phases
-from dynasd.explorer.lessons.predict import asks_first, score_markdown
+from dynasd.explorer.lessons.predict import as_far_as_seen, asks_first, score_markdown
 from dynasd.explorer.measure import cost as cost_model
 from dynasd.explorer.measure.speed import compared_here
 from dynasd.explorer.sessions.controller import Outcome, Show
@@ -253,17 +253,26 @@ def step_on_page(session: Session, index: int | None, status) -> dict:
     index = last if index is None else max(0, min(int(index), last))
     question = asks_first(session, index)
     compared = compared_for_show(session)
+    drawn = as_far_as_seen(session, index)  # with predictions on, no step the learner has not seen
     if question:
         spans, figures, summary, story = hidden_step_views(run, index, phases.before_the_tests(run.steps[index]),
-                                                           step_views(run, index - 1, compared) if index else None,
+                                                           step_views(drawn, index - 1, compared) if index else None,
                                                            question)
     else:
-        spans, figures, summary, story = step_views(run, index, compared)
+        spans, figures, summary, story = step_views(drawn, index, compared)
     return dict(text=gr.HighlightedText(value=spans, color_map=viz.text_color_map(spans)),
                 **figures_sent(session, figures), summary=summary, status=status, story=story,
                 scrubber=gr.Slider(minimum=0, maximum=max(last, 1), value=index, step=1, interactive=last > 0,
-                                   label=f"Step on show ({index} of {last})"),
+                                   label=step_counter(index, last)),
                 session_id=session.id)
+
+
+def step_counter(index: int, last: int) -> str:
+    """The step slider's label: steps count from 0, so it names their range ("3 of 13" read as 13 steps). A
+    one-step run's slider still spans 0 to 1 (Gradio's shortest); the page hides its end (ui/page_scripts.py)."""
+    if last == 0:
+        return "Step on show: 0 (1 step so far)"
+    return f"Step on show: {index} (steps 0 to {last})"
 
 
 def compared_for_show(session: Session):

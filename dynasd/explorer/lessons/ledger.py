@@ -101,12 +101,16 @@ def run_ledger(run: RunTrace) -> list[StepLedger]:
     return ledger
 
 
-def ledger_markdown(entry: StepLedger) -> str:
-    """The step's ledger in words."""
+def ledger_markdown(entry: StepLedger, verdict: bool = True) -> str:
+    """The step's ledger in words. Without its `verdict` (a guess pending: predict, then reveal) only what the step
+    wrote, which is known before the walk: what stayed, what was cropped and what waits uncached tell how many
+    tokens it committed."""
     t = entry.target
-    lines = [f"**Step {entry.index}, target:** rows 0–{t.before - 1} were cached; the verify wrote "
-             + (f"{t.chain} committed row(s) (from row {t.before}) and " if t.chain else "")
-             + f"{t.tree} tree row(s); {t.kept} (the accepted path) stayed, {t.cropped} were cropped. "
+    wrote = (f"**Step {entry.index}, target:** rows 0–{t.before - 1} were cached; the verify wrote "
+             + (f"{t.chain} committed row(s) (from row {t.before}) and " if t.chain else "") + f"{t.tree} tree row(s)")
+    if not verdict:
+        return _before_the_verdict(entry, wrote)
+    lines = [wrote + f"; {t.kept} (the accepted path) stayed, {t.cropped} were cropped. "
              f"The cache now ends at row {t.after}"
              + (f"; {t.pending} committed token(s) wait uncached (the bonus or correction), and the next step's "
                 "forward starts with them." if t.pending else "; nothing is pending: the next step starts with "
@@ -121,4 +125,19 @@ def ledger_markdown(entry: StepLedger) -> str:
         lines.append(f"**Draft:** it read {d.chain} committed row(s) from row {d.before} and {d.tree} tree row(s) "
                      f"(the deepest level is drawn, never read); {d.kept} stayed, {d.cropped} were cropped; it ends "
                      f"at row {d.after}, {d.pending} committed token(s) behind.")
+    return "\n\n".join(lines)
+
+
+def _before_the_verdict(entry: StepLedger, wrote: str) -> str:
+    lines = [wrote + ". Which of them stay (the accepted path) and which are cropped is this step's verdict: it "
+             "shows with the reveal."]
+    d = entry.draft
+    if d is None:
+        lines.append("No draft model: its cache does not exist for this method.")
+    elif not entry.draft_ran:
+        lines.append(f"**Draft:** it did not run (prompt lookup gave the candidates); its cache stays at row "
+                     f"{d.after}.")
+    else:
+        lines.append(f"**Draft:** it read {d.chain} committed row(s) from row {d.before} and {d.tree} tree row(s) "
+                     "(the deepest level is drawn, never read); what stays shows with the reveal.")
     return "\n\n".join(lines)

@@ -110,8 +110,9 @@ BEFORE_THE_TESTS = Phase("test", "before the verify", "", level=10**6, tests=0) 
 
 
 def before_the_tests(step: StepTrace) -> StepTrace:
-    """The step with every candidate drafted and none tested yet: what Play shows while a guess is pending."""
-    return step_at_phase(step, BEFORE_THE_TESTS)
+    """The step with every candidate drafted and none tested yet: what Play shows while a guess is pending (at
+    temperature 0 without the target's p, which tells which candidates pass)."""
+    return _before_the_answer(step, step_at_phase(step, BEFORE_THE_TESTS))
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,14 @@ traces with no model loaded):
 - will this tested node pass its test? (the guided step; `node` is the node, the guess 1 or 0)
 
 Guesses are RunTrace.predictions: a saved trace keeps them, and loading it restores the guesses and the score.
+A step once seen stays seen: a step guessed or revealed, or shown with its verdicts before 'Let me predict first'
+was ticked (or during a Run), has a prediction in the trace, and no view hides it again (`seen_steps`). Until then
+no view of the step tells its answer, and no view draws a later step the learner has not seen (`as_far_as_seen`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Iterable
 
 from ...sampling import passes
 from ...trace import Prediction, RunTrace, StepTrace
@@ -37,7 +41,7 @@ class Reveal:
         return f"**{mark}**{again}: {self.answer}. {self.why}"
 
 
-REVEALED = -1  # the guess of a step revealed with no guess (a lecture's presenter): not scored
+REVEALED = -1  # the guess of a step revealed with no guess (a presenter, or a step already seen): not scored
 
 
 def score(run: RunTrace) -> tuple[int, int]:
@@ -53,6 +57,33 @@ def reveal(run: RunTrace, index: int) -> None:
     if guessed(run, int(index)) is None:
         answer, _, _ = _commit_reveal(run, int(index))
         run.predictions.append(Prediction(step=int(index), node=COMMIT, guess=REVEALED, answer=answer))
+
+
+def keep_seen(run: RunTrace, steps: Iterable[int]) -> None:
+    """Steps the learner has seen with their verdicts, kept as revealed (never scored), so that no view hides them
+    again: those shown before 'Let me predict first' was ticked, and those a Run showed."""
+    seen = seen_steps(run)
+    for index in steps:
+        if index not in seen and 0 <= index < len(run.steps):
+            run.predictions.append(Prediction(step=index, node=COMMIT, guess=REVEALED,
+                                              answer=len(run.steps[index].committed)))
+            seen.add(index)
+
+
+def seen_steps(run: RunTrace) -> set[int]:
+    """The steps whose commit was guessed or revealed: their views show their verdicts."""
+    return {g.step for g in run.predictions if g.node == COMMIT}
+
+
+def run_upto(run: RunTrace, count: int) -> RunTrace:
+    """The run as it stood after its first `count` steps (the run itself when that is all of it): its tokens, time
+    and finish as they were then, so that a view drawn from it counts nothing that came later."""
+    if count >= len(run.steps):
+        return run
+    kept, later = run.steps[:count], run.steps[count:]
+    return replace(run, steps=kept, new_token_ids=[t for s in kept for t in s.committed],
+                   text="".join(t for s in kept for t in s.committed_tokens), finished="",
+                   seconds=max(0.0, run.seconds - sum(s.seconds for s in later)))
 
 
 def score_markdown(run: RunTrace | None) -> str:
@@ -168,6 +199,21 @@ def asks_first(session, index: int) -> str:
     if not session.predict_first or session.run_in_progress or run is None or not 0 <= index < len(run.steps):
         return ""
     return "" if guessed(run, index) is not None else commit_question(run, index)
+
+
+def as_far_as_seen(session, index: int) -> RunTrace:
+    """The session's run as the views of step `index` may draw it (a run timeline draws every step it holds): the
+    whole run, unless predictions are on; then only the steps before `index` while it waits for its guess, else
+    up to it and on through the later steps already seen (a replayed trace holds steps the learner has not seen)."""
+    run = session.run
+    if asks_first(session, index):
+        return run_upto(run, index)
+    if not session.predict_first or session.run_in_progress:
+        return run
+    seen, count = seen_steps(run), index + 1
+    while count < len(run.steps) and count in seen:
+        count += 1
+    return run_upto(run, count)
 
 
 def pending_test(run: RunTrace, index: int, tests_done: int) -> int | None:

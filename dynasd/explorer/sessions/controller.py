@@ -15,6 +15,7 @@ appears here. The transitions (an action not listed leaves the mode as it is):
     RUNNING (a paced Run not asked for its next step for PACED_RUN_TIMEOUT_S) --any action--> STEPPING/FINISHED
     FINISHED --follow_up--> STEPPING (the next turn)
     any --load/example--> REPLAYING;  any --reset--> EMPTY
+    REPLAYING --next_recorded--> REPLAYING (the recorded step after the one on show; a replay has no model to step)
 
 Errors are exceptions with the learner's words in them: UserError for anything the learner can fix (bad input,
 nothing to step), SessionFailed for a model call that failed (this session only). Call the methods without holding
@@ -140,7 +141,7 @@ class Controller:
             with self.session.lock:
                 if self.session.run is not run:
                     return
-                self.session.step(self.calls, self.calls.run_chunk)
+                self._shown_by_a_run(self.session.step(self.calls, self.calls.run_chunk))
             now = time.monotonic()
             if now - last_sent >= every_s and not run.finished:
                 last_sent = now
@@ -196,6 +197,20 @@ class Controller:
         shown = max(0, int(index or 0) - 1)
         return Outcome(f"Back to step {shown}.", "ok", index=shown)
 
+    def next_recorded(self, index) -> Outcome:
+        """Lecture mode's → on a replayed run: the recorded step after the one on show (`index`). A replay has no
+        model to step, and → must not throw it away for a new run; after its last step it says so, and Step or
+        Run start a run like it."""
+        session = self.session
+        if not session.replay:
+            raise UserError("the run on show is not a replay: Step goes on with it")
+        last = len(session.run.steps) - 1
+        shown = max(0, min(int(index or 0), last))
+        if shown == last:
+            return Outcome(f"This replay ends at its step {last}: ← goes back; Step or Run start a new run with its "
+                           "settings.", "warn", show=Show.KEEP)
+        return Outcome(f"Step {shown + 1} of the replay (recorded: no model runs).", "ok", index=shown + 1)
+
     def goto_step(self, settings: Settings, prompt: str, target) -> Outcome:
         """A shared link's step: the run of these settings (started or continued) until it has that step."""
         session = self._not_during_a_run()
@@ -244,9 +259,16 @@ class Controller:
 
     # -- predict, then reveal -----------------------------------------------------------------------------------
     def predict_first(self, on: bool, index, said: str) -> Outcome:
-        """'Let me predict first' or lecture mode turned on or off: the step on show is drawn again, its verdicts
-        hidden until a guess (on) or shown (off)."""
-        self.session.predict_first = bool(on)
+        """'Let me predict first' or lecture mode turned on or off: the steps shown with their verdicts so far stay
+        shown (a live run's every step was on show when it was taken; a replay's, up to the one on show), later
+        steps wait for a guess (on); every step is shown (off)."""
+        session = self.session
+        if on and not session.predict_first and self._has_steps():
+            with session.lock:
+                run = session.run
+                shown = int(index or 0) + 1 if session.replay else len(run.steps)
+                predict.keep_seen(run, range(min(shown, len(run.steps))))
+        session.predict_first = bool(on)
         return Outcome(said, "ok", index=index if self._has_steps() else None)
 
     def predict(self, index, node, guess) -> Outcome:
@@ -305,7 +327,7 @@ class Controller:
         """A step of the page's Run (under the lock): the step, and whether the page asks for another."""
         session = self.session
         try:
-            step = session.step(self.calls, self.calls.run_chunk)
+            step = self._shown_by_a_run(session.step(self.calls, self.calls.run_chunk))
         except BaseException:
             session.paced_at = None
             if session.mode in (Mode.RUNNING, Mode.STOPPING):
@@ -315,6 +337,13 @@ class Controller:
             session.paced_at = time.monotonic()
             return Outcome(f"{RUNNING} step {step.index}" + (f" ({note})" if note else ""), more=True)
         return self._end_run()  # finished, or a Stop heard during the step ends the run with it
+
+    def _shown_by_a_run(self, step: StepTrace) -> StepTrace:
+        """A Run shows its steps with their verdicts, predictions on or not (a Run asks nothing): they stay seen."""
+        run = self.session.run
+        if self.session.predict_first:
+            predict.keep_seen(run, (len(run.steps) - 1,))  # the step shown is the run's last
+        return step
 
     def _end_run(self) -> Outcome:
         session = self.session
@@ -346,7 +375,7 @@ def start_costs(session: Session) -> str:
 
 def wide_tree_on_a_cpu(settings: Settings, on_gpu: bool = False) -> str:
     """Said at the start of a run whose tree is wider than any that paid on a CPU (docs/benchmarks.md), when the
-    models run on one and this device's costs were never kept (then engine.tree_note says what they measured):
+    models run on one and this device's costs were never kept (then where.tree_note says what they measured):
     a learner's first Run would otherwise show speculation losing without a word of why."""
     settings = settings.normalised()
     branching = settings.options.for_method().branching()
