@@ -74,6 +74,15 @@ def test_kernel_rows_do_not_depend_on_their_neighbours(variant, dtype):
         assert torch.equal(kernel(x[rows - 1:rows + 4], panels), full[rows - 1:rows + 4]), rows
 
 
+@EVERY_VARIANT
+def test_kernel_gives_an_empty_product_for_no_rows(variant):
+    """No rows split into no passes: the split itself (rows_per_pass) would divide by zero and end the process."""
+    kernel = panel_kernel(variant)
+    panels = fast_linear.to_panels(torch.randn(2 * PANEL, 64))
+    assert kernel(torch.empty(0, 64), panels).shape == (0, 2 * PANEL)
+    assert kernel(torch.empty(3, 0, 64), panels).shape == (3, 0, 2 * PANEL)
+
+
 def test_every_variant_gives_bitwise_the_same_products():
     """AVX-512 and AVX2 sum each output in the same order with the same fused multiply-adds: a text decoded on a
     laptop without AVX-512 is the one decoded on a server with it."""

@@ -1,5 +1,5 @@
 // y = x @ W.T in integer arithmetic: each row of x quantized to 8-bit blocks, multiplied exactly with the 4- and
-// 8-bit weight blocks, and a fixed float epilogue per block. Included by block_linear.cpp (formats 2 and 3).
+// 8-bit weight blocks, and a fixed float epilogue per block: block_linear.cpp's formats 2 and 3.
 //
 // Why: a tree verify multiplies every weight by each of its rows. In float32 (the expanded weight times the row's
 // float) that is ~2 ms of arithmetic per extra row on two cores (docs/benchmarks.md, "Speed by CPU kind"), so a wide tree
@@ -23,10 +23,7 @@
 // Both keep the file's bytes per weight (5 and 8.5 bits).
 #pragma once
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-
-#include <vector>
+#include "kernel_common.h"
 
 namespace int8_blocks {
 
@@ -175,17 +172,19 @@ void q8_0_rows(const QuantizedRows& xq, int64_t row0, const uint8_t* panel, floa
   for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + (row0 + r) * N + col0, acc[r]);
 }
 
-constexpr int64_t ROWS_PER_PASS = 4;  // accumulators, sums, two weight vectors and a broadcast in 16 registers
+constexpr int ROWS_PER_PASS = 4;  // accumulators, sums, two weight vectors and a broadcast in 16 registers
 
 template <bool Q4>
 void rows_times_panel(int64_t rows, const QuantizedRows& xq, int64_t row0, const uint8_t* panel, float* y,
                       int64_t N, int64_t col0) {
-  switch (rows) {
-    case 4: return Q4 ? q4_1_rows<4>(xq, row0, panel, y, N, col0) : q8_0_rows<4>(xq, row0, panel, y, N, col0);
-    case 3: return Q4 ? q4_1_rows<3>(xq, row0, panel, y, N, col0) : q8_0_rows<3>(xq, row0, panel, y, N, col0);
-    case 2: return Q4 ? q4_1_rows<2>(xq, row0, panel, y, N, col0) : q8_0_rows<2>(xq, row0, panel, y, N, col0);
-    default: return Q4 ? q4_1_rows<1>(xq, row0, panel, y, N, col0) : q8_0_rows<1>(xq, row0, panel, y, N, col0);
-  }
+  dynasd_kernels::with_rows<ROWS_PER_PASS>(rows, [&](auto mr) {
+    constexpr int MR = decltype(mr)::value;
+    if constexpr (Q4) {
+      q4_1_rows<MR>(xq, row0, panel, y, N, col0);
+    } else {
+      q8_0_rows<MR>(xq, row0, panel, y, N, col0);
+    }
+  });
 }
 
 // x (M, K) float32 -> y (M, N) float32 over N / 8 panels of `format` (Q4_1 or Q8_0).
@@ -205,4 +204,3 @@ void all_panels(const float* x, const uint8_t* weights, float* y, int64_t M, int
 }
 
 }  // namespace int8_blocks
-#endif

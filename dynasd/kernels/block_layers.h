@@ -1,5 +1,5 @@
-// A Llama model's decoder layers over block weights in one call (the `block_layers` op): lean_forward.py's layer
-// loop, op for op. Included by block_linear.cpp, inside its namespace, after block_linear and the exact attention.
+// A Llama model's decoder layers over block weights in one call (the `block_layers` op of block_linear.cpp):
+// lean_forward.py's layer loop, op for op.
 #pragma once
 
 // Why: a one-token forward spends about as long between its layers' ~45 small operations each as in the weight
@@ -10,14 +10,22 @@
 // attention (exact_attention.h), and the caches grow in place (inplace_cache.py, whose buffers this writes into);
 // every other model keeps the Python loop.
 
+#include "exact_attention.h"
+#include "kernel_common.h"
+
+namespace dynasd_kernels {
+
+// y = x @ W.T over W's block panels in `format` (block_linear.cpp).
+at::Tensor block_linear(const at::Tensor& x, const at::Tensor& panels, int64_t format);
+
 // LlamaRMSNorm on float32 (lean_forward._rms_norm).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   at::Tensor variance = x.pow(2).mean({-1}, /*keepdim=*/true);
   return weight * (x * variance.add_(eps).rsqrt_());
 }
 
 // x * cos + rotate_half(x) * sin with rotate_half's sign on the sine (lean_forward._rotary).
-at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin) {
+inline at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin) {
   const int64_t half = x.size(-1) / 2;
   return x * cos + at::cat({x.slice(-1, half), x.slice(-1, 0, half)}, -1) * signed_sin;
 }
@@ -26,10 +34,11 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 // per layer: norms [input, post-attention], panels [q/k/v fused, o, gate/up fused, down] with their formats, and
 // the key/value buffers (batch, kv_heads, capacity, head_dim) holding `filled` positions, written at
 // [filled, filled + q). Returns the last layer's hidden states.
-at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, const at::Tensor& signed_sin,
-                        const at::Tensor& mask, at::TensorList norms, at::TensorList panels, at::IntArrayRef formats,
-                        at::TensorList key_buffers, at::TensorList value_buffers, int64_t filled, int64_t heads,
-                        int64_t kv_heads, int64_t head_dim, int64_t intermediate, double eps, double scaling) {
+inline at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, const at::Tensor& signed_sin,
+                               const at::Tensor& mask, at::TensorList norms, at::TensorList panels,
+                               at::IntArrayRef formats, at::TensorList key_buffers, at::TensorList value_buffers,
+                               int64_t filled, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t intermediate,
+                               double eps, double scaling) {
   const int64_t layers = key_buffers.size();
   TORCH_CHECK(norms.size() == 2 * layers && panels.size() == 4 * layers && formats.size() == 4 * layers &&
               value_buffers.size() == layers, "block_layers needs 2 norms, 4 panels and 4 formats per layer");
@@ -53,12 +62,9 @@ at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, cons
     value_buffers[i].slice(2, filled, needed).copy_(value);
     const at::Tensor keys = key_buffers[i].slice(2, 0, needed), values = value_buffers[i].slice(2, 0, needed);
     at::Tensor out;
-#if defined(__AVX2__)
     if (formats[4 * i] >= 2) {  // 8-bit activations: every row exactly what it would be alone (exact_attention.h)
       out = exact_attention_impl::attention(query, keys, values, mask, scaling);
-    } else
-#endif
-    if (groups == 1) {  // transformers' sdpa_attention_forward: no grouping to pack
+    } else if (groups == 1) {  // transformers' sdpa_attention_forward: no grouping to pack
       out = at::scaled_dot_product_attention(query, keys, values, attention_mask, 0.0, false, scaling)
                 .reshape({batch, -1, q_len, head_dim});
     } else {  // one row: transformers' pack_gqa; several: packed_gqa_sdpa's stacked rows (the same reshape)
@@ -76,3 +82,4 @@ at::Tensor block_layers(const at::Tensor& hidden_in, const at::Tensor& cos, cons
   return hidden;
 }
 
+}  // namespace dynasd_kernels

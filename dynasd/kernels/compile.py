@@ -324,6 +324,8 @@ def cpu_tag() -> str:
 # the variant: decided here, from the CPU's features
 
 VARIANTS = ("avx512", "avx2")  # fastest first
+# The kernels' sources read the instruction set from the compiler's own macros, which these flags set
+# (kernel_common.h: DYNASD_ISA_AVX512), and their operators' namespace from -DDYNASD_VARIANT (build_flags).
 VARIANT_FLAGS = {"avx512": ["-march=native"],
                  # x86-64-v3: AVX2, FMA, F16C. Tuned for this CPU, but no AVX-512 even where it has it.
                  "avx2": ["-march=x86-64-v3", "-mtune=native"]}

@@ -1,5 +1,5 @@
 // Attention whose every output row is bitwise independent of the other query rows and of the keys it cannot see.
-// Included by block_linear.cpp (the `exact_attention` op, and block_layers for 8-bit-activation layers).
+// block_linear.cpp's `exact_attention` op, and block_layers.h's attention for 8-bit-activation layers.
 //
 // Why: with 8-bit activations a tiny float difference in a row's input can move one of its codes, so a verify row
 // must get exactly what the same token gets alone in an ar step, or greedy decoding through a tree stops matching
@@ -16,11 +16,9 @@
 // alone. Keys count as masked where the additive mask is -inf (or float's lowest), as CachedModel makes it.
 #pragma once
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-
 #include <cfloat>
-#include <vector>
+
+#include "kernel_common.h"
 
 namespace exact_attention_impl {
 
@@ -210,4 +208,3 @@ inline at::Tensor attention(const at::Tensor& query, const at::Tensor& keys, con
 }
 
 }  // namespace exact_attention_impl
-#endif
