@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import block_weights, fast_linear
-from .compile import VARIANT_LABELS, KernelUnavailable, build_kernel, kernel_variant
+from .compile import VARIANT_LABELS, VARIANTS, KernelUnavailable, build_kernel, kernel_variant
 
 
 def engine_kernels() -> dict[str, Path]:
@@ -20,7 +20,8 @@ def engine_kernels() -> dict[str, Path]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The bound and the cache folder come from the environment, as for a model load."""
     parser.add_argument("--all", action="store_true",
-                        help="build them even on a CPU whose loads do not use them (neither AVX-512 nor AVX2)")
+                        help="build them even on a CPU whose loads do not use them (neither AVX-512 nor AVX2): the "
+                             "AVX2 variant, which such a CPU cannot run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,12 +43,12 @@ def _build_state(args: argparse.Namespace, name: str, source: Path) -> str:
     start = time.monotonic()
     if os.environ.get("DYNASD_COMPILE", "1") == "0":
         return "unavailable (DYNASD_COMPILE=0)"
-    variant = kernel_variant()
-    if not (args.all or variant):  # no load asks for them here (compile.kernel_variant)
+    variant = kernel_variant() or (VARIANTS[-1] if args.all else None)  # the last variant needs the least
+    if variant is None:  # no load asks for them here (compile.kernel_variant)
         return "not needed on this CPU (neither AVX-512 nor AVX2: the engine uses torch's products)"
     try:
         library = build_kernel(name, source, variant=variant)
     except (KernelUnavailable, OSError) as error:
         return f"unavailable ({error!s:.300})"
     state = f"built in {time.monotonic() - start:.0f} s" if library.built else "already built"
-    return f"{state}, {VARIANT_LABELS.get(variant, 'generic')} variant ({library.path})"
+    return f"{state}, {VARIANT_LABELS[variant]} variant ({library.path})"
