@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
 from .embedded import cache_dir
+from .kernels.block_weights import saved_key
 from .kernels.compile import process_runs
 
 # How the folder is written; a change of it is a new key, so an older conversion is never read as this one.
@@ -70,16 +71,6 @@ def load_converted(gguf: Path, dtype):
 
 
 SLICE_ROWS = 2048  # rows read at a time by saved_rows: a few MB of float32
-
-
-def saved_key(weights: Path, keys: list[str]) -> str | None:
-    """The first of `keys` that the safetensors file `weights` holds (a tied embedding is saved once, under either
-    name), or None."""
-    from safetensors import safe_open
-
-    with safe_open(str(weights), framework="pt") as file:
-        held = set(file.keys())
-    return next((key for key in keys if key in held), None)
 
 
 def saved_rows(weights: Path, keys: list[str], ids) -> "torch.Tensor | None":

@@ -18,11 +18,16 @@ greedy identity is a property within one weight mode (tests/test_block_weights.p
 """
 from __future__ import annotations
 
+import mmap
+import struct
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import quantize
+from safetensors import safe_open
 
 from .compile import kernel_once, kernel_variant
 from .memory import return_freed_memory
@@ -82,9 +87,6 @@ _GGML_TYPES = {3: Q4_1, 8: Q8_0}  # ggml's type ids of the two formats read here
 def gguf_tensor_table(path: Path) -> list[tuple[str, str, list[int], int]]:
     """(name, type, shape as GGUF gives it (columns first), absolute offset of its data) of every tensor of a GGUF
     file (version 2 or 3, little-endian), read from its header; metadata values are skipped, not parsed."""
-    import mmap
-    import struct
-
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
             raise ValueError(f"{path} is not a GGUF file of version 2 or 3")
@@ -323,9 +325,6 @@ def use_q8_0_blocks(model: torch.nn.Module, kernel, arithmetic: str = FLOAT32) -
 
     Why: a one-row draft forward is bound by the bytes it reads, and the embedded draft's float16 panels are 40 MB
     (half of them its 16,384-token head) against the target's 96 MB of blocks; as Q8_0 they are 21 MB."""
-    from gguf import GGMLQuantizationType
-    from gguf.quants import quantize
-
     swapped = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
@@ -368,6 +367,14 @@ def _raw_for(model, path: str, raw: np.ndarray) -> torch.Tensor:
 CHECK_ROWS = 2048  # rows compared at a time: a few MB of float32
 
 
+def saved_key(weights: Path, keys: list[str]) -> str | None:
+    """The first of `keys` that the safetensors file `weights` holds (a tied embedding is saved once, under either
+    name), or None."""
+    with safe_open(str(weights), framework="pt") as file:
+        held = set(file.keys())
+    return next((key for key in keys if key in held), None)
+
+
 def _expands_to_weight(model: torch.nn.Module, path: str, module: torch.nn.Module, kind: str, raw: torch.Tensor,
                        tied: bool) -> bool:
     """Whether `raw` expands to exactly `module`'s float32 weight, compared CHECK_ROWS rows at a time. The weight's
@@ -376,10 +383,6 @@ def _expands_to_weight(model: torch.nn.Module, path: str, module: torch.nn.Modul
     saved = getattr(model, "dynasd_float32_file", None)
     key = None
     if saved is not None:
-        from safetensors import safe_open
-
-        from ..converted import saved_key
-
         shared = ["model.embed_tokens.weight", "lm_head.weight"]  # a tied weight is saved once, under either name
         key = saved_key(saved, shared if tied and path in ("model.embed_tokens", "lm_head") else [f"{path}.weight"])
     for start in range(0, raw.shape[0], CHECK_ROWS):
