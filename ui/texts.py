@@ -5,6 +5,7 @@ from __future__ import annotations
 from dynasd.device_info import machine_line
 from dynasd.options import DEFAULT_RECYCLE, OPTIONS, Shape
 from dynasd.origins import LOOKUP, ORIGINS, RECYCLED
+from dynasd.trace_semantics import GREEDY, SAMPLING, AcceptanceRule
 from dynasd.tree import TreeShape
 from viz.style import MASK_ACCEPTED, MASK_ATTENDS, MASK_UNUSED, STATUS_COLORS, STATUS_GLYPHS
 
@@ -74,6 +75,12 @@ METHOD_HELP = {
                "can join recycling too.",
 }
 
+def _stated(rule: AcceptanceRule) -> str:
+    """An acceptance rule as a list item, its condition first in bold: the words are the rule's own
+    (dynasd/trace_semantics.py), which tests/test_stated_rules.py checks against the decoder."""
+    return f"- **{rule.when}** {rule.says}"
+
+
 def _dot(status: str, shape: str = "●") -> str:
     return f'<span style="color:{STATUS_COLORS[status]}">{shape}</span> {STATUS_GLYPHS[status]}'
 
@@ -90,14 +97,17 @@ position. After the target's single check (each status has its glyph on the node
 - A node's shape says which source proposed it:
 """ + "".join(f"  - {origin.glyph} {origin.help}\n" for origin in ORIGINS) + f"""\
 - {_dot("bonus", "★")} **bonus** or {_dot("correction", "★")} **correction**: the
-  target's own token, sampled after the last accepted node. The lossless methods add one every step, so a step
+  target's own token after the last accepted node: {GREEDY.bonus} at temperature 0; at temperature > 0 a bonus
+  is {SAMPLING.bonus}, a correction {SAMPLING.correction}. The lossless methods add one every step, so a step
   never commits fewer than one token. ti-mcsd adds none: it commits the winning chain, root included.
 
-Hover a node for p (target probability), q (draft probability), p/q and the random draw u: a candidate is
-accepted when u < min(1, p′/q′) (at temperature 0: when it is the target's top token). **p′ and q′** are p and q after
-the siblings tested before it were rejected: the residual max(p − q, 0) and q without them, each renormalised;
-for the first sibling they equal p and q. A correction token is drawn from that residual, so its hover gives
-**p_residual**, not the target's p.
+Hover a node for p (target probability), q (draft probability), p/q and, when sampling, the random draw u. The
+rule depends on the temperature:
+{_stated(GREEDY)}
+{_stated(SAMPLING)}
+
+A correction's hover gives the probability it was committed with: **{GREEDY.correction_p}** at temperature 0 (it is
+the target's top token), **{SAMPLING.correction_p}** at temperature > 0 (the residual's, not the target's p).
 """
 
 MASK_HELP = f"""
@@ -112,11 +122,14 @@ light dotted area (<span style="color:{MASK_UNUSED}">■</span> ·) is the mask 
 the *slice* used this step: the tree stopped growing early and the same mask is simply cut.
 """
 
-DECISIONS_HELP = """
+DECISIONS_HELP = f"""
 **What am I seeing?** *Top*: for every candidate, the target's probability **p** (filled bar, coloured by what
 happened) and the draft's probability **q** (outline), in the tree's order (a large tree's bars carry node ids, as
-in the mask's rows; hover a bar for its token). When p ≥ q the candidate is always accepted; when p < q it
-is accepted with probability p/q, which makes the output follow the target exactly. *Bottom*: with a stop policy,
+in the mask's rows; hover a bar for its token and its test). Whether p and q decide depends on the temperature:
+{_stated(GREEDY)}
+{_stated(SAMPLING)}
+
+*Bottom*: with a stop policy,
 after each draft level every tip gets a score (e.g. the draft's confidence); drafting goes one level deeper only
 while the best score reaches the threshold (dashed line). Low confidence means the next guess is likely wrong, so
 stopping early saves draft work.

@@ -1,5 +1,7 @@
-"""Why the step went the way it did: per node, the target's probability p against the draft's q (the acceptance
-test compares them), and per draft level, the early-stop score against the threshold (why drafting stopped)."""
+"""Why the step went the way it did: per node, the target's probability p against the draft's q (a sampled
+acceptance test compares them; at temperature 0 only the target's top token passes, whatever p and q: each bar's
+hover gives the test the node met), and per draft level, the early-stop score against the threshold (why drafting
+stopped)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -19,8 +21,8 @@ from .style import (
     base_layout,
     fmt,
     show_token,
-    test_lines,
 )
+from .tree import verdict_lines
 
 # Each tick label costs the page ~0.7 ms per redraw (viz/labels.py): token labels for a small tree, node ids (as
 # in the mask's rows and the hover) at a stride for a large one.
@@ -38,7 +40,7 @@ def pq_figure(step: StepTrace) -> go.Figure:
     for i, node in enumerate(step.nodes):
         ratio = "–" if not node.q else f"{node.p / node.q:.3f}"
         hover.append("<br>".join([f"<b>node {i}</b> {show_token(node.token, 24)} · level {node.level}",
-                                  f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *test_lines(node),
+                                  f"p {fmt(node.p)} · q {fmt(node.q)} · p/q {ratio}", *verdict_lines(node),
                                   STATUS_SHORT[shown[i]]]))
     # the status also as a glyph over each bar (where they fit: the page measures each bar's text on a redraw)
     # and a fill pattern: never by colour alone

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 from dynasd.trace import StepTrace
+from dynasd.trace_semantics import GREEDY
 
 from .style import STATUS_COLORS, TOP_LEGEND, base_layout, fmt, show_token
 
@@ -32,9 +33,8 @@ def _message(title: str, text: str, height: int = 300) -> go.Figure:
 def residual_explanation(step: StepTrace, greedy: bool) -> str:
     """One paragraph: what the residual picture shows for this step, or why there is none."""
     if greedy:
-        return ("**Temperature 0 (greedy).** A candidate is kept iff it is the target's most likely token; at the "
-                "first mismatch the target's own argmax is committed instead. There is no residual: nothing is "
-                "random, and the text is exactly what the target alone would write.")
+        return (f"**Temperature 0 (greedy).** {GREEDY.statement} There is no residual: nothing is random, and the "
+                "text is exactly what the target alone would write.")
     residual = step.residual
     if residual is None:
         if step.committed_origins and step.committed_origins[-1] == "bonus":
@@ -58,7 +58,8 @@ def residual_figure(step: StepTrace, greedy: bool) -> go.Figure:
     """Grouped bars over the recorded top tokens: p, q and the normalised residual, the correction outlined."""
     title = f"Step {step.index}: the residual at the rejection"
     if greedy:
-        return _message(title, "temperature 0: the target's argmax is taken at the first mismatch; no residual")
+        return _message(title, "temperature 0: where no candidate is the target's argmax, its argmax is committed; "
+                               "no residual")
     residual = step.residual
     if residual is None:
         return _message(title, "no rejection ended this step (it ends with a bonus from p): no residual")

@@ -14,7 +14,17 @@ import plotly.graph_objects as go
 
 from dynasd.origins import ORIGINS
 from dynasd.trace import RunTrace, StepTrace
-from dynasd.trace_semantics import drawn_status, final_token, off_target_commit
+from dynasd.trace_semantics import (
+    GREEDY,
+    PASSED,
+    SAMPLING,
+    AcceptanceRule,
+    drawn_status,
+    final_token,
+    node_rule,
+    off_target_commit,
+    step_rule,
+)
 
 from .style import (
     GLYPH_INK,
@@ -109,7 +119,17 @@ def _hover(i: int, step: StepTrace, grown: dict[int, tuple[float, int]] | None =
     if tested:
         lines += tested[:1] + ["p′, q′: p and q after the siblings tested before it were rejected",
                                "(the residual max(p − q, 0) and q without them, renormalised)"] + tested[1:]
+    elif node_rule(n) is GREEDY:
+        lines += [GREEDY.verdict(n.status in PASSED), f"(p and q do not decide at {GREEDY.short})"]
     return "<br>".join(lines)
+
+
+def verdict_lines(node) -> list[str]:
+    """A tested node's test for a hover, under the rule it met (trace_semantics.node_rule): p′, q′, u and
+    u against min(1, p′/q′) when sampled (style.test_lines), whether it is the target's top token at T = 0."""
+    if node_rule(node) is GREEDY:
+        return [GREEDY.verdict(node.status in PASSED)]
+    return test_lines(node)
 
 
 def target_choice(step: StepTrace, i: int) -> str | None:
@@ -122,8 +142,7 @@ def target_choice(step: StepTrace, i: int) -> str | None:
         return f"the target kept node {sibling} here: {show_token(step.nodes[sibling].token, 24)}"
     final = final_token(step)
     if final is not None and final[2] == node.parent and final[1] == "correction":
-        sampled = any(other.u is not None for other in step.nodes)
-        what = "drew from the residual" if sampled else "took its top token"
+        what = "drew from the residual" if step_rule(step) is SAMPLING else "took its top token"
         return f"the target {what} here: {show_token(final[0], 24)}"
     return None
 
@@ -263,24 +282,43 @@ def _root_trace(pos: dict, root_label: str | None, marker_size: int) -> go.Scatt
 FINAL_WHY = {"bonus": "every child was accepted (or there were none):<br>the target adds one token for free",
              "correction": "a child was rejected: sampled from<br>the residual max(p − q, 0), renormalised",
              "target": "autoregressive: the target's own next token"}
+GREEDY_WHY = {**FINAL_WHY, "correction": f"no child was the target's top token:<br>{GREEDY.correction} is "
+                                         "committed instead"}
+
+
+def _final_hover(step: StepTrace, token: str, status: str, after: str) -> str:
+    """Where the token after the walk came from, under the rule the step's walk applied (trace_semantics.step_rule);
+    a step that tested nothing (ar, an empty tree) does not say which, so both are named with their conditions."""
+    rule = step_rule(step)
+    origin = "correction" if status == "correction" else "bonus"
+    if rule is SAMPLING:
+        how, why = f"sampled after {after}", FINAL_WHY[status]
+    elif rule is GREEDY:
+        how, why = f"{getattr(GREEDY, origin)} after {after}", GREEDY_WHY[status]
+    else:
+        how = (f"after {after}: {getattr(GREEDY, origin)} at {GREEDY.short},<br>{getattr(SAMPLING, origin)} at "
+               f"{SAMPLING.short}")
+        why = FINAL_WHY[status]
+    # final_p is the probability under the distribution the token came from: for a correction when sampling that
+    # is the residual, not the target's p, so it is named as the rule names it
+    named = _correction_p(rule) if status == "correction" else "p (target)"
+    return (f"<b>{status}</b> token {show_token(token, 24)}<br>{how}"
+            + ("" if step.final_p is None else f"<br>with {named} = {fmt(step.final_p)}") + f"<br>{why}")
+
+
+def _correction_p(rule: AcceptanceRule | None) -> str:
+    return rule.correction_p if rule is not None else f"{GREEDY.correction_p} or {SAMPLING.correction_p}"
 
 
 def _final_trace(step: StepTrace, final: tuple, at: tuple, sizes: _Sizes) -> go.Scatter:
     """The token the target adds after the walk (bonus, correction or, for ar, its own), as a star."""
     token, status, parent = final
     after = "the root" if parent == ROOT else f"node {parent}"
-    # final_p is the probability under the distribution the token was drawn from: for a correction that is the
-    # residual, not the target's p, so it is named
-    sampled = any(n.u is not None for n in step.nodes)  # at T = 0 the correction is the target's argmax
-    drawn_from = "p_residual" if status == "correction" and sampled else "p (target)"
     return go.Scatter(
         x=[at[0]], y=[at[1]], mode=sizes.mode, name=STATUS_NAMES[status],
         text=[sizes.label(token, status)], textposition="middle right",
         marker=dict(size=sizes.marker, color=STATUS_COLORS[status], symbol="star", line=dict(color="#222", width=1)),
-        hovertext=[f"<b>{status}</b> token {show_token(token, 24)}<br>sampled after {after}"
-                   + ("" if step.final_p is None else f"<br>with {drawn_from} = {fmt(step.final_p)}")
-                   + f"<br>{FINAL_WHY[status]}"],
-        hoverinfo="text")
+        hovertext=[_final_hover(step, token, status, after)], hoverinfo="text")
 
 
 def _node_trace(step: StepTrace, members: list[int], status: str, pos: dict, sizes: _Sizes, on_path: set,

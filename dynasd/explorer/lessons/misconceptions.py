@@ -3,7 +3,9 @@ each run many times at one position of the run on show and compared with the tar
 
 Why: "why not simply resample from p after a rejection?" is best answered by drawing what that rule produces.
 Every rule here decides one token from the target's p and the draft's q at one position, the q the candidates
-were drawn from (k i.i.d. draws), and differs from the correct one in exactly one choice:
+were drawn from (k i.i.d. draws), and differs from the correct one in exactly one choice. They are rules for
+sampling (temperature > 0): at temperature 0 p and q decide nothing (trace_semantics.GREEDY), so a
+greedy run is told that instead.
 
 - correct (multi-candidate speculative sampling): test each candidate with u < min(1, p′/q); after a rejection
   p′ becomes the residual norm(max(p′ − q, 0)); if all are rejected, draw from the last residual. Output ~ p.
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...trace import RunTrace
+from ...trace_semantics import GREEDY, run_rule
 from ..inputs import UserError
 
 CANDIDATES = 2                 # i.i.d. draws from q per decision (k): enough for the sibling rules to differ
@@ -70,8 +73,10 @@ def position_of(run: RunTrace | None, index: int) -> Position:
         raise UserError("nothing to sample yet: press Step or Run (or replay the example 'sd-sampled') first")
     with_record = [s.index for s in run.steps if s.residual is not None]
     if not with_record:
-        raise UserError("this run has no rejection recorded with p and q: the lab needs a sampled run "
-                        "(temperature above 0) that rejected a candidate; replay the example 'sd-sampled'")
+        why = (f"this run is greedy. {GREEDY.statement} No p/q rule decides it, so the lab has nothing to compare"
+               if run_rule(run) is GREEDY else "this run has no rejection recorded with p and q")
+        raise UserError(f"{why}: the lab needs a sampled run (temperature above 0) that rejected a candidate; "
+                        "replay the example 'sd-sampled'")
     index = int(index or 0)
     chosen = min(with_record, key=lambda i: (abs(i - index), i))
     record = run.steps[chosen].residual

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from ...origins import BY_NAME, DRAFT
 from ...sampling import passes
 from ...trace import RunTrace, StepTrace
+from ...trace_semantics import GREEDY, step_rule
 from ..labels import show_token
 from .predict import node_question, pending_test, tested_nodes
 
@@ -68,8 +69,9 @@ def step_phases(step: StepTrace) -> list[Phase]:
             below = passes(node.u, node.p_test or 0.0, node.q_test)
             rule = (f"u = {node.u:.3f} {'<' if below else '≥'} min(1, p′/q′) = "
                     f"{min(1.0, (node.p_test or 0.0) / node.q_test):.3f}")
-        else:
-            rule = "it is the target's argmax" if kept else "it is not the target's argmax"
+        else:  # T = 0: greedy comparison
+            rule = (f"{GREEDY.when.lower()} a candidate passes only when {GREEDY.test}, whatever its p and q, "
+                    f"and this one {'is' if kept else 'is not'}")
         phases.append(Phase("test", f"Test {count} of {len(tested)}: node {i}",
                             f"Node {i} (‘{show_token(node.token, 16)}’, level {node.level}) is "
                             f"{'accepted' if kept else 'rejected'}: {rule}.", level=depth, tests=count))
@@ -147,9 +149,9 @@ def shown_at(step: StepTrace, phase: Phase) -> StepTrace:
 
 
 def _before_the_answer(step: StepTrace, shown: StepTrace) -> StepTrace:
-    """`shown` with the target's p of its untested nodes left out where p answers the question: at temperature 0
-    (no node of the recorded `step` has a sampled test), where the target's most likely token passes."""
-    if any(node.u is not None for node in step.nodes):
+    """`shown` with the target's p of its untested nodes left out where p answers the question: where the recorded
+    `step` was walked greedily (temperature 0), the target's most likely token passes."""
+    if step_rule(step) is not GREEDY:
         return shown
     return replace(shown, nodes=[replace(node, p=None) if node.status == "pending" else node
                                  for node in shown.nodes])

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import options_of_run
 from ...trace import RunTrace, StepTrace
+from ...trace_semantics import GREEDY, run_rule
 from ..inputs import UserError
 
 QUESTIONS = 8  # at most; a run without trees (ar) or without sampled tests gets fewer
@@ -43,13 +43,6 @@ def _number_choices(answer: int) -> list[str]:
     picks = [answer + d for d in offsets if answer + d >= 0]
     picks += [n for n in range(answer + 1, answer + 8) if n not in picks][:3 - len(picks)]
     return [str(n) for n in sorted(picks + [answer])]
-
-
-def _greedy(run: RunTrace) -> bool:
-    try:
-        return options_of_run(run.method, run.config).temperature == 0.0
-    except Exception:
-        return False
 
 
 def _show(token: str) -> str:
@@ -121,7 +114,7 @@ def _tree_questions(run: RunTrace) -> list[Question]:
 def _greedy_questions(run: RunTrace) -> list[Question]:
     """At temperature 0, a lossless method's first token of a step is ar's: which was it?"""
     s = _middle_step(run, lambda s: bool(s.committed))
-    if not (run.lossless and _greedy(run) and s is not None):
+    if not (run.lossless and run_rule(run) is GREEDY and s is not None):
         return []
     # the step's level-1 candidates, then tokens written nearby, as the wrong choices
     nearby = [n.token for n in s.nodes if n.level == 1] + s.committed_tokens[1:] + [
@@ -150,7 +143,9 @@ def _test_questions(run: RunTrace) -> list[Question]:
     # away after the question above)
     asked = next((i for i in tested.tested if tested.nodes[i].status != "rejected"), node)
     n = tested.nodes[asked]
-    if n.u is not None and n.q_test:
+    if run_rule(run) is GREEDY:
+        questions.append(_why_rejected(run, tested, node))
+    elif n.u is not None and n.q_test:
         ratio = min(1.0, (n.p_test or 0.0) / n.q_test)
         below = n.status != "rejected"
         questions.append(Question(f"At step {tested.index}, when node {asked} (`{_show(n.token)}`) was tested, "
@@ -159,6 +154,42 @@ def _test_questions(run: RunTrace) -> list[Question]:
                                   f"u = {n.u:.3f} {'<' if below else '≥'} min(1, p′/q′) = {ratio:.3f}: a "
                                   "candidate passes only when u is below it"))
     return questions
+
+
+WHY_REJECTED = ("it was not the target's most likely token there", "p < q, so it passed only with probability p/q",
+                "u fell at or above min(1, p/q)", "its parent had been rejected")
+
+
+def _why_rejected(run: RunTrace, fallback: StepTrace, fallback_node: int) -> Question:
+    """At temperature 0, why a rejected candidate failed, asked of one whose p ≥ q where there is one: the p/q rule
+    would have kept it, the greedy rule (trace_semantics.GREEDY) does not."""
+    step = _middle_step(run, lambda s: any(_pq_rejected(s, i) for i in s.tested)) or fallback
+    node = next((i for i in step.tested if _pq_rejected(step, i)), fallback_node)
+    n = step.nodes[node]
+    took = _taken_instead(step, node)
+    return Question(f"At step {step.index}, node {node} (`{_show(n.token)}`, p = {n.p:.3f}, q = {_q(n.q)}) was "
+                    "rejected. Why?", sorted(WHY_REJECTED), WHY_REJECTED[0], "Decisions (its bar's hover) or the tree",
+                    f"{GREEDY.when.lower()} a candidate is accepted only when {GREEDY.test}, whatever its p and q"
+                    + (f"; the target's was `{_show(took)}`" if took is not None else ""))
+
+
+def _pq_rejected(step: StepTrace, i: int) -> bool:
+    node = step.nodes[i]
+    return node.status == "rejected" and node.q is not None and node.p >= node.q
+
+
+def _q(q: float | None) -> str:
+    return "–" if q is None else f"{q:.3f}"
+
+
+def _taken_instead(step: StepTrace, i: int) -> str | None:
+    """The token the target took at a rejected node's place at temperature 0: an accepted sibling's, or the
+    correction committed after the node's parent (its top token there)."""
+    parent = step.nodes[i].parent
+    kept = next((n.token for n in step.nodes if n.parent == parent and n.status in ("accepted", "unchosen")), None)
+    if kept is None and step.final_parent == parent and step.committed_origins[-1:] == ["correction"]:
+        return step.committed_tokens[-1]
+    return kept
 
 
 def mark(questions: list[Question], answers: list[str | None]) -> list[Marked]:
