@@ -251,6 +251,16 @@ def test_the_phone_layout_puts_step_and_the_results_in_reach(browser, explorer_u
     wait.until(lambda _: "Step 0:" in browser.find_element(By.ID, "tree-plot").text)
     assert rect("dynasd-text")["top"] - rect("status")["bottom"] < 200, "the results follow the status"
     assert rect("tree-plot")["right"] <= 412 + 1, "the tree fits the screen's width"
+    reach = browser.execute_script("""
+      const box = document.getElementById('tree-plot'), plot = box.querySelector('.js-plotly-plot');
+      box.scrollLeft = box.scrollWidth;
+      return {overflow: getComputedStyle(box).overflowX, scrolled: box.scrollLeft,
+              plot: plot.getBoundingClientRect().right, box: box.getBoundingClientRect().right,
+              cue: getComputedStyle(box, '::before').content};""")
+    if reach["scrolled"] > 0:  # wider than the screen: every level is reached by scrolling sideways, as it says
+        assert reach["overflow"] == "auto" and "Scroll sideways" in reach["cue"], reach
+    assert reach["plot"] <= reach["box"] + 1, f"the tree's last level comes into view: {reach}"
+    browser.execute_script("document.getElementById('tree-plot').scrollLeft = 0")
     tabs = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.is_displayed()]
     assert {"Decisions", "Summary", "Compare", "Trace"} <= set(tabs), tabs
     browser.execute_script("window.scrollTo(0, 0)")

@@ -8,6 +8,8 @@ from pathlib import Path
 import gradio as gr
 import plotly
 
+from viz.text import chip_cue, text_color_map
+
 from .status import RUNNING, STOPPING, status_line
 
 CSS = """
@@ -37,6 +39,8 @@ CSS = """
 .gradio-container .head:has(.info-text) { flex-wrap: wrap; }
 .gradio-container .head:has(.info-text) > label { flex: 1 1 100%; }
 #run-buttons button { min-width: 0; padding-left: 4px; padding-right: 4px; }
+/* a one-step run's slider spans 0 to 1 (Gradio's shortest): its end, a step that does not exist, is not shown */
+#scrubber:has(input[type=range]:disabled) .max_value { visibility: hidden; }
 /* every control shows where the keyboard is: Gradio's theme leaves a focused slider without any ring */
 .gradio-container :is(button, input, select, textarea, [role=tab], [tabindex]):focus-visible,
 .gradio-container input[type=range]:focus {
@@ -63,14 +67,38 @@ CSS = """
   .figure-with-help { flex-direction: column !important; flex-wrap: nowrap !important; }
   .figure-with-help > * { width: 100% !important; max-width: 100% !important; min-width: 0 !important;
                           flex: 0 0 auto !important; }
-  /* the tree keeps room for its labels between levels: it scrolls sideways instead of cutting them */
+  /* the tree keeps room for its labels between levels: it scrolls sideways instead of cutting them, and says so
+     above it (its deepest levels start off the screen); !important: Gradio's block sets overflow: visible inline */
   /* (width 0, min-width 100%: the scrolling box adds nothing to its column's width, then fills it) */
-  #tree-plot { overflow-x: auto; width: 0 !important; min-width: 100% !important; }
+  #tree-plot { overflow-x: auto !important; width: 0 !important; min-width: 100% !important; }
+  #tree-plot::before { content: "Scroll sideways for every level of the tree →"; display: block; position: sticky;
+                       left: 0; font-size: 0.85em; color: #5c5c66; padding: 2px 0 4px; }
   /* the results never wider than the screen: Compare's table had made them 2,100 px wide */
   #results-column { max-width: 100% !important; min-width: 0 !important; }
   #tree-plot .dynasd-figure { min-width: 560px; }
 }
 """
+
+def chip_css() -> str:
+    """The text chips' second cue (viz/text.py chip_cue) on every chip and its legend entry. gr.HighlightedText
+    marks a chip by its colour alone, an inline background of rgba(r, g, b, alpha), so each rule finds its chips
+    by that colour (every label has its own: tests/test_colour_vision.py)."""
+    rules = []
+    for label, colour in text_color_map().items():
+        red, green, blue = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        chip = f'#dynasd-text :is(.token, .legend-item)[style*="rgba({red}, {green}, {blue},"]'
+        cue = chip_cue(label)
+        if cue.underline:
+            rules.append(f"{chip} {{ text-decoration: underline {cue.underline} 2px; text-underline-offset: 3px; }}")
+        if cue.glyph:
+            rules.append(f'{chip}::after {{ content: "{cue.glyph}"; margin-left: 2px; font-weight: 700; }}')
+        if cue.this_step:
+            rules.append(f"{chip} {{ font-weight: 700; outline: 2px solid #222; outline-offset: -2px; }}")
+    return "\n".join(rules) + "\n"
+
+
+CSS += chip_css()
+
 
 # Sliders clamp a typed value to their range without a word (Gradio's own behaviour): this note says what
 # was typed and what it became, next to the slider, so a run at 2.0 after typing 5 is no surprise.
@@ -160,6 +188,13 @@ FIGURE_HEAD = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
 # own copy as window.Plotly, and a div must stay with the library that drew it.
 FIGURE_JS = """
 const box = element.querySelector('.dynasd-figure');
+// the tree scrolls sideways on a phone (CSS): it takes the keyboard's focus, and the arrow keys scroll it
+const scroller = element.closest('#tree-plot');
+if (scroller) {
+  scroller.tabIndex = 0;
+  scroller.setAttribute('role', 'region');
+  scroller.setAttribute('aria-label', 'Candidate tree (scrolls sideways on a narrow screen)');
+}
 let waiting = false;  // a figure sent while its tab was hidden: drawn when the tab is shown
 const draw = () => {
   const plotly = window.dynasdPlotly = window.dynasdPlotly || window.Plotly;
@@ -200,6 +235,7 @@ LEARN_KEYS_JS = """
     const tag = target && target.tagName ? target.tagName.toLowerCase() : '';
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (target && target.isContentEditable)) return;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
+    if (target && target.id === 'tree-plot') return;  // the focused tree: the arrow keys scroll it
     const click = (id) => { const b = document.getElementById(id); if (b) { b.click(); event.preventDefault(); } };
     if (event.key === 'ArrowRight' && event.shiftKey) click('step-btn');
     else if (event.key === 'ArrowRight') click('learn-next');

@@ -1,12 +1,15 @@
 """The generated text as (token, label) spans for gr.HighlightedText: every token labelled by where it came
-from, the tokens of the step on show labelled a second time so they stand out."""
+from, the tokens of the step on show labelled a second time so they stand out; each label's colour and its second
+cue (chip_cue), so that no two kinds differ by colour alone."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from dynasd.origins import BY_NAME, DRAFT, TARGET_ROOT
 from dynasd.trace import PROPOSED_ORIGINS, RunTrace
 from dynasd.trace_semantics import off_target_commit
 
-from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP, fmt, visible_piece
+from .style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, STATUS_GLYPHS, THIS_STEP, fmt, visible_piece
 
 
 def shown_piece(token: str) -> str:
@@ -38,6 +41,32 @@ def text_color_map(spans: list[tuple[str, str]] | None = None) -> dict[str, str]
         used = {label for _, label in spans}
         colors = {label: color for label, color in colors.items() if label in used}
     return colors
+
+
+@dataclass(frozen=True)
+class ChipCue:
+    """What tells a text chip's kind besides its colour, which greyscale and colour-vision deficiencies take away:
+    its underline's style (None: none), a glyph after it (the tree's, for the target's own tokens) and, for the
+    tokens of the step on show, a bold, boxed chip. The page draws it on the chip and on its legend entry
+    (ui/page_scripts.py)."""
+
+    underline: str | None
+    glyph: str
+    this_step: bool
+
+
+# A candidate origin's tokens by their underline (one CSS style each); the target's own by their tree glyph.
+CHIP_UNDERLINES: dict[str, str | None] = {"draft": "solid", "lookup": "dotted", "recycled": "dashed",
+                                          "target_root": "double", "correction": None, "bonus": None,
+                                          "target": None}
+CHIP_GLYPHS: dict[str, str] = {"correction": STATUS_GLYPHS["correction"], "bonus": STATUS_GLYPHS["bonus"]}
+
+
+def chip_cue(label: str) -> ChipCue:
+    """The second cue of a text_spans label (ar's target tokens, the only kind in an ar run, have none)."""
+    this_step = label.endswith(THIS_STEP)
+    origin = next(o for o, name in ORIGIN_NAMES.items() if name == label.removesuffix(THIS_STEP))
+    return ChipCue(CHIP_UNDERLINES[origin], CHIP_GLYPHS.get(origin, ""), this_step)
 
 
 LOSSY_NOTE = "**LOSSY method** (ti-mcsd, width > 1): the text may differ from the target's own. "

@@ -1,8 +1,11 @@
 """Shareable links and shipped example traces.
 
-A link carries the prompt, the step on show and every setting that differs from its default, as URL query
-parameters; reading one back goes through Settings.normalised(), so a hand-edited link gets the same checks and
-the same one-line message as the controls. The example traces in assets/examples replay at once, before
+A link carries the prompt, the step on show and every setting that changes the run, as URL query parameters: the
+model pair, the token budget and every option its method reads (dynasd/options.py's table says which), defaults
+included, so that the link makes the same run after a default has changed; the options its method does not read
+cannot change the run and stay out. Reading one back goes through Settings.normalised(), so a hand-edited link
+gets the same checks and the same one-line message as the controls; an option the link's method does not read (a
+link made before this rule) is ignored. The example traces in assets/examples replay at once, before
 any model is loaded (a Space's first visitor sees a run immediately); they are loaded through trace.py like any
 stranger's file.
 """
@@ -18,22 +21,26 @@ from ..inputs import MAX_PROMPT_CHARS, RUN_FIELDS, Settings, UserError, check_pr
 from .session import load_trace
 
 EXAMPLES_DIR = ASSETS_DIR / "examples"
-SHARED_FIELDS = tuple(name for name in RUN_FIELDS if name not in ("target", "draft")) + tuple(OPTIONS)
+RUN_SETTINGS = tuple(name for name in RUN_FIELDS if name not in ("target", "draft"))  # a custom pair's paths: no
+SHARED_FIELDS = RUN_SETTINGS + tuple(OPTIONS)  # every parameter a link may hold, whatever its method
 MAX_LINK_STEP = 4096
 MAX_QUERY_VALUE_CHARS = MAX_PROMPT_CHARS
 
 
+def run_settings(method: str) -> tuple[str, ...]:
+    """The settings that change a run of `method`: the model pair, the token budget and every option the method
+    reads. Custom models are never shared (a path on one machine means nothing on another)."""
+    return RUN_SETTINGS + tuple(name for name, option in OPTIONS.items() if option.read_by(method))
+
+
 def link_query(prompt: str, controls: dict, step: int | None = None) -> str:
-    """The query string of a link to these settings and step: only values that differ from the defaults, so a
-    link stays short and keeps working when an unrelated default changes. Custom models are never shared (a
-    path on one machine means nothing on another)."""
+    """The query string of a link to these settings and step: every setting that changes the run (run_settings),
+    and only those."""
     settings = Settings(**{k: v for k, v in controls.items() if k in RUN_FIELDS or k in OPTIONS}).normalised()
-    defaults = Settings().controls()
     values = settings.controls()
     params = {"prompt": check_prompt(prompt)}
-    for name in SHARED_FIELDS:
-        if values[name] != defaults[name]:
-            params[name] = str(values[name]).lower() if isinstance(values[name], bool) else str(values[name])
+    for name in run_settings(settings.method):
+        params[name] = str(values[name]).lower() if isinstance(values[name], bool) else str(values[name])
     if step is not None:
         params["step"] = str(int(step))
     return urlencode(params)
@@ -57,11 +64,13 @@ def settings_of_query(params: dict[str, str]) -> tuple[str | None, Settings | No
         if not 0 <= step <= MAX_LINK_STEP:
             raise UserError(f"this link's step must lie in [0, {MAX_LINK_STEP}]")
     values = {}
-    for name in SHARED_FIELDS:
+    for name in run_settings(str(ours.get("method", OPTIONS["method"].default)).strip()):
         if name in ours:
             raw = ours[name]
             kind = type(OPTIONS[name].default) if name in OPTIONS else int
             values[name] = raw.lower() in ("1", "true", "yes", "on") if kind is bool else raw
+    if "method" in ours:
+        values["method"] = ours["method"]
     try:
         settings = Settings(**values).normalised()
     except UserError as exc:
