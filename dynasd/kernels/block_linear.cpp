@@ -150,14 +150,14 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& panels, int64_t f
 
 }  // namespace dynasd_kernels
 
-DYNASD_LIBRARY(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) {
+DYNASD_LIBRARY(dynasd_blocks, m) {
   m.def("block_linear(Tensor x, Tensor panels, int format) -> Tensor");
   m.def("block_layers(Tensor hidden, Tensor cos, Tensor sin, Tensor mask, Tensor[] norms, Tensor[] panels, "
         "int[] formats, Tensor(a!)[] key_buffers, Tensor(b!)[] value_buffers, int filled, int heads, int kv_heads, "
         "int head_dim, int intermediate, float eps, float scaling) -> Tensor");
   m.def("exact_attention(Tensor query, Tensor keys, Tensor values, Tensor mask, float scaling) -> Tensor");
 }
-DYNASD_LIBRARY_IMPL(DYNASD_PASTE(dynasd_blocks, DYNASD_VARIANT), m) {
+DYNASD_LIBRARY_IMPL(dynasd_blocks, m) {
   m.impl("block_linear", dynasd_kernels::block_linear);
   m.impl("block_layers", dynasd_kernels::block_layers);
   m.impl("exact_attention", exact_attention_impl::attention);

@@ -111,7 +111,7 @@ def build_flags(variant: str | None = None) -> list[str]:
     """The compiler's flags for `variant` (None: a plain build for this CPU, as for a kernel without variants)."""
     if variant is None:
         return ["-O3", "-fopenmp"] + (["-march=native"] if os.uname().machine == "x86_64" else [])
-    return ["-O3", "-fopenmp", *VARIANT_FLAGS[variant], f"-DDYNASD_VARIANT={variant}"]
+    return ["-O3", "-fopenmp", *VARIANT_FLAGS[variant]]
 
 
 def library_name(name: str, variant: str | None = None) -> str:
@@ -325,7 +325,7 @@ def cpu_tag() -> str:
 
 VARIANTS = ("avx512", "avx2")  # fastest first
 # The kernels' sources read the instruction set from the compiler's own macros, which these flags set
-# (kernel_common.h: DYNASD_ISA_AVX512), and their operators' namespace from -DDYNASD_VARIANT (build_flags).
+# (kernel_common.h: DYNASD_ISA_AVX512), and name their operators' namespace after it (dynasd_avx2, ...).
 VARIANT_FLAGS = {"avx512": ["-march=native"],
                  # x86-64-v3: AVX2, FMA, F16C. Tuned for this CPU, but no AVX-512 even where it has it.
                  "avx2": ["-march=x86-64-v3", "-mtune=native"]}

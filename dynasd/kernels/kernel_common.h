@@ -21,8 +21,9 @@
 #include <vector>
 
 // The instruction set of the build, decided here only, from the compiler's flags (compile.py's VARIANT_FLAGS):
-// every kernel file tests DYNASD_ISA_AVX512 and nothing else. Both variants have AVX2, FMA and F16C, so the code
-// written in AVX2 intrinsics alone (block_int8.h, exact_attention.h) needs no test.
+// every kernel file tests DYNASD_ISA_AVX512 and nothing else, and it names the operators' namespace (at the end).
+// Both variants have AVX2, FMA and F16C, so the code written in AVX2 intrinsics alone (block_int8.h,
+// exact_attention.h) needs no test.
 #if defined(__AVX512F__)
 #define DYNASD_ISA_AVX512 1  // 32 vector registers of 16 floats, in GCC's 16-float vectors
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -193,12 +194,14 @@ at::Tensor rows_times_weight(const at::Tensor& x, int64_t K, int64_t N, Product&
 
 }  // namespace dynasd_kernels
 
-// The namespace names the variant (compile.py defines DYNASD_VARIANT: avx512, avx2), so one process can load both
-// (the tests compare them); the extra macro levels expand the name before TORCH_LIBRARY pastes it.
-#ifndef DYNASD_VARIANT
-#error "compile.py names the variant: -DDYNASD_VARIANT=avx512 or avx2"
+// The operators' namespace names the variant (dynasd_avx2, dynasd_blocks_avx512, ...: compile.py's VARIANTS, by
+// which fast_linear.py and block_weights.py look the operators up), so one process can load both (the tests compare
+// them). It follows from the instruction set, so a library never names another variant than the one it was built
+// for.
+#if DYNASD_ISA_AVX512
+#define DYNASD_LIBRARY(name, m) TORCH_LIBRARY(name##_avx512, m)
+#define DYNASD_LIBRARY_IMPL(name, m) TORCH_LIBRARY_IMPL(name##_avx512, CPU, m)
+#else
+#define DYNASD_LIBRARY(name, m) TORCH_LIBRARY(name##_avx2, m)
+#define DYNASD_LIBRARY_IMPL(name, m) TORCH_LIBRARY_IMPL(name##_avx2, CPU, m)
 #endif
-#define DYNASD_PASTE2(a, b) a##_##b
-#define DYNASD_PASTE(a, b) DYNASD_PASTE2(a, b)
-#define DYNASD_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-#define DYNASD_LIBRARY_IMPL(ns, m) TORCH_LIBRARY_IMPL(ns, CPU, m)

@@ -60,5 +60,5 @@ at::Tensor panel_linear(const at::Tensor& x, const at::Tensor& panels) {
 
 }  // namespace dynasd_kernels
 
-DYNASD_LIBRARY(DYNASD_PASTE(dynasd, DYNASD_VARIANT), m) { m.def("panel_linear(Tensor x, Tensor panels) -> Tensor"); }
-DYNASD_LIBRARY_IMPL(DYNASD_PASTE(dynasd, DYNASD_VARIANT), m) { m.impl("panel_linear", dynasd_kernels::panel_linear); }
+DYNASD_LIBRARY(dynasd, m) { m.def("panel_linear(Tensor x, Tensor panels) -> Tensor"); }
+DYNASD_LIBRARY_IMPL(dynasd, m) { m.impl("panel_linear", dynasd_kernels::panel_linear); }
