@@ -15,11 +15,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 import warnings
 from pathlib import Path
 
 import pytest
+from torch.utils.cpp_extension import include_paths
 
 from dynasd import cli
 from dynasd.kernels import build_command, compile
@@ -28,6 +30,7 @@ from dynasd.kernels.compile import build_kernel, compiled_op, library_path
 NAME = "dynasd_kernel_test"
 TINY_SOURCE = 'extern "C" int dynasd_kernel_test_answer() { return %d; }\n'
 COMPILE_PY = Path(compile.__file__)
+KERNEL_HEADERS = sorted(COMPILE_PY.parent.glob("*.h"))
 # Child processes load compile.py by its path: importing the package would import torch and transformers (5-20 s on
 # a busy machine), and the build logic needs neither.
 CHILD_PRELUDE = f"""
@@ -275,3 +278,17 @@ def test_each_variant_is_a_library_of_its_own():
     assert len(set(paths.values())) == len(paths)
     assert all(path.name.startswith(f"dynasd_block_linear_{variant}-") for variant, path in paths.items())
     assert "-march=x86-64-v3" in compile.build_flags("avx2") and "-march=native" in compile.build_flags("avx512")
+
+
+@needs_compiler
+@pytest.mark.slow(seconds=20)
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the kernels are x86 code")
+@pytest.mark.parametrize("header", [path.name for path in KERNEL_HEADERS])
+def test_every_kernel_header_compiles_when_included_first(header):
+    """A header includes what it needs and opens its own namespace: alone at the top of a file it compiles, for
+    the AVX2 variant (syntax only: nothing is written)."""
+    command = ["c++", "-std=c++20", "-fsyntax-only", *compile.build_flags("avx2"), f"-I{KERNEL_HEADERS[0].parent}",
+               *(f"-I{path}" for path in include_paths()), f"-I{sysconfig.get_paths()['include']}", "-x", "c++", "-"]
+    result = subprocess.run(command, input=f'#include "{header}"\n', capture_output=True, text=True)
+    assert result.returncode == 0, next((line for line in result.stderr.splitlines() if "error" in line),
+                                        result.stderr[-500:])

@@ -10,8 +10,11 @@
 // attention (exact_attention.h), and the caches grow in place (inplace_cache.py, whose buffers this writes into);
 // every other model keeps the Python loop.
 
+#include <ATen/ATen.h>
+
+#include <vector>
+
 #include "exact_attention.h"
-#include "kernel_common.h"
 
 namespace dynasd_kernels {
 
