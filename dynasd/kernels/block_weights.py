@@ -29,7 +29,8 @@ from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 from safetensors import safe_open
 
-from .compile import kernel_once, kernel_variant
+from .compile import kernel_once
+from .fast_linear import panels_back_to_back
 from .memory import return_freed_memory
 
 PANEL = 32  # output columns per panel (block_linear.cpp)
@@ -44,11 +45,8 @@ KERNEL_SOURCE = Path(__file__).with_name("block_linear.cpp")
 def block_kernel(variant: str | None = None):
     """The compiled `block_linear(x, panels, format)` op in `variant` (default: the one this process uses,
     compile.kernel_variant), or None where there is none or it cannot be built here (warned once)."""
-    variant = variant or kernel_variant()
-    if variant is None:
-        return None
     return kernel_once(KERNEL_NAME, KERNEL_SOURCE,
-                       lambda: getattr(torch.ops, f"dynasd_blocks_{variant}").block_linear, variant)
+                       lambda name: getattr(torch.ops, f"dynasd_blocks_{name}").block_linear, variant)
 
 
 def kernel_library(kernel):
@@ -243,12 +241,7 @@ class FusedBlocks:
     def __init__(self, layers: list[BlockLinear]) -> None:
         self.kernel, self.format = layers[0].kernel, layers[0].format
         self.sizes = [layer.out_features for layer in layers]
-        self.panels = torch.cat([layer.panels for layer in layers])
-        start = 0
-        for layer in layers:
-            count = layer.panels.shape[0]
-            layer.panels = self.panels[start:start + count]
-            start += count
+        self.panels = panels_back_to_back(layers)
 
     @staticmethod
     def of(layers: list[torch.nn.Module]) -> "FusedBlocks | None":

@@ -70,12 +70,17 @@ class KernelLibrary:
     built: bool  # False: found in the cache, built earlier
 
 
-def kernel_once(name: str, source: Path, op: Callable[[], object], variant: str | None = None):
-    """`compiled_op`, built (or found unbuildable, warned once) the first time a process asks for `name` in
-    `variant`, then the same answer every time: each layer of every model asks at load."""
+def kernel_once(name: str, source: Path, op: Callable[[str], object], variant: str | None = None):
+    """The engine kernel `name`'s operator `op(variant)` in `variant` (default: the one this process uses,
+    `kernel_variant()`), or None where there is none or it cannot be built here: built (or found unbuildable,
+    warned once) the first time a process asks for it, then the same answer every time: each layer of every model
+    asks at load."""
+    variant = variant or kernel_variant()
+    if variant is None:
+        return None
     with _built_lock:
         if (name, variant) not in _built:
-            _built[name, variant] = compiled_op(name, source, op, variant)
+            _built[name, variant] = compiled_op(name, source, lambda: op(variant), variant)
         return _built[name, variant]
 
 
@@ -363,8 +368,3 @@ def kernel_variant() -> str | None:
         sys.stderr.write(f"dynasd: {VARIANT_ENV}={asked} is not a kernel variant this CPU runs ({choices}); "
                          f"using {automatic or NO_VARIANT}\n")
     return automatic
-
-
-def has_avx512() -> bool:
-    """Whether this CPU is x86 with AVX-512."""
-    return "avx512" in runnable_variants()

@@ -41,10 +41,7 @@ KERNEL_SOURCE = Path(__file__).with_name("panel_linear.cpp")
 def panel_kernel(variant: str | None = None):
     """The compiled `panel_linear(x, panels)` op in `variant` (default: the one this process uses,
     compile.kernel_variant), or None where there is none or it cannot be built here (warned once)."""
-    variant = variant or kernel_variant()
-    if variant is None:
-        return None
-    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda: getattr(torch.ops, f"dynasd_{variant}").panel_linear,
+    return kernel_once(KERNEL_NAME, KERNEL_SOURCE, lambda name: getattr(torch.ops, f"dynasd_{name}").panel_linear,
                        variant)
 
 
@@ -131,6 +128,19 @@ def pretranspose_linears(model: torch.nn.Module, compiled: bool = True, half_pan
     return model
 
 
+def panels_back_to_back(layers: list[torch.nn.Module]) -> torch.Tensor:
+    """The `panels` of `layers` (stacked along their first dimension) in one tensor, each layer's own becoming a
+    view of its part: one kernel call multiplies them all, and no copy is kept twice (FusedProjections,
+    block_weights.FusedBlocks)."""
+    fused = torch.cat([layer.panels for layer in layers])
+    start = 0
+    for layer in layers:
+        count = layer.panels.shape[0]
+        layer.panels = fused[start:start + count]
+        start += count
+    return fused
+
+
 class FusedProjections:
     """Linear layers that read the same input (q/k/v, gate/up) as one kernel call over their panels back to back.
 
@@ -144,12 +154,7 @@ class FusedProjections:
         self.linears = linears
         self.sizes = [layer.out_features for layer in linears]
         self.in_features, self.kernel, self.kernel_rows = first.in_features, first.kernel, first.kernel_rows
-        self.panels = torch.cat([layer.panels for layer in linears])
-        start = 0
-        for layer in linears:
-            count = layer.panels.shape[0]
-            layer.panels = self.panels[start:start + count]
-            start += count
+        self.panels = panels_back_to_back(linears)
 
     @staticmethod
     def of(linears: list[torch.nn.Module]) -> "FusedProjections | None":
