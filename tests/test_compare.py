@@ -28,12 +28,19 @@ def row(method: str, rate: float, low: float, high: float, parts: int = 5, forwa
                       paired)
 
 
+CHUNK_STEPS = {"ar": 10, "sd": 2, "pld": 2}
+
+
 @pytest.fixture(scope="module")
 def rounds(tiny_pair):
     loads = iter([0.5, 0.7, 0.4, 0.9, 0.3] + [0.2] * 200)
     pairs = PairCache(loader=lambda *_, **__: tiny_pair)
-    states = list(compare.run_compare(pairs, Settings(pair="tiny-random", max_new_tokens=24), "the cat the cat",
-                                      methods=("ar", "sd", "pld"), peer=False, load=lambda: next(loads)))
+    # chunks of fixed steps, not of fixed seconds, so that the rounds do not depend on how busy the machine is: ar's
+    # many (its steps are the fastest, as timed), so that its own run ends first and its reference runs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compare, "chunk_steps", lambda method_run: CHUNK_STEPS[method_run.method])
+        states = list(compare.run_compare(pairs, Settings(pair="tiny-random", max_new_tokens=24), "the cat the cat",
+                                          methods=("ar", "sd", "pld"), peer=False, load=lambda: next(loads)))
     return states
 
 

@@ -259,7 +259,7 @@ def _figure_tabs(w: SimpleNamespace) -> None:
         w.compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' assisted generation on this "
                                   "prompt", elem_id="compare-btn")
         w.compare_status = gr.Markdown("", label="compare status", elem_id="compare-status")
-        w.compare_table = gr.Dataframe(label="Methods side by side", interactive=False)
+        w.compare_table = gr.Dataframe(label="Methods side by side", interactive=False, elem_id="compare-table")
         w.compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
     with _tab_with_help("Trace", TRACE_HELP):
         w.save_btn = gr.Button("Save this run as a trace file", elem_id="save-btn")

@@ -51,7 +51,6 @@ def learn_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, scrubber, 
                 tab(w)
     _wire_guided(w)
     _wire_cost_and_checks(w)
-    _wire_where(demo)
     _wire_share(demo, w)
     demo.load(None, js=LEARN_KEYS_JS)
 
@@ -196,18 +195,6 @@ def _wire_cost_and_checks(w: SimpleNamespace) -> None:
     w.check_btn.click(on_losslessness, [w.session_id, w.prompt, w.lossless_method, w.samples],
                       LosslessViews(w.check_plot, w.check_text, w.status, w.session_id).outputs(),
                       inputs_kwargs=w.controls, api_name="losslessness", show_progress="hidden")
-
-
-# Where would it pay? measures the bigger targets on this device on its first use: tens of seconds of a blank panel
-WHERE_FIRST = ("Carrying this run to bigger targets and a GPU… The first time measures the bigger targets on this "
-               "device (tens of seconds on a CPU, then kept).")
-
-
-def _wire_where(demo: gr.Blocks) -> None:
-    """Where would it pay?'s words say at once what its click began (its tab is built by ui/where.py, which names
-    its button and words by elem_id)."""
-    built = {block.elem_id: block for block in demo.blocks.values() if getattr(block, "elem_id", None)}
-    _saying_first(built["where-btn"], built["where-text"], WHERE_FIRST)
 
 
 def _wire_share(demo: gr.Blocks, w: SimpleNamespace) -> None:

@@ -11,7 +11,12 @@ from viz.where import where_figure, where_markdown
 
 from . import gpu
 from .handler import handler
+from .page_scripts import saying
 from .views import MeasuredViews, measured_for_show
+
+# the first use measures the bigger targets on this device: without a word the panel stayed blank for tens of seconds
+WHERE_FIRST = ("Carrying this run to bigger targets and a GPU… The first time measures the bigger targets on this "
+               "device (tens of seconds on a CPU, then kept).")
 
 
 @handler(MeasuredViews)
@@ -33,6 +38,7 @@ def where_section(session_id, scrubber, controls: dict) -> None:
         button = gr.Button("Carry this run to other targets and a GPU", elem_id="where-btn")
         text = gr.Markdown("", elem_id="where-text", label="where would it pay")
         figure = gr.Plot(label="Where would it pay?", elem_id="where-plot", show_label=False)
-    button.click(on_where, [session_id, scrubber], MeasuredViews(figure, text, session_id).outputs(),
-                 inputs_kwargs=controls,
-                 api_name="where_would_it_pay", show_progress="hidden")
+    # its words say at once what the click began, then the handler's replace them (in that order: .then)
+    button.click(None, None, [text], js=saying(WHERE_FIRST), queue=False, api_visibility="private").then(
+        on_where, [session_id, scrubber], MeasuredViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
+        api_name="where_would_it_pay", show_progress="hidden")

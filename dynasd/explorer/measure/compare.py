@@ -275,8 +275,8 @@ class PairedRatio:
     """A method's speed against ar from chunks paired with ar's in the same rounds (the peer: its whole runs with
     ar's chunks on either side): `ratio` over every pair, `low`-`high` the middle RANGE_SHARE of a seeded
     bootstrap over the pairs (fewer than 3 pairs: their lowest and highest own ratios, so one pair gives a range of
-    one value, compared by that value), and `by_cpu` the same ratio by this process's CPU time where every pair
-    has it (a cross-check against other work on the same cores; None elsewhere)."""
+    one value, compared by that value), and `by_cpu` the same ratio by this process's CPU time over the pairs that
+    have it, at least half of them (a cross-check against other work on the same cores; None elsewhere)."""
 
     ratio: float
     low: float
@@ -324,7 +324,7 @@ def paired_ratio(own: list[tuple[int, float]], ar: list[tuple[int, float]],
     if own_cpu is not None and ar_cpu is not None:
         timed = [((o[0], oc), (a[0], ac)) for o, a, oc, ac in zip(own, ar, own_cpu, ar_cpu)
                  if oc and ac and a[0] > 0]
-        if timed and len(timed) == len(pairs):
+        if timed and 2 * len(timed) >= len(pairs):  # a round that prefilled has no CPU time: most must have one
             by_cpu = _rate([o for o, _ in timed]) / _rate([a for _, a in timed])
     return PairedRatio(ratio, min(low, ratio), max(high, ratio), len(pairs), by_cpu)
 

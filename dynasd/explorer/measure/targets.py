@@ -21,9 +21,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from ...device_info import device_key, machine_line
 from ...embedded import cache_dir
+from ...kernels import accelerate_model, plan_for
+from ...kernels.block_weights import BLOCK, INT8, Q4_1, Q8_0, RAW_BYTES, BlockEmbedding, BlockLinear, block_kernel
 from .cost import (
     CALIBRATION_CONTEXT,
     CALIBRATION_ROUNDS,
@@ -99,8 +103,6 @@ def shape_of_config(name: str, config) -> TargetShape:
 def random_blocks(kind: str, rows: int, columns: int, generator: torch.Generator) -> torch.Tensor:
     """(rows, columns / 32, bytes) raw GGUF blocks of `kind` with random codes and scales of a trained layer's
     size (weights within about ±0.08): the cost of a product does not depend on the values."""
-    from ...kernels.block_weights import BLOCK, Q4_1, RAW_BYTES
-
     blocks = columns // BLOCK
     raw = torch.randint(0, 256, (rows, blocks, RAW_BYTES[kind]), dtype=torch.uint8, generator=generator)
     d = (0.005 + 0.01 * torch.rand(rows, blocks, 1, generator=generator)).half()
@@ -114,12 +116,6 @@ def build_target(shape: TargetShape, layers: int | None = None, seed: int = 0) -
     """`shape` (or its first `layers` layers, with the real head) as a Llama model in the embedded target's
     arithmetic, never holding float32 weights: built on the meta device, its linear layers replaced by block
     layers over random blocks, then accelerated as the embedded target is (kernels.accelerate_model)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
-    from ...kernels import accelerate_model, plan_for
-    from ...kernels.block_weights import INT8, Q4_1, Q8_0, BlockEmbedding, BlockLinear, block_kernel
-
     kernel = block_kernel()
     if kernel is None:
         raise RuntimeError("no block kernel runs on this CPU: the embedded target's arithmetic is not available")

@@ -1,0 +1,193 @@
+"""Does Compare give the same answer twice, and the same in a browser as headless? Prints every method's ratio
+against ar from two headless Compares and one Compare clicked in headless Chromium, on one prompt and the page's
+default settings, with how far they agree and the machine's load around each.
+
+    python scripts/compare_agreement.py                               # embedded pair, the page's first example
+    python scripts/compare_agreement.py --pair tiny-random --screenshots /tmp/shots
+    python scripts/compare_agreement.py --no-browser                  # the two headless Compares only
+
+The app is served in this process (scripts/browser_bench.py's serve), so the headless Compares run the same code on
+the same model thread as the page's, and the page's result is read from what it kept (measured_here.py). Targets:
+two headless Compares' ratios within 10% of each other; the browser's within 15% of the headless ones' mean.
+Other work on the machine moves every number: the load averages printed beside them say how busy it was.
+With --screenshots DIR, after the Compare it runs the prompt and saves Compare, Summary and Learn → Cost model at a
+desktop's width and at a phone's (412 px).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+from browser_bench import WAIT_S, chromium, serve
+
+REPO = Path(__file__).resolve().parent.parent
+HEADLESS_TARGET, BROWSER_TARGET = 0.10, 0.15
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages (/proc/loadavg's first three fields)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def ratios_of(result) -> dict[str, tuple[float, float, float, float | None]]:
+    """method -> (ratio, low, high, ratio by CPU time) of a CompareResult."""
+    out = {}
+    for row in result.rows:
+        if row.method == "ar":
+            out[row.method] = (1.0, 1.0, 1.0, None)
+        elif row.against_ar is not None:
+            paired = row.against_ar
+            out[row.method] = (paired.ratio, paired.low, paired.high, paired.by_cpu)
+    return out
+
+
+def headless_compare(state, settings, prompt: str) -> dict:
+    from dynasd.explorer.measure import compare
+    from ui.model_thread import on_the_model_thread
+
+    before, started = load_average(), time.perf_counter()
+    final = on_the_model_thread(lambda: list(compare.run_compare(state.PAIRS, settings, prompt))[-1])
+    result = compare.compare_result(final)
+    return dict(ratios=ratios_of(result), seconds=time.perf_counter() - started, load_before=before,
+                load_after=load_average(), load_seen=result.load_said(), ar_tokens_per_s=next(
+                    (r.tokens_per_s for r in result.rows if r.method == "ar"), None))
+
+
+def tab(driver, name: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    button = WebDriverWait(driver, WAIT_S).until(
+        lambda d: next((b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
+                        if b.get_attribute("textContent").strip() == name), None))
+    driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click()", button)
+
+
+def browser_compare(driver, url: str, pair: str, prompt: str) -> dict:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from dynasd.device_info import machine_line
+    from dynasd.explorer.measure.measured_here import prompt_key, read_compares
+
+    wait = WebDriverWait(driver, 20 * WAIT_S, poll_frequency=0.5)  # polled slowly: the page shares the cores
+    driver.get(url)
+    wait.until(ready.element_to_be_clickable((By.ID, "step-btn")))
+    tab(driver, "Compare")
+    before, started = load_average(), time.perf_counter()
+    wait.until(ready.element_to_be_clickable((By.ID, "compare-btn"))).click()
+    wait.until(lambda d: "all methods compared" in d.find_element(By.ID, "compare-status").text.lower())
+    seconds = time.perf_counter() - started
+    kept = next(k for k in read_compares(machine_line(), pair) if k.prompt_key == prompt_key(prompt))
+    ratios = {r.method: (1.0, 1.0, 1.0, None) if r.method == "ar" else (r.ratio, r.ratio_low, r.ratio_high, None)
+              for r in kept.rows if r.method == "ar" or r.ratio is not None}
+    return dict(ratios=ratios, seconds=seconds, load_before=before, load_after=load_average(), load_seen=kept.load,
+                ar_tokens_per_s=kept.row("ar").tokens_per_s if kept.row("ar") else None)
+
+
+def screenshots(driver, folder: Path) -> list[str]:
+    """Run the prompt, then Compare, Summary and Learn → Cost model at 1600 px and at 412 px."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, 20 * WAIT_S, poll_frequency=0.5)
+    folder.mkdir(parents=True, exist_ok=True)
+    driver.find_element(By.ID, "run-btn").click()
+    wait.until(lambda d: "Done after" in d.find_element(By.ID, "status").text)
+    saved = []
+    for width, height in ((1600, 2200), (412, 2400)):
+        driver.set_window_size(width, height)
+        for name, element, then in (("compare", "compare-plot", None), ("summary", "summary", None),
+                                    ("cost-model", "learn-cost-text", "Cost model")):
+            tab(driver, "Learn" if then else name.capitalize())
+            if then:
+                tab(driver, then)
+                if not driver.find_element(By.ID, "learn-cost-text").text.strip():
+                    driver.find_element(By.ID, "learn-cost-btn").click()
+                    wait.until(lambda d: "×" in d.find_element(By.ID, "learn-cost-text").text)
+                    time.sleep(1.0)
+            driver.execute_script(f"document.getElementById('{element}').scrollIntoView()")
+            time.sleep(0.5)
+            path = folder / f"{name}-{width}.png"
+            driver.save_screenshot(str(path))
+            saved.append(str(path))
+    return saved
+
+
+def agreement(a: dict, b: dict) -> dict[str, float]:
+    """method -> |a / b - 1| over the methods both have."""
+    return {m: abs(a[m][0] / b[m][0] - 1) for m in a if m in b and m != "ar" and b[m][0] > 0}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="embedded")
+    parser.add_argument("--no-browser", action="store_true", help="the two headless Compares only")
+    parser.add_argument("--screenshots", default="", help="save Compare, Summary and Cost model screenshots here")
+    parser.add_argument("--json", default="", help="also write the numbers to this file")
+    args = parser.parse_args(argv)
+    browser = not args.no_browser
+    has_chromium = (shutil.which("chromium") or shutil.which("chromium-browser")) and shutil.which("chromedriver")
+    if browser and not has_chromium:
+        parser.error("needs Debian chromium and chromium-driver (or --no-browser)")
+    state, url, _ = serve(REPO, args.pair)
+    from dynasd.explorer.inputs import Settings
+    from ui.texts import EXAMPLES
+
+    settings, prompt = Settings(pair=args.pair), EXAMPLES[0]  # the page's defaults: what its Compare runs
+    runs = {"headless 1": headless_compare(state, settings, prompt),
+            "headless 2": headless_compare(state, settings, prompt)}
+    shots = []
+    if browser:
+        driver = chromium(1600, 1800)
+        try:
+            runs["browser"] = browser_compare(driver, url, args.pair, prompt)
+            if args.screenshots:
+                shots = screenshots(driver, Path(args.screenshots))
+        finally:
+            driver.quit()
+    methods = [m for m in runs["headless 1"]["ratios"] if m != "ar"]
+    names = list(runs)
+    print(f"pair {args.pair}, prompt {prompt[:50]!r}…, default settings; ratio against ar (90% range)")
+    print("| method | " + " | ".join(names) + " | headless 1 vs 2 |" + (" browser vs headless |" if browser else ""))
+    print("|---" * (len(names) + 2 + browser) + "|")
+    two = agreement(runs["headless 1"]["ratios"], runs["headless 2"]["ratios"])
+    mean = {m: (statistics.mean([runs["headless 1"]["ratios"][m][0], runs["headless 2"]["ratios"][m][0]]),)
+            for m in methods if m in runs["headless 2"]["ratios"]}
+    versus = agreement(runs["browser"]["ratios"], mean) if browser else {}
+    for method in methods:
+        cells = []
+        for name in names:
+            got = runs[name]["ratios"].get(method)
+            cells.append("–" if got is None else f"{got[0]:.3f} ({got[1]:.3f}–{got[2]:.3f})"
+                         + (f", CPU {got[3]:.3f}" if got[3] is not None else ""))
+        line = f"| {method} | " + " | ".join(cells) + f" | {two.get(method, float('nan')):.1%} |"
+        print(line + (f" {versus.get(method, float('nan')):.1%} |" if browser else ""))
+    for name, run in runs.items():
+        print(f"{name}: {run['seconds']:.1f} s, ar {run['ar_tokens_per_s'] or 0:.1f} tokens/s; /proc/loadavg "
+              f"{run['load_before']} before, {run['load_after']} after; Compare's own: {run['load_seen']}")
+    worst = max(two.values(), default=0.0)
+    print(f"headless 1 vs 2: worst {worst:.1%} (target {HEADLESS_TARGET:.0%})"
+          + (f"; browser vs headless: worst {max(versus.values(), default=0.0):.1%} (target {BROWSER_TARGET:.0%})"
+             if browser else ""))
+    for path in shots:
+        print(f"screenshot: {path}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(runs=runs, headless=two, browser=versus), indent=2, default=str))
+    sys.stdout.flush()
+    threading.Timer(0.1, lambda: os._exit(0)).start()  # the in-process server's threads would keep us alive
+
+
+if __name__ == "__main__":
+    main()
