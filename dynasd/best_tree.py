@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .acceptance import acceptance_of
 from .decoders import make_decoder
-from .explorer.measure import cost as cost_model
+from .explorer.costs import cost as cost_model
 from .options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions, add_model_arguments, load_pair_from
 from .prompts import select_prompts
 from .recipes import Recipe

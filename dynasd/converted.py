@@ -21,10 +21,13 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import gguf
+import torch
+import transformers.utils.logging as hf_logging
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .embedded import cache_dir
 from .kernels.block_weights import saved_key
@@ -36,35 +39,33 @@ COMPLETE = "model.safetensors"  # written last of the folder's files, and the fo
 _READ_ONCE = threading.Lock()  # one conversion at a time swaps gguf's functions (two would restore each other's)
 
 
-def converted_folder(gguf: Path) -> Path:
+def converted_folder(gguf_file: Path) -> Path:
     key = hashlib.sha256()
-    with open(gguf, "rb") as file:
+    with open(gguf_file, "rb") as file:
         for block in iter(lambda: file.read(1 << 22), b""):
             key.update(block)
     key.update(importlib.metadata.version("transformers").encode())
     key.update(FORMAT.encode())
-    return cache_dir() / "converted" / f"{gguf.stem}-{key.hexdigest()[:16]}"
+    return cache_dir() / "converted" / f"{gguf_file.stem}-{key.hexdigest()[:16]}"
 
 
 @functools.lru_cache(maxsize=8)  # hashing the file costs ~0.1 s; a process asks once per load
-def _folder_of(gguf: Path, size: int, mtime_ns: int) -> Path:
-    return converted_folder(gguf)
+def _folder_of(gguf_file: Path, size: int, mtime_ns: int) -> Path:
+    return converted_folder(gguf_file)
 
 
-def converted_weights(gguf: Path) -> Path:
-    """The converted checkpoint's float32 weights (safetensors) of the GGUF file `gguf` (converted already)."""
-    stat = gguf.stat()
-    return _folder_of(gguf, stat.st_size, stat.st_mtime_ns) / COMPLETE
+def converted_weights(gguf_file: Path) -> Path:
+    """The converted checkpoint's float32 weights (safetensors) of the GGUF file `gguf_file` (converted already)."""
+    stat = gguf_file.stat()
+    return _folder_of(gguf_file, stat.st_size, stat.st_mtime_ns) / COMPLETE
 
 
-def load_converted(gguf: Path, dtype):
-    """(model, tokenizer) of the GGUF file `gguf`, converted on the first load and read from the cache after."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    stat = gguf.stat()
-    folder = _folder_of(gguf, stat.st_size, stat.st_mtime_ns)
+def load_converted(gguf_file: Path, dtype):
+    """(model, tokenizer) of the GGUF file `gguf_file`, converted on the first load and read from the cache after."""
+    stat = gguf_file.stat()
+    folder = _folder_of(gguf_file, stat.st_size, stat.st_mtime_ns)
     if not (folder / COMPLETE).is_file():
-        _convert(gguf, folder)
+        _convert(gguf_file, folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
     return model, tokenizer
@@ -73,14 +74,11 @@ def load_converted(gguf: Path, dtype):
 SLICE_ROWS = 2048  # rows read at a time by saved_rows: a few MB of float32
 
 
-def saved_rows(weights: Path, keys: list[str], ids) -> "torch.Tensor | None":
+def saved_rows(weights: Path, keys: list[str], ids) -> torch.Tensor | None:
     """Rows `ids` (sorted) of the first tensor of `keys` that the safetensors file `weights` holds, or None where
     it holds none of them. Read slice by slice, each through a mapping closed at once: a model loaded from the
     same file maps it too, and rows read through the model's mapping would stay in the process's memory as long as
     the model lives (for the embedded target's embedding ~80-113 MB)."""
-    import torch
-    from safetensors import safe_open
-
     key = saved_key(weights, keys)
     if key is None:
         return None
@@ -96,20 +94,16 @@ def saved_rows(weights: Path, keys: list[str], ids) -> "torch.Tensor | None":
     return torch.cat(parts)
 
 
-def _convert(gguf: Path, folder: Path) -> None:
-    import torch
-    import transformers.utils.logging as hf_logging
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _convert(gguf_file: Path, folder: Path) -> None:
     hf_logging.disable_progress_bar()
     folder.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(folder.parent)
     private = folder.parent / f"{folder.name}.part-{os.getpid()}"
     shutil.rmtree(private, ignore_errors=True)
     with _gguf_read_once():
-        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(private))
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        where, name = str(gguf_file.parent), gguf_file.name
+        AutoTokenizer.from_pretrained(where, gguf_file=name).save_pretrained(str(private))
+        model = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
     # transformers refuses save_pretrained on a model read from GGUF (it counts as quantized); the config and the
     # float32 weights are all there is to save. A tied output layer is saved once, as the embedding: saved as
     # `lm_head.weight` (what safetensors' save_model keeps), every load built a random embedding of 113 MB before
@@ -136,8 +130,6 @@ def _gguf_read_once():
     weights and tokenizer come out as transformers' own unshared load makes them (tests/test_converted.py compares
     them bit for bit); measured 20.2 s -> 8.4 s. transformers imports both names from `gguf` at each call, which is
     where they are swapped, and only for this block."""
-    import gguf
-
     with _READ_ONCE:
         reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
         gguf.GGUFReader = functools.lru_cache(maxsize=None)(reader)

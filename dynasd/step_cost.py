@@ -6,7 +6,7 @@ forward per token. So
     speed-up = tokens per step * t_ar / (t_draft + t_verify(rows))
 
 Why a module of its own, below the tree search and the explorer: the best-tree search scores shapes with these
-formulas, and the explorer's cost views (dynasd/explorer/measure/cost.py) fill them with this device's measured
+formulas, and the explorer's cost views (dynasd/explorer/costs/cost.py) fill them with this device's measured
 seconds; both read the one formula. Tests pin them on hand-made numbers.
 """
 from __future__ import annotations

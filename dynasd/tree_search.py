@@ -13,7 +13,7 @@ and a static tree (k_1, ..., k_D) (this engine's k-config: k_l children for ever
     1 + A(k_1) + A(k_1) A(k_2) + ... + A(k_1)...A(k_D)
 
 tokens per step on average (its accepted levels and the target's own token). Its step costs D draft forwards and
-one verify over 1 + nodes rows (dynasd/explorer/measure/cost.py), so its expected speed-up over ar is known before it is
+one verify over 1 + nodes rows (dynasd/explorer/costs/cost.py), so its expected speed-up over ar is known before it is
 run. Sequoia searches arbitrary trees by dynamic programming; the engine's static trees are k-configs, so the
 search here is over every k-config within the budget, exhaustively (a few thousand shapes for 64 nodes), which is
 exact for the family the engine runs.

@@ -212,7 +212,7 @@ def part_speed(pair, tokens: int, prompts: int, deadline: float) -> list[dict]:
 
 def part_verify_cost(pair, context: int, repeats: int) -> list[dict]:
     """The target's forward over n new rows behind a cached context (the verify's cost against its rows)."""
-    from dynasd.explorer.measure.cost import calibrate
+    from dynasd.explorer.costs.cost import calibrate
 
     timings = calibrate(pair.target, prompt_ids(pair.vocab_size, context, seed=3), VERIFY_ROWS, repeats=repeats)
     one = timings[1]

@@ -159,9 +159,9 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
     process) and stepped once more; then a follow-up turn, a calibration, a side by side, a losslessness check and
     Compare. One JSON line each: {"case", "error"}."""
     from dynasd.explorer import engine
+    from dynasd.explorer.costs import cost
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.lessons import losslessness, side_by_side
-    from dynasd.explorer.measure import cost
     from dynasd.explorer.pairs import PairCache
     from dynasd.explorer.sessions.session import compare_methods
 

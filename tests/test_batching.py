@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from dynasd.explorer.costs.cost import RunShape, costs_from
 from dynasd.explorer.measure import batching
-from dynasd.explorer.measure.cost import RunShape, costs_from
 from dynasd.step_cost import expected_speedup
 from viz.batching import batching_figure
 

@@ -1,7 +1,7 @@
 """The two shipped examples of both sides on a CPU: each replays with no model and says its one-line reason, and
 its recorded steps show what that reason says (many tokens per forward for few rows, or few for many)."""
-from dynasd.explorer.measure.both_sides import NOTES, example_note
-from dynasd.explorer.measure.cost import run_shape
+from dynasd.explorer.costs.both_sides import NOTES, example_note
+from dynasd.explorer.costs.cost import run_shape
 from dynasd.explorer.sessions.share import example_traces, load_example
 
 

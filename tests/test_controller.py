@@ -131,8 +131,9 @@ def test_a_replayed_example_refuses_to_step_and_a_follow_up_waits_for_the_end(pa
 def test_a_run_starts_saying_what_this_devices_kept_costs_say_of_its_tree(pairs, tiny_pair, monkeypatch):
     """The start line's sentence on speed is Where would it pay?'s verdict on the kept costs, not a rule of thumb
     that could contradict that view; with nothing kept, the rule, said as one."""
-    from dynasd.explorer.measure import cost, where
-    from dynasd.explorer.measure.cost import Conditions, MeasuredCosts, costs_file, keep_costs
+    from dynasd.explorer.costs import cost
+    from dynasd.explorer.costs.cost import Conditions, MeasuredCosts, costs_file, keep_costs
+    from dynasd.explorer.measure import where
 
     wide = replace(SETTINGS, method="mcsd", k_config="4,2,2,1").normalised()
     path = costs_file(tiny_pair)

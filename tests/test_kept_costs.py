@@ -10,8 +10,8 @@ import pytest
 
 from dynasd.cache import CachedModel
 from dynasd.explorer import engine
+from dynasd.explorer.costs import cost
 from dynasd.explorer.inputs import Settings
-from dynasd.explorer.measure import cost
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions.calls import StartRun
 

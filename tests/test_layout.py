@@ -1,6 +1,7 @@
 """The package's import structure, read from the source with `ast` (nothing is imported): no import circles, the
-runtime never depends on the training code, imports sit at the top of their modules, and nothing imports upward
-(dynasd and viz below the page's ui package, app.py on top).
+runtime never depends on the training code, imports sit at the top of their modules (but for a short list of lazy
+ones, each with its reason), and nothing imports upward: dynasd and viz below the page's ui package, app.py on top,
+and inside dynasd its own layers, from what the kernels build on up to the commands, the explorer's rooms apart.
 
 Why these rules: an import circle works only as long as some import stays hidden inside a function, and breaks
 (or changes what loads first) as soon as someone moves it; the runtime (decoders, app, bench, figures) must load
@@ -19,6 +20,38 @@ TRAINING = "dynasd.training"
 COMMAND_TABLE = "dynasd.cli"
 # Import layers: a module may import its own layer or a lower one, never a higher one.
 LAYERS = {"dynasd": 0, "viz": 0, "ui": 1, "app": 2}
+# dynasd's own layers, lowest first; a module belongs to the layer of its longest matching prefix ("dynasd" alone:
+# every other top-level module, the engine's core). Why this order: the kernels are applied at load time, so the
+# model loading (core) imports them and they import only the cache and file helpers below them; the candidate
+# sources and decoders run on the core; the bench measures decoders; the explorer shows and measures them, its hall
+# under its rooms and the sessions on top; the commands (the CLI, the best-tree search's command, training) drive it
+# all.
+DYNASD_LAYERS = (
+    ("what the kernels build on", ("dynasd.cache", "dynasd.feature_draft", "dynasd.embedded", "dynasd.shared_module")),
+    ("kernels", ("dynasd.kernels",)),
+    ("core", ("dynasd",)),
+    ("sources and decoders", ("dynasd.sources", "dynasd.decoders")),
+    ("bench", ("dynasd.bench",)),
+    ("the explorer's hall", ("dynasd.explorer",)),
+    ("the explorer's costs and lessons", ("dynasd.explorer.costs", "dynasd.explorer.lessons")),
+    ("the explorer's measure", ("dynasd.explorer.measure",)),
+    ("the explorer's sessions", ("dynasd.explorer.sessions",)),
+    ("commands", ("dynasd.cli", "dynasd.__main__", "dynasd.best_tree", "dynasd.training")),
+)
+# Rooms that stand side by side: neither imports the other (a lesson is arithmetic on a recorded run, never a cost or
+# a measurement).
+APART = (("dynasd.explorer.costs", "dynasd.explorer.lessons"), ("dynasd.explorer.measure", "dynasd.explorer.lessons"))
+ROOM_MOST_LINES = 2000  # a room of the explorer a newcomer can still read through
+# The imports that stay inside a function, each with why: a module that is optional or exists only in one place, or
+# a heavy one a command loads only when it is used. Every other import sits at the top of its module.
+LAZY_IMPORTS = {
+    ("dynasd.bench.command", "dynasd.bench.report"):
+        "plotly loads only when a report is written: the runtime imports neither plotly nor gradio",
+    ("dynasd.bench.llama_cpp_peer", "llama_cpp"): "an optional extra (peers): the bench runs without it and says so",
+    ("ui.gpu", "spaces.zero.torch"): "only the real spaces package, on a ZeroGPU Space, has the CUDA emulation",
+    ("dynasd.kernels.compile", "torch"):
+        "the kernel cache is read and built by processes that load no model: torch loads with a library, not before",
+}
 
 
 @dataclass(frozen=True)
@@ -230,6 +263,87 @@ def test_function_level_imports_are_counted_and_the_training_package_has_only_op
         print(f"  {counts[name]:3d}  {name}")
     print(f"  {sum(counts.values()):3d}  in all")
     assert uncommented == []
+
+
+def dynasd_group(module: str) -> tuple[int, str]:
+    """(layer index, the prefix that placed it) of a dynasd module: its longest matching prefix."""
+    best = (-1, "", "")
+    for index, (_, prefixes) in enumerate(DYNASD_LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best[1]):
+                best = (index, prefix, prefix)
+    return best[0], best[2]
+
+
+def dynasd_layer_breaks(imports: list[Import]) -> list[str]:
+    """Every import inside dynasd that goes up its layers, or across rooms that stand apart."""
+    found = []
+    for imp in imports:
+        if not (imp.source.startswith("dynasd") and imp.target.startswith("dynasd")):
+            continue
+        (source_layer, source_group), (target_layer, target_group) = dynasd_group(imp.source), dynasd_group(imp.target)
+        apart = any({source_group, target_group} == set(pair) for pair in APART)
+        if target_layer > source_layer or apart:
+            found.append(f"{imp.source}:{imp.line} imports {imp.target} "
+                         f"({DYNASD_LAYERS[source_layer][0]} -> {DYNASD_LAYERS[target_layer][0]})")
+    return found
+
+
+def test_inside_dynasd_imports_only_go_down_its_layers_and_the_rooms_stay_apart():
+    """The kernels below the model loading, the decoders below the bench, the explorer's hall below its rooms, the
+    costs under the measurements and both apart from the lessons, sessions on top, the commands above everything;
+    function-level imports count."""
+    assert dynasd_layer_breaks(all_imports()) == []
+
+
+def test_the_dynasd_layer_rule_catches_a_room_that_reads_another_and_a_kernel_that_reads_the_loader():
+    """The analysis itself, on made-up imports."""
+    made_up = [Import("dynasd.explorer.lessons.quiz", "dynasd.explorer.costs.cost", 3, False, False),
+               Import("dynasd.kernels.block_weights", "dynasd.converted", 9, True, False),
+               Import("dynasd.explorer.sessions.session", "dynasd.explorer.engine", 1, False, False),
+               Import("dynasd.models", "dynasd.kernels", 1, False, False)]
+    assert [line.split(":")[0] for line in dynasd_layer_breaks(made_up)] == [
+        "dynasd.explorer.lessons.quiz", "dynasd.kernels.block_weights"]
+
+
+def test_no_room_of_the_explorer_is_too_big_to_read_through():
+    explorer = ROOT / "dynasd" / "explorer"
+    rooms = {"hall": sorted(explorer.glob("*.py")), **{room.name: sorted(room.glob("*.py"))
+                                                      for room in explorer.iterdir() if room.is_dir()
+                                                      and (room / "__init__.py").exists()}}
+    sizes = {name: sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files) for name, files in rooms.items()}
+    assert set(sizes) >= {"hall", "costs", "measure", "lessons", "sessions"}
+    assert {name: lines for name, lines in sizes.items() if lines > ROOM_MOST_LINES} == {}
+
+
+def function_level_imports() -> list[tuple[str, int, str]]:
+    """(module, line, imported module) of every import inside a function, in dynasd, viz, ui and app.py; a
+    relative import is named absolutely, `from a import b` by `a`."""
+    found = []
+    for name, path in package_files().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node, in_function in import_statements(ast.parse(path.read_text(encoding="utf-8"))):
+            if not in_function:
+                continue
+            if isinstance(node, ast.Import):
+                found += [(name, node.lineno, alias.name) for alias in node.names]
+                continue
+            anchor = package
+            for _ in range(max(node.level - 1, 0)):
+                anchor = anchor.rpartition(".")[0]
+            base = (f"{anchor}.{node.module}" if node.module else anchor) if node.level else node.module
+            found.append((name, node.lineno, base))
+    return found
+
+
+def test_imports_sit_at_the_top_of_their_modules_but_for_the_listed_lazy_ones():
+    """A lazy import hides what a module needs and can hide a circle; the few that must stay are listed with their
+    reason, and an entry nothing uses any more is dropped from the list."""
+    found = function_level_imports()
+    unlisted = [f"{module}:{line} imports {target}" for module, line, target in found
+                if (module, target) not in LAZY_IMPORTS]
+    used = {(module, target) for module, _, target in found}
+    assert unlisted == [] and [key for key in LAZY_IMPORTS if key not in used] == []
 
 
 def test_the_wheel_declares_every_package_and_carries_the_top_level_assets():

@@ -11,9 +11,9 @@ import pytest
 
 from dynasd.decoders import make_decoder
 from dynasd.device_info import machine_line
+from dynasd.explorer.costs.cost import MeasuredCosts, run_shape
 from dynasd.explorer.inputs import Settings
 from dynasd.explorer.measure import batching, where
-from dynasd.explorer.measure.cost import MeasuredCosts, run_shape
 from dynasd.explorer.measure.measured_here import KeptCompare, Measured, keep_compare, prompt_key
 from dynasd.explorer.measure.speed import ComparedSpeedup, as_it_happened, compared_here, run_speed
 from viz.cost import COMPARED, cost_figure, cost_markdown

@@ -58,8 +58,8 @@ def plant_bigger_targets() -> None:
     """Kept costs for the bigger targets Where would it pay? carries a run to (the app reads them from the same
     temporary cache): measuring them takes minutes on a busy CPU, and what is checked here is how the page labels
     speed figures, not those costs."""
-    from dynasd.explorer.measure.cost import Conditions, MeasuredCosts, keep_costs
-    from dynasd.explorer.measure.targets import BIGGER_TARGETS, target_costs_file
+    from dynasd.explorer.costs.cost import Conditions, MeasuredCosts, keep_costs
+    from dynasd.explorer.costs.targets import BIGGER_TARGETS, target_costs_file
 
     # kept per machine, its torch thread count included: the app's is its own (torch's default, or one under
     # `make test`), so the costs are planted for every count it may run with

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import SESSION_CACHE, USER_CACHE, measurements_in
 
 from dynasd.embedded import cache_dir, cached_gguf_path
-from dynasd.explorer.measure import cost
+from dynasd.explorer.costs import cost
 from dynasd.explorer.measure.measured_here import KeptCompare, Measured, keep_compare, read_compare
 from dynasd.kernels.compile import kernel_cache
 

@@ -13,10 +13,10 @@ from scipy.stats import chi2
 import viz
 from dynasd import step_cost
 from dynasd.decoders import make_decoder
+from dynasd.explorer.costs import cost
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.lessons import losslessness, side_by_side
 from dynasd.explorer.lessons.phases import shown_at, step_at_phase, step_phases
-from dynasd.explorer.measure import cost
 from dynasd.explorer.measure.speed import run_speed
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions import share

@@ -98,7 +98,7 @@ def test_the_learn_view_marks_the_runs_tree_against_the_best_for_each_budget(tin
     """Learn → Cost model's second chart: the best expected speed-up for budgets 1..64 never falls, and an mcsd
     run's own tree sits on or under the line at its node count (the search saw that shape too)."""
     from dynasd.decoders import make_decoder
-    from dynasd.explorer.measure.best_trees import BUDGET_NODES, best_trees
+    from dynasd.explorer.costs.best_trees import BUDGET_NODES, best_trees
     from dynasd.options import DecoderOptions
     from viz.cost import budget_figure
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dynasd.explorer.measure import targets, where
-from dynasd.explorer.measure.cost import Conditions, MeasuredCosts, RunShape, costs_from
-from dynasd.explorer.measure.targets import TargetShape
+from dynasd.explorer.costs import targets
+from dynasd.explorer.costs.cost import Conditions, MeasuredCosts, RunShape, costs_from
+from dynasd.explorer.costs.targets import TargetShape
+from dynasd.explorer.measure import where
 from dynasd.explorer.measure.where import GpuModel, StepShape
 from dynasd.kernels.block_weights import block_kernel
 from dynasd.step_cost import chain_tokens_per_step, fit_line
@@ -138,7 +139,7 @@ def test_a_shapes_costs_are_measured_once_kept_in_the_cache_and_not_kept_when_bu
 
 
 def test_the_sentence_said_at_a_runs_start_reads_only_kept_costs(tiny_pair):
-    from dynasd.explorer.measure.cost import Conditions, costs_file, keep_costs
+    from dynasd.explorer.costs.cost import Conditions, costs_file, keep_costs
 
     path = costs_file(tiny_pair)
     path.unlink(missing_ok=True)

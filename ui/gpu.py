@@ -28,12 +28,12 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from dynasd.explorer.costs import cost as cost_model
 from dynasd.explorer.engine import UNTIL_DONE, Progress
 from dynasd.explorer.failures import Failed, SessionFailed, failures_as_data
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, first_line
 from dynasd.explorer.lessons import losslessness, side_by_side
 from dynasd.explorer.measure import compare as compare_model
-from dynasd.explorer.measure import cost as cost_model
 from dynasd.explorer.measure import where as where_model
 from dynasd.explorer.measure.peer import run_peer
 from dynasd.explorer.sessions.calls import ModelCalls, RunRequest

@@ -11,9 +11,9 @@ from typing import Any
 import gradio as gr
 
 import viz
+from dynasd.explorer.costs.best_trees import best_trees
 from dynasd.explorer.inputs import UserError
 from dynasd.explorer.lessons import side_by_side
-from dynasd.explorer.measure.best_trees import best_trees
 from dynasd.explorer.measure.speed import speed_here
 from dynasd.explorer.sessions import share
 from dynasd.explorer.sessions.session import Session

@@ -13,10 +13,10 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import viz
+from dynasd.explorer.costs import cost as cost_model
 from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
 from dynasd.explorer.lessons import phases
 from dynasd.explorer.lessons.predict import as_far_as_seen, asks_first, score_markdown
-from dynasd.explorer.measure import cost as cost_model
 from dynasd.explorer.measure.speed import compared_here
 from dynasd.explorer.sessions.controller import Outcome, Show
 from dynasd.explorer.sessions.session import Session

@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 
 import torch
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.llama.modeling_llama import eager_attention_forward
 
 from .block_weights import BlockLinear, FusedBlocks, kernel_library
 from .exact_attention import NAME as EXACT_ATTENTION
@@ -177,9 +179,6 @@ def _rotary_tables(rotary: torch.nn.Module, like: torch.Tensor) -> tuple[torch.T
 
 
 def _attention_function(model: torch.nn.Module):
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.llama.modeling_llama import eager_attention_forward
-
     return ALL_ATTENTION_FUNCTIONS.get_interface(model.config._attn_implementation, eager_attention_forward)
 
 

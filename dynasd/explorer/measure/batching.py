@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...step_cost import StepCosts, fit_line
-from .cost import RunShape
+from ..costs.cost import RunShape
 from .speed import ComparedSpeedup, run_speed
 
 MEMORY_BOUND_RATIO = 1.5  # rows up to the last count whose forward took under 1.5x one row's: "memory-bound"

@@ -39,9 +39,9 @@ from ...decoders.snapshot import DecoderSnapshot
 from ...options import METHODS
 from ...trace import RunTrace, StepTrace
 from .. import engine
+from ..costs.cost import Conditions, check_kept_costs, load_average
 from ..failures import SessionFailed, failed_during
 from ..inputs import Settings, UserError, check_methods
-from .cost import Conditions, check_kept_costs, load_average
 from .measured_here import PROMPT_KEPT_CHARS, KeptCompare, Measured, keep_compare, now_utc, prompt_key
 from .peer import PEER_LABEL, PeerRun, run_peer
 

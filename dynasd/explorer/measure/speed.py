@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ...device_info import machine_line
 from ...step_cost import StepCosts, chain_tokens_per_step, expected_speedup
 from ...trace import RunTrace
-from .cost import MeasuredCosts, RunShape, cost_numbers, costs_from, draft_forward_s, run_shape
+from ..costs.cost import MeasuredCosts, RunShape, cost_numbers, costs_from, draft_forward_s, run_shape
 from .measured_here import KeptCompare, compare_for
 
 CURVE_POINTS = 41  # acceptance 0, 0.025, ..., 1 on the cost model's chart

@@ -27,7 +27,7 @@ from ...embedded import cache_dir
 from ...step_cost import break_even_acceptance, fit_line
 from ...trace import RunTrace, StepTrace
 from ...tree import TreeShape
-from .cost import (
+from ..costs.cost import (
     MeasuredCosts,
     RunShape,
     calibrate_context,
@@ -37,8 +37,15 @@ from .cost import (
     run_shape,
     warm_steps,
 )
+from ..costs.targets import (
+    BIGGER_TARGETS,
+    EMBEDDED_SHAPE,
+    TargetShape,
+    shape_of_config,
+    target_costs,
+    target_costs_file,
+)
 from .speed import ComparedSpeedup
-from .targets import BIGGER_TARGETS, EMBEDDED_SHAPE, TargetShape, shape_of_config, target_costs, target_costs_file
 
 
 @dataclass(frozen=True)

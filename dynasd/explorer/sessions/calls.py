@@ -5,7 +5,7 @@ runs is not its business. `InProcess` runs it here (the command line, the tests,
 (ui/gpu.py: `PageCalls`) runs each call on the serving process's model thread, or on a ZeroGPU Space in a
 `spaces.GPU` process, where only data crosses. Both forms hand the work over as one of three requests (`StartRun`,
 `Advance`, `FollowUp`) and the process that holds the models runs it with `request.on(pairs, settings, steps)`:
-the model work itself (engine.py), then what this device's kept costs say of the steps taken (measure/cost.py:
+the model work itself (engine.py), then what this device's kept costs say of the steps taken (costs/cost.py:
 a step that contradicts them marks them to be measured again; measure/where.py: a new run's tree note). The three
 requests go through one function on ZeroGPU because its worker per decorated function is what keeps a live decoder
 (engine.LIVE) from one call to the next.
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from ...decoders.snapshot import DecoderSnapshot
 from .. import engine
+from ..costs.cost import check_kept_costs
 from ..engine import Progress
 from ..inputs import Settings
-from ..measure.cost import check_kept_costs
 from ..measure.where import tree_note
 from ..pairs import PairCache
 

@@ -33,11 +33,11 @@ from typing import Callable, Iterator
 from ...models import pick_device
 from ...trace import RunTrace, StepTrace
 from ...tree import TreeShape
+from ..costs.both_sides import example_note
 from ..failures import SessionFailed
 from ..inputs import Settings, UserError
 from ..lessons import predict
 from ..lessons.predict import Reveal
-from ..measure.both_sides import example_note
 from . import share
 from .calls import ModelCalls
 from .session import Mode, Session, load_trace
