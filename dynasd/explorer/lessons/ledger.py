@@ -115,29 +115,26 @@ def ledger_markdown(entry: StepLedger, verdict: bool = True) -> str:
              + (f"; {t.pending} committed token(s) wait uncached (the bonus or correction), and the next step's "
                 "forward starts with them." if t.pending else "; nothing is pending: the next step starts with "
                 "its tree.")]
-    d = entry.draft
-    if d is None:
-        lines.append("No draft model: its cache does not exist for this method.")
-    elif not entry.draft_ran:
-        lines.append(f"**Draft:** it did not run (prompt lookup gave the candidates); its cache stays at row "
-                     f"{d.after} and catches up {d.pending} token(s) next time it drafts.")
-    else:
-        lines.append(f"**Draft:** it read {d.chain} committed row(s) from row {d.before} and {d.tree} tree row(s) "
-                     f"(the deepest level is drawn, never read); {d.kept} stayed, {d.cropped} were cropped; it ends "
-                     f"at row {d.after}, {d.pending} committed token(s) behind.")
-    return "\n\n".join(lines)
+    return "\n\n".join(lines + [_draft_line(entry, revealed=True)])
 
 
 def _before_the_verdict(entry: StepLedger, wrote: str) -> str:
-    lines = [wrote + ". Which of them stay (the accepted path) and which are cropped is this step's verdict: it "
-             "shows with the reveal."]
+    return "\n\n".join([wrote + ". Which of them stay (the accepted path) and which are cropped is this step's "
+                         "verdict: it shows with the reveal.", _draft_line(entry, revealed=False)])
+
+
+def _draft_line(entry: StepLedger, revealed: bool) -> str:
+    """The draft's cache in this step; what stayed of it and where it ends only once the verdict is `revealed`."""
     d = entry.draft
     if d is None:
-        lines.append("No draft model: its cache does not exist for this method.")
-    elif not entry.draft_ran:
-        lines.append(f"**Draft:** it did not run (prompt lookup gave the candidates); its cache stays at row "
-                     f"{d.after}.")
-    else:
-        lines.append(f"**Draft:** it read {d.chain} committed row(s) from row {d.before} and {d.tree} tree row(s) "
-                     "(the deepest level is drawn, never read); what stays shows with the reveal.")
-    return "\n\n".join(lines)
+        return "No draft model: its cache does not exist for this method."
+    if not entry.draft_ran:
+        catching_up = f" and catches up {d.pending} token(s) next time it drafts" if revealed else ""
+        return f"**Draft:** it did not run (prompt lookup gave the candidates); its cache stays at row {d.after}" \
+               f"{catching_up}."
+    read = (f"**Draft:** it read {d.chain} committed row(s) from row {d.before} and {d.tree} tree row(s) (the "
+            "deepest level is drawn, never read); ")
+    if not revealed:
+        return read + "what stays shows with the reveal."
+    return read + (f"{d.kept} stayed, {d.cropped} were cropped; it ends at row {d.after}, {d.pending} committed "
+                   "token(s) behind.")
