@@ -135,7 +135,8 @@ def question_for(run: RunTrace, index: int, ask: Ask = Ask.COMMIT, node: int | N
         text = (f"Step {index}: {len(step.nodes)} candidate(s) on {step.live_depth} level(s). How many tokens will it "
                 "commit, the target's own bonus or correction token included?" if step.nodes else
                 f"Step {index}: no candidates (the target alone). How many tokens will it commit?")
-        return Question(ask, text, tuple((str(k), k) for k in range(1, max(most, answer) + 1)), answer, said, why)
+        choices = tuple((f"{k} token{'s' if k > 1 else ''}", k) for k in range(1, max(most, answer) + 1))
+        return Question(ask, text, choices, answer, said, why)
     if ask is Ask.FIRST_REJECTED:
         first = next((i for i in tested if step.nodes[i].status == "rejected"), NO_REJECTION)
         choices = tuple((node_label(step, i), i) for i, n in enumerate(step.nodes) if n.status != "padding")
