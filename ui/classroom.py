@@ -144,7 +144,8 @@ class AnswerViews(LearnerViews):
 class ShowViews(LearnerViews):
     """What the learner sees now: the status, the question, the outcome and score, the step's text and figures (drawn
     once per round and phase for the class), the round on show (`asked`), the round's box (hidden while there is
-    no round yet) and the Answer button (only while this learner's answer is open)."""
+    no round yet), the question's box (hidden once the class has ended) and the Answer button (only while this
+    learner's answer is open)."""
 
     status: Any = left_out()
     question: Any = left_out()
@@ -156,6 +157,7 @@ class ShowViews(LearnerViews):
     pq: Any = left_out()
     asked: Any = left_out()
     round_box: Any = left_out()
+    answer_box: Any = left_out()
     answer_btn: Any = left_out()
 
     @classmethod
@@ -165,6 +167,7 @@ class ShowViews(LearnerViews):
         return cls(status_line(learner_status(klass, view)), question, learner_outcome(view, klass),
                    **drawn_for_class(klass), asked=current.number if current else 0,
                    round_box=gr.Column(visible=current is not None),
+                   answer_box=gr.Column(visible=view.phase is not Phase.ENDED),
                    answer_btn=gr.Button(interactive=view.phase is Phase.ASKING and view.mine is None))
 
 
@@ -330,12 +333,13 @@ def learner_column(demo: gr.Blocks) -> None:
                              elem_id="class-learner-status")
         # shown once there is a round: the question, then the lecturer's step (its text, story and figures)
         with gr.Column(visible=False, elem_id="class-round") as round_box:
-            question = gr.Markdown("", elem_id="class-question")
-            choice = gr.Radio([], label="Your answer", elem_id="class-choice")
-            # the round's choices change with each round: the answer is checked against them by the class
-            # (Classroom.answer), not by Gradio against the choices the page was built with
-            choice.preprocess = lambda payload: payload
-            answer_btn = gr.Button("Answer", variant="primary", elem_id="class-answer-btn")
+            with gr.Column(elem_id="class-answer-box") as answer_box:
+                question = gr.Markdown("", elem_id="class-question")
+                choice = gr.Radio([], label="Your answer", elem_id="class-choice")
+                # the round's choices change with each round: the answer is checked against them by the class
+                # (Classroom.answer), not by Gradio against the choices the page was built with
+                choice.preprocess = lambda payload: payload
+                answer_btn = gr.Button("Answer", variant="primary", elem_id="class-answer-btn")
             outcome = gr.Markdown("", elem_id="class-outcome")
             text = gr.HighlightedText(label="Generated text", color_map=viz.text_color_map(), show_legend=True,
                                       show_inline_category=False, combine_adjacent=False, elem_id="class-text")
@@ -353,7 +357,8 @@ def learner_column(demo: gr.Blocks) -> None:
         join_btn.click(on_join, [code, name], joined, api_name="class_join", **quiet)
         name.submit(on_join, [code, name], joined, api_visibility="private", **quiet)
         timer.tick(on_poll, [code, name], [latest], api_name="class_poll", **quiet)
-        shown = ShowViews(status, question, outcome, text, story, tree, mask, pq, asked, round_box, answer_btn)
+        shown = ShowViews(status, question, outcome, text, story, tree, mask, pq, asked, round_box,
+                          answer_box, answer_btn)
         latest.change(on_show, [code, name], shown.outputs(), api_name="class_show", **quiet)
         asked.change(on_choices, [code, name], [choice], api_name="class_choices", **quiet)
         answer_btn.click(on_answer, [code, name, asked, choice], [status, latest], api_name="class_answer", **quiet)

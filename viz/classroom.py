@@ -46,13 +46,15 @@ def answers_figure(question: Question | None, tally: Counter, revealed: bool, le
 
 
 def summary_markdown(rows: list[RoundSummary], learners: int) -> str:
-    """The class's summary: per step revealed, the share right and the wrong answer given most often."""
+    """The class's summary: per step revealed, the share right and the wrong answer given most often (a list, not a
+    table: it reads on a phone's width too)."""
     if not rows:
         return "**Class summary:** no step was revealed."
-    lines = [f"**Class summary** ({learners} learner(s)):", "",
-             "| Step | Question | Right answer | Right | Most common wrong answer |", "|---|---|---|---|---|"]
+    lines = [f"**Class summary** ({learners} learner(s)):", ""]
     for row in rows:
-        share = f"{row.right} of {row.answered} ({100 * row.share_right:.0f}%)" if row.answered else "no answers"
+        share = f"{row.right} of {row.answered} right ({100 * row.share_right:.0f}%)" if row.answered else \
+            "no answers"
         wrong = f"{row.common_wrong} ({row.common_wrong_count})" if row.common_wrong else "none"
-        lines.append(f"| {row.index} | {row.question.split(': ', 1)[-1]} | {row.right_answer} | {share} | {wrong} |")
+        lines.append(f"- **Step {row.index}**, {row.question} Right answer: **{row.right_answer}**; {share}; most "
+                     f"common wrong answer: {wrong}.")
     return "\n".join(lines)

@@ -77,6 +77,11 @@ class Question:
     def label(self, value: int | None) -> str:
         return next((label for label, v in self.choices if v == value), "no answer")
 
+    @property
+    def short(self) -> str:
+        """The question in a few words, for the summary (the candidate asked about named)."""
+        return self.text.split(": ", 1)[-1] if self.ask is Ask.NODE else self.ask.value
+
 
 @dataclass
 class Round:
@@ -395,7 +400,7 @@ class Classroom:
                 tally = r.tally()
                 wrong = [(count, -value) for value, count in tally.items() if value != r.question.answer]
                 common = -max(wrong)[1] if wrong else None
-                rows.append(RoundSummary(r.number, r.index, r.question.text, r.question.label(r.question.answer),
+                rows.append(RoundSummary(r.number, r.index, r.question.short, r.question.label(r.question.answer),
                                          len(r.answers), tally[r.question.answer],
                                          None if common is None else r.question.label(common),
                                          tally[common] if common is not None else 0))
