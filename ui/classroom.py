@@ -576,7 +576,7 @@ def class_section(tabs: gr.Tabs, session_id, prompt, controls: dict, views: Step
                 with gr.Row():
                     ask = gr.Radio(list(ASKS), value=Ask.COMMIT.value, label="Question for the class",
                                    elem_id="class-ask", scale=3)
-                    node = gr.Number(None, precision=0, label="Candidate asked about (empty: the first tested)",
+                    node = gr.Number(None, precision=0, label="Candidate asked about (its node number)",
                                      elem_id="class-node", scale=1, min_width=120)
                 with gr.Row():
                     step = gr.Button("Step for the class", variant="primary", elem_id="class-step", min_width=100)
