@@ -55,6 +55,6 @@ def summary_markdown(rows: list[RoundSummary], learners: int) -> str:
         share = f"{row.right} of {row.answered} right ({100 * row.share_right:.0f}%)" if row.answered else \
             "no answers"
         wrong = f"{row.common_wrong} ({row.common_wrong_count})" if row.common_wrong else "none"
-        lines.append(f"- **Step {row.index}**, {row.question} Right answer: **{row.right_answer}**; {share}; most "
+        lines.append(f"- **Step {row.index}** ({row.question}): right answer **{row.right_answer}**; {share}; most "
                      f"common wrong answer: {wrong}.")
     return "\n".join(lines)
