@@ -3,6 +3,7 @@ a learner's view of a step before its reveal tells nothing of the verdicts; each
 sets; a reload rejoins by name; the lecturer's link and QR code; a learner cannot act for the lecturer. Over HTTP the
 class is the soak's (scripts/soak.py class_phase, tests/test_soak.py) and the classroom script's
 (tests/test_scripts.py)."""
+import dataclasses
 import json
 
 import gradio as gr
@@ -181,3 +182,16 @@ def test_the_answers_bars_name_no_one_and_hide_the_right_answer_until_the_reveal
     after = answers_figure(question, tally, True, 5)
     assert list(after.data[0].y) == ["1 token", "✓ 2 tokens", "3 tokens"] and list(after.data[0].x) == [3, 0, 1]
     assert after.data[0].marker.color[1] != after.data[0].marker.color[0], "the right bar differs in colour and ✓"
+
+
+def test_a_reload_of_the_lecturers_page_puts_the_class_back_only_with_its_secret(classroom):
+    from ui.classroom import ClassStartViews, on_lecturer_open
+
+    session, controller, klass = classroom
+    fields = [field.name for field in dataclasses.fields(ClassStartViews)]
+    shown = dict(zip(fields, on_lecturer_open([klass.code, klass.token], "http://127.0.0.1:7860/")))
+    assert shown["code"] == klass.code and shown["token"] == klass.token
+    assert f"/class?code={klass.code}" in shown["link"] and "is on show again" in shown["class_status"]
+    assert shown["session_id"] == gr.skip(), "the page keeps its own session"
+    for kept in ([klass.code, "not the secret"], ["", ""], None, ["ZZZZZ", klass.token]):
+        assert all(v == gr.skip() for v in on_lecturer_open(kept, "http://127.0.0.1:7860/")), kept

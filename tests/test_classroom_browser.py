@@ -1,8 +1,8 @@
 """A class in a real browser: the lecturer at desktop width starts a class and steps; two learners at phone width
 join by the link, one with the keyboard alone; each sees the lecturer's step with its verdicts hidden and answers;
 the lecturer sees the answers come in; a learner who reloads rejoins by name with their answer; the reveal reaches
-both phones. Screenshots (for a person to look at) go to pytest's temporary folder, or to docs/screenshots/ with
-DYNASD_SCREENSHOTS=1."""
+both phones, and so does the class's end (the lecturer's reload: tests/test_classroom_app.py). Screenshots (for a
+person to look at) go to pytest's temporary folder, or to docs/screenshots/ with DYNASD_SCREENSHOTS=1."""
 import os
 
 import pytest
@@ -97,3 +97,7 @@ def test_a_class_reaches_two_phones_and_counts_their_answers(browser, phones, ex
         assert not phone.find_element(By.ID, "class-answer-btn").is_enabled(), "answers closed at the reveal"
     ana.save_screenshot(str(screenshots / "class-phone-after.png"))
     wait(lecturer, lambda d: "right answer is" in text(d, "class-answers"))
+
+    lecturer.find_element(By.ID, "class-end").click()
+    for phone in (ana, ben):
+        wait(phone, lambda d: "the class has ended" in text(d, "class-learner-status"))

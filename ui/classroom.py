@@ -483,11 +483,36 @@ def on_class_start(session, address):
 
 def started(session: Session, klass: Classroom, address: str) -> ClassStartViews:
     session.predict_first = True  # the lecture screen shows no verdict before the class has answered
+    return shown_to_lecturer(klass, address, f"Class {klass.code} started: learners open the link or scan the code.")
+
+
+def shown_to_lecturer(klass: Classroom, address: str, said: str) -> ClassStartViews:
     link = class_link(address, klass.code)
-    return ClassStartViews.of(klass, f"Class {klass.code} started: learners open the link or scan the code.",
-                              code=klass.code, token=klass.token, qr=qr_svg(link), timer=gr.Timer(active=True),
+    return ClassStartViews.of(klass, said, code=klass.code, token=klass.token, qr=qr_svg(link),
+                              timer=gr.Timer(active=not klass.ended),
                               link=f"<div id='class-code-big'>{klass.code}</div>\n\nLearners open **{link}** (or "
                                    "scan the code) and pick a name.")
+
+
+def keep_lecturer(code, token) -> list:
+    """What the lecturer's browser keeps of the class it started (its code and secret), for a reload."""
+    return [code, token]
+
+
+def on_lecturer_open(kept, address) -> tuple:
+    """A reload of the lecturer's page: the class this browser started is on show again (its code, link, QR code,
+    answers and the lecturer's secret), so the lecturer goes on stepping and revealing it; the page keeps its own
+    session (a Step shows the class a new run). Nothing kept, or a class gone: nothing changes."""
+    code, token = kept if isinstance(kept, (list, tuple)) and len(kept) == 2 else ("", "")
+    try:
+        klass = state.CLASSES.lecturing(code, token) if code else None
+    except UserError:  # the class has expired, or the server restarted: there is nothing to go back to
+        klass = None
+    if klass is None:
+        return ClassStartViews().outputs()
+    views = shown_to_lecturer(klass, address, f"Class {klass.code} is on show again.")
+    views.session_id = gr.skip()
+    return views.outputs()
 
 
 @handler(ClassStepViews)
@@ -563,7 +588,7 @@ def on_class_end(session, code, token):
                               "page).", timer=gr.Timer(active=False))
 
 
-def class_section(tabs: gr.Tabs, session_id, prompt, controls: dict, views: StepViews) -> None:
+def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: dict, views: StepViews) -> None:
     """The lecturer's Class tab, added to the step's view tabs, and its events."""
     with tabs, gr.Tab("Class", elem_id="class-tab"):
         gr.Markdown(CLASS_HELP, elem_classes="explain")
@@ -591,11 +616,16 @@ def class_section(tabs: gr.Tabs, session_id, prompt, controls: dict, views: Step
         address = gr.Textbox("", visible=False, label="page address")
         key = gr.Textbox("", visible=False, label="answers on show")
         timer = gr.Timer(LECTURER_POLL_S, active=False)
+    # outside the tab: a tab not yet shown is not rendered, and its browser state would not be read from the browser
+    kept = gr.BrowserState(["", ""], storage_key="dynasd-class-lecturer")
     panel = ClassPanel(class_status, answers, summary, session_id).outputs()
     whole = ClassStartViews(*panel, code, token, link, qr, timer).outputs()
     quiet = dict(show_progress="hidden")
     lecturer = [session_id, code, token]
-    start.click(on_class_start, [session_id, address], whole, js=ADDRESS_JS, api_name="class_start", **quiet)
+    start.click(on_class_start, [session_id, address], whole, js=ADDRESS_JS, api_name="class_start", **quiet).then(
+        keep_lecturer, [code, token], [kept], api_visibility="private", queue=False, **quiet)
+    demo.load(on_lecturer_open, [kept, address], whole, js=ADDRESS_JS, api_visibility="private", queue=False,
+              **quiet)
     step_views = ClassStepViews(**vars(views), class_status=class_status, answers=answers,
                                 class_summary=summary).outputs()
     step.click(on_class_step, [*lecturer, prompt], step_views, inputs_kwargs=controls, api_name="class_step", **quiet)

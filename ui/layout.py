@@ -162,7 +162,7 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         _wire_play(w)
         _wire_trace_and_compare(w)
         ledger_section(w.tabs, w.session_id, w.scrubber)
-        class_section(w.tabs, w.session_id, w.prompt, w.controls, w.views)  # a class follows this page's run
+        class_section(demo, w.tabs, w.session_id, w.prompt, w.controls, w.views)  # a class follows this page's run
         learn_section(demo, w.tabs, w.session_id, w.prompt, w.scrubber, w.controls, w.views)
         predict_ui.wire_play(w.predict_first, w.play_predict, w.session_id, w.scrubber, w.views)
         wire_lecture(w.lecture_mode, w.lecture, w.session_id, w.scrubber, w.views)
