@@ -192,6 +192,17 @@ def test_classes_expire_and_are_bounded_per_server_and_learners_per_class():
     assert len(third.learners) == MAX_LEARNERS
 
 
+def test_a_lecturer_teaches_one_class_at_a_time():
+    registry = ClassRegistry(max_classes=2)
+    other = registry.start("another lecturer", None)
+    first = registry.start("lecturer", None)
+    again = registry.start("lecturer", None)  # Start pressed twice: the first class ends and gives up its place
+    assert first.ended and not again.ended and not other.ended
+    assert registry.start("lecturer", None) is not again and again.ended, "still room: the ended one made way"
+    with pytest.raises(UserError, match="has ended"):
+        again.reveal()
+
+
 def test_a_learner_who_rejoins_by_name_finds_their_answers(pairs):
     lecture = Lecture(pairs)
     klass = lecture.klass

@@ -520,6 +520,8 @@ def on_class_step(session, code, token, prompt, **controls):
     """The lecturer's Step for the class: the next step of the lecturer's run (the model runs once, here), then
     every learner's page shows it, verdicts hidden."""
     klass = state.CLASSES.lecturing(code, token)
+    if klass.ended:
+        raise UserError("the class has ended: start a new one (Step above goes on without it)")
     outcome = controller(session).step(settings_from(controls), prompt)
     if follow(klass, session):
         prime(klass)

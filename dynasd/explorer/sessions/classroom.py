@@ -289,6 +289,8 @@ class Classroom:
     def reveal(self) -> Round:
         """The lecturer's reveal of the round on show: answers close, everyone sees the outcome."""
         with self.lock:
+            if self.ended:
+                raise UserError("the class has ended: start a new one")
             current = self._open_round("nothing to reveal")
             if current.revealed:
                 raise UserError(f"step {current.index} is revealed already: step on for the next question")
@@ -439,10 +441,14 @@ class ClassRegistry:
             return len(self._classes)
 
     def start(self, lecturer_session: str, run: RunTrace | None) -> Classroom:
-        """A new class for the lecturer of `lecturer_session`; the steps `run` has already are not asked."""
+        """A new class for the lecturer of `lecturer_session`; the steps `run` has already are not asked. A lecturer
+        teaches one class at a time: their earlier class ends (so a Start pressed twice holds no second place)."""
         with self._guard:
             now = self.clock()
             self._expire(now)
+            for klass in self._classes.values():
+                if klass.lecturer_session == lecturer_session:
+                    klass.end()
             if len(self._classes) >= self.max_classes:
                 ended = [k for k in self._classes.values() if k.ended]
                 if not ended:
