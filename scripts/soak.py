@@ -531,7 +531,7 @@ def memory_only(args) -> int:
 
 class ClassLearner:
     """One learner's page in a class (ui/classroom.py), talking plain HTTP as the page does (its events skip the
-    queue): join, then a poll every `poll_s` seconds; a new key asks for the views, a new round for its choices.
+    queue): join, then a poll every `poll_s` seconds; a new key asks for the views (the round's choices with them).
     `shown` keeps when each (round, phase) reached this page."""
 
     def __init__(self, url: str, code: str, name: str, poll_s: float = 0.5) -> None:
@@ -568,13 +568,10 @@ class ClassLearner:
         if key == self.key:
             return False
         self.key = key
-        status, _question, _outcome, _text, _story, _tree, _mask, _pq, asked, *_ = self.call(  # ShowViews' order
-            "class_show", self.code, self.name)
-        self.status = str(status)
-        if asked != self.round:
-            self.round = int(asked or 0)
-            choice = self.call("class_choices", self.code, self.name)[0]
-            self.choices = [value for _, value in choice.get("choices", [])] if isinstance(choice, dict) else []
+        status, _question, _outcome, _text, _story, _tree, _mask, _pq, asked, _round, _box, choice, _button = \
+            self.call("class_show", self.code, self.name)  # ShowViews' order
+        self.status, self.round = str(status), int(asked or 0)
+        self.choices = [value for _, value in choice.get("choices", [])] if isinstance(choice, dict) else []
         self.shown.setdefault(self.frame(), time.monotonic())
         return True
 

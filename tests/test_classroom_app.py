@@ -44,7 +44,7 @@ def test_the_app_serves_the_learners_page_as_a_route_with_the_class_endpoints():
     assert ("class", "Class", False) in demo.pages, "a route of its own, not in the navbar"
     api = {fn.api_name for fn in demo.fns.values() if fn.api_name}
     assert {"class_start", "class_step", "class_reveal", "class_question", "class_end", "class_answers",
-            "class_join", "class_poll", "class_show", "class_choices", "class_answer"} <= api
+            "class_join", "class_poll", "class_show", "class_answer"} <= api
     learner = {fn.api_name: fn for fn in demo.fns.values() if fn.page == "class"}
     assert learner and all(not fn.queue for fn in learner.values()), "no learner event waits in the model's queue"
     assert all(fn.page == "" for fn in demo.fns.values() if fn.api_name and fn.api_name.startswith("class_")
@@ -52,7 +52,7 @@ def test_the_app_serves_the_learners_page_as_a_route_with_the_class_endpoints():
 
 
 def test_before_the_reveal_a_learners_view_tells_no_verdict(classroom):
-    from ui.classroom import on_choices, on_join, on_poll, on_show
+    from ui.classroom import on_join, on_poll, on_show
 
     session, controller, klass = classroom
     on_join(klass.code, "Ana")
@@ -63,8 +63,8 @@ def test_before_the_reveal_a_learners_view_tells_no_verdict(classroom):
     statuses = {str(point) for trace in json.loads(tree)["data"] for point in [trace.get("name")]}
     assert not any("accepted" in s or "rejected" in s for s in statuses), statuses
     assert "Step 0" in question and "How many tokens" in question
-    choices = on_choices(klass.code, "Ana")
-    assert [value for _, value in choices.choices] == [v for _, v in klass.current.question.choices]
+    *_, choice, answer_btn = on_show(klass.code, "Ana")
+    assert [value for _, value in choice.choices] == [v for _, v in klass.current.question.choices]
     key = on_poll(klass.code, "Ana")
     assert isinstance(key, str) and on_poll(klass.code, "Ana") == key, "one plain value, the same until a change"
     controller.reveal(0)
@@ -153,13 +153,16 @@ def test_the_link_is_the_pages_own_address_and_a_strange_address_is_not_used():
 
 
 def test_the_lecturers_question_choice_reaches_the_round_on_show(classroom):
-    from ui.classroom import ASKS, on_class_ask
+    from ui.classroom import ASKS, on_class_ask, on_show
 
     session, controller, klass = classroom
     klass.join("Ana")
     step(session, controller, klass)
     status, *_ = on_class_ask(session.id, klass.code, klass.token, Ask.FIRST_REJECTED.value, None)
     assert "now asks" in status and klass.current.question.ask is Ask.FIRST_REJECTED
+    _, question, *_, choice, _ = on_show(klass.code, "Ana")
+    assert "reject first" in question, "the learner's page shows the new question"
+    assert choice.choices == [tuple(c) for c in klass.current.question.choices], "and its answers to choose from"
     status, *_ = on_class_ask(session.id, klass.code, klass.token, "why?", None)
     assert status.startswith("⚠") and all(name in status for name in ASKS)
     status, *_ = on_class_ask(session.id, klass.code, klass.token, Ask.NODE.value, "x")

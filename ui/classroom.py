@@ -2,15 +2,15 @@
 question; Step and Reveal for the class; the answers as they come; the summary) and the learner's page at /class
 (a route of the same app: join by code and name, the lecturer's step, one answer before the reveal, the outcome
 and the score). The class itself (rounds, answers, scores, bounds) is dynasd/explorer/sessions/classroom.py; the
-answers' bars and the summary table are viz/classroom.py's. No learner runs a model: the lecturer's Step goes
+answers' bars and the summary are viz/classroom.py's. No learner runs a model: the lecturer's Step goes
 through the lecturer's own session and its controller, and every learner's page draws the lecturer's trace.
 
 Why a route: the learner's page is light (its own config: a handful of components, three figures, no model
 controls; the main page's config and scripts are not loaded on a phone), and its address is a link and a QR
 code. Why polling: each learner's page asks every POLL_S seconds, without the queue, whether its view changed,
-with the key of what it shows (LearnerView.key): the answer is empty unless it did, and the figures of a round
-are drawn once for the whole class (`drawn`), so thirty pages cost a few ms a second of the server's time and a
-step reaches every page within POLL_S and a request (scripts/classroom.py --class-mode measures it).
+and is answered with the key of what it should show (LearnerView.key): only a new key fetches the views, and the
+figures of a round are drawn once for the whole class (`drawn`); a step reaches every page within POLL_S and two
+requests (scripts/classroom.py --class-mode measures it).
 """
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ ADDRESS_JS = "(session, address) => [session, window.location.origin + window.lo
 # Each learner event sends only the outputs it sets, as plain values where it can: Gradio rebuilds the component of
 # every update it sends (a skip too), ~5 ms each on a 2-core CPU, where a plain value costs a fraction of that. So the
 # page's poll (PollViews) answers with the view's key alone; a new key (a `.change`) asks for the views (ShowViews),
-# a new round (`asked`'s change) for its answers' choices (ChoiceViews).
+# the answers' choices with them (a key changes with the round, its question, this learner's answer, the reveal and
+# the end: each time the choices, with the learner's own answer chosen, are the right ones to show).
 
 @dataclass
 class LearnerViews(Views):
@@ -144,8 +145,8 @@ class AnswerViews(LearnerViews):
 class ShowViews(LearnerViews):
     """What the learner sees now: the status, the question, the outcome and score, the step's text and figures (drawn
     once per round and phase for the class), the round on show (`asked`), the round's box (hidden while there is
-    no round yet), the question's box (hidden once the class has ended) and the Answer button (only while this
-    learner's answer is open)."""
+    no round yet), the question's box (hidden once the class has ended), the answers to choose from (the learner's
+    own chosen) and the Answer button (only while this learner's answer is open)."""
 
     status: Any = left_out()
     question: Any = left_out()
@@ -158,6 +159,7 @@ class ShowViews(LearnerViews):
     asked: Any = left_out()
     round_box: Any = left_out()
     answer_box: Any = left_out()
+    choice: Any = left_out()
     answer_btn: Any = left_out()
 
     @classmethod
@@ -168,24 +170,8 @@ class ShowViews(LearnerViews):
                    **drawn_for_class(klass), asked=current.number if current else 0,
                    round_box=gr.Column(visible=current is not None),
                    answer_box=gr.Column(visible=view.phase is not Phase.ENDED),
+                   choice=gr.Radio(choices=list(current.question.choices) if current else [], value=view.mine),
                    answer_btn=gr.Button(interactive=view.phase is Phase.ASKING and view.mine is None))
-
-
-@dataclass
-class ChoiceViews(LearnerViews):
-    """The answers of the round on show to choose from, the learner's own chosen."""
-
-    SAID_IN = "choice"
-    choice: Any = left_out()
-
-    @classmethod
-    def of(cls, view: LearnerView) -> "ChoiceViews":
-        choices = list(view.round.question.choices) if view.round and view.phase is not Phase.ENDED else []
-        return cls(gr.Radio(choices=choices, value=view.mine))
-
-    @classmethod
-    def said(cls, message: str, kind: str) -> "ChoiceViews":
-        return cls()
 
 
 def learner_status(klass: Classroom, view: LearnerView) -> str:
@@ -291,11 +277,6 @@ def on_show(klass, name):
     return ShowViews.of(klass, klass.view(name))
 
 
-@learner_handler(ChoiceViews)
-def on_choices(klass, name):
-    return ChoiceViews.of(klass.view(name))
-
-
 @learner_handler(AnswerViews)
 def on_answer(klass, name, number, choice):
     """A learner's answer to round `number` (the round the page shows)."""
@@ -357,10 +338,9 @@ def learner_column(demo: gr.Blocks) -> None:
         join_btn.click(on_join, [code, name], joined, api_name="class_join", **quiet)
         name.submit(on_join, [code, name], joined, api_visibility="private", **quiet)
         timer.tick(on_poll, [code, name], [latest], api_name="class_poll", **quiet)
-        shown = ShowViews(status, question, outcome, text, story, tree, mask, pq, asked, round_box,
-                          answer_box, answer_btn)
+        shown = ShowViews(status, question, outcome, text, story, tree, mask, pq, asked, round_box, answer_box,
+                          choice, answer_btn)
         latest.change(on_show, [code, name], shown.outputs(), api_name="class_show", **quiet)
-        asked.change(on_choices, [code, name], [choice], api_name="class_choices", **quiet)
         answer_btn.click(on_answer, [code, name, asked, choice], [status, latest], api_name="class_answer", **quiet)
         demo.load(on_learner_open, [stored], [code, name, *joined], api_visibility="private", **quiet)
 
