@@ -54,7 +54,7 @@ CLASS_HELP = ("**Teach a class from this run.** Start a class: learners open the
 # where gr.Navbar(visible=False) says not to: hidden here, as the two pages ask.
 CLASS_CSS = """
 .nav-holder { display: none !important; }
-#class-code-big { font-size: 2.4em; font-weight: 700; letter-spacing: 0.15em; }
+#class-code-big { font-size: 2.4em; font-weight: 700; letter-spacing: 0.15em; font-family: ui-monospace, monospace; }
 #class-code-big p { margin: 0; }
 #class-qr svg { width: 220px; height: 220px; }
 #class-follow { display: none !important; }
