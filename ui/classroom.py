@@ -310,21 +310,21 @@ def learner_column(demo: gr.Blocks) -> None:
             code = gr.Textbox(label="Class code", max_lines=1, elem_id="class-code-box")
             name = gr.Textbox(label="Your name (others never see it)", max_lines=1, elem_id="class-name-box")
             join_btn = gr.Button("Join", variant="primary", elem_id="class-join-btn")
-        status = gr.Markdown(status_line("Type the class code and your name, then press **Join**."),
+        status = gr.Markdown(status_line("Type the class code and your name, then press **Join**."), label="status",
                              elem_id="class-learner-status")
         # shown once there is a round: the question, then the lecturer's step (its text, story and figures)
         with gr.Column(visible=False, elem_id="class-round") as round_box:
             with gr.Column(elem_id="class-answer-box") as answer_box:
-                question = gr.Markdown("", elem_id="class-question")
+                question = gr.Markdown("", label="question", elem_id="class-question")
                 choice = gr.Radio([], label="Your answer", elem_id="class-choice")
                 # the round's choices change with each round: the answer is checked against them by the class
                 # (Classroom.answer), not by Gradio against the choices the page was built with
                 choice.preprocess = lambda payload: payload
                 answer_btn = gr.Button("Answer", variant="primary", elem_id="class-answer-btn")
-            outcome = gr.Markdown("", elem_id="class-outcome")
+            outcome = gr.Markdown("", label="outcome and score", elem_id="class-outcome")
             text = gr.HighlightedText(label="Generated text", color_map=viz.text_color_map(), show_legend=True,
                                       show_inline_category=False, combine_adjacent=False, elem_id="class-text")
-            story = gr.Markdown("", elem_id="class-story")
+            story = gr.Markdown("", label="step story", elem_id="class-story")
             tree = figure_view("Candidate tree", "class-tree")
             mask = figure_view("Verify mask", "class-mask")
             pq = figure_view("Decisions: p vs q per candidate", "class-pq")
@@ -334,14 +334,18 @@ def learner_column(demo: gr.Blocks) -> None:
         stored = gr.BrowserState(["", ""], storage_key="dynasd-class-learner")
         # No learner event waits in the queue (none runs a model): each is a plain request, as the page's poll
         quiet = dict(show_progress="hidden", queue=False)
+        # the page's own plumbing (what a page shows, its timer and browser state): callable, as the measuring
+        # scripts call it, but not documented as the app's API
+        plumbing = dict(quiet, api_visibility="undocumented")
         joined = JoinViews(join_box, status, latest, timer, stored).outputs()
-        join_btn.click(on_join, [code, name], joined, api_name="class_join", **quiet)
+        join_btn.click(on_join, [code, name], joined, api_name="class_join", **plumbing)
         name.submit(on_join, [code, name], joined, api_visibility="private", **quiet)
-        timer.tick(on_poll, [code, name], [latest], api_name="class_poll", **quiet)
+        timer.tick(on_poll, [code, name], [latest], api_name="class_poll", **plumbing)
         shown = ShowViews(status, question, outcome, text, story, tree, mask, pq, asked, round_box, answer_box,
                           choice, answer_btn)
-        latest.change(on_show, [code, name], shown.outputs(), api_name="class_show", **quiet)
-        answer_btn.click(on_answer, [code, name, asked, choice], [status, latest], api_name="class_answer", **quiet)
+        latest.change(on_show, [code, name], shown.outputs(), api_name="class_show", **plumbing)
+        answer_btn.click(on_answer, [code, name, asked, choice], [status, latest], api_name="class_answer",
+                         **plumbing)
         demo.load(on_learner_open, [stored], [code, name, *joined], api_visibility="private", **quiet)
 
 
@@ -367,14 +371,12 @@ class ClassPanel(Views):
 
 @dataclass
 class ClassStartViews(ClassPanel):
-    """A class started (or ended): its panel, its code, the lecturer's token, the link, its QR code, and the timer
-    the lecturer's page asks for the answers with."""
+    """A class started (or ended): its panel, its code, the lecturer's token, the link and its QR code."""
 
     code: Any = left_out()
     token: Any = left_out()
     link: Any = left_out()
     qr: Any = left_out()
-    timer: Any = left_out()
 
 
 @dataclass
@@ -469,14 +471,18 @@ def started(session: Session, klass: Classroom, address: str) -> ClassStartViews
 def shown_to_lecturer(klass: Classroom, address: str, said: str) -> ClassStartViews:
     link = class_link(address, klass.code)
     return ClassStartViews.of(klass, said, code=klass.code, token=klass.token, qr=qr_svg(link),
-                              timer=gr.Timer(active=not klass.ended),
                               link=f"<div id='class-code-big'>{klass.code}</div>\n\nLearners open **{link}** (or "
                                    "scan the code) and pick a name.")
 
 
-def keep_lecturer(code, token) -> list:
-    """What the lecturer's browser keeps of the class it started (its code and secret), for a reload."""
-    return [code, token]
+def on_lecturer_page(code, token) -> tuple:
+    """The lecturer's page after a start, an end or a reload: the browser keeps the class's code and secret (for a
+    reload), and the page asks for the answers while the class is on."""
+    try:
+        klass = state.CLASSES.lecturing(code, token) if code else None
+    except UserError:  # the class has gone: nothing to ask for
+        klass = None
+    return [code, token], gr.Timer(active=klass is not None and not klass.ended)
 
 
 def on_lecturer_open(kept, address) -> tuple:
@@ -567,7 +573,7 @@ def on_class_end(session, code, token):
     klass.end()
     session.predict_first = False
     return ClassStartViews.of(prime(klass), "The class has ended: the summary is below (and on every learner's "
-                              "page).", timer=gr.Timer(active=False))
+                              "page).")
 
 
 def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: dict, views: StepViews) -> None:
@@ -579,7 +585,7 @@ def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: 
             end = gr.Button("End class", variant="stop", elem_id="class-end", min_width=100)
         with gr.Row(equal_height=False):
             with gr.Column(scale=2):
-                link = gr.Markdown("", elem_id="class-link")
+                link = gr.Markdown("", label="class code and link", elem_id="class-link")
                 with gr.Row():
                     ask = gr.Radio(list(ASKS), value=Ask.COMMIT.value, label="Question for the class",
                                    elem_id="class-ask", scale=3)
@@ -588,10 +594,10 @@ def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: 
                 with gr.Row():
                     step = gr.Button("Step for the class", variant="primary", elem_id="class-step", min_width=100)
                     reveal = gr.Button("Reveal to the class", elem_id="class-reveal", min_width=100)
-                class_status = gr.Markdown("", elem_id="class-status")
-            qr = gr.HTML("", elem_id="class-qr")
+                class_status = gr.Markdown("", label="class status", elem_id="class-status")
+            qr = gr.HTML("", label="QR code", elem_id="class-qr")
         answers = figure_view("Answers (no names)", "class-answers")
-        summary = gr.Markdown("", elem_id="class-summary")
+        summary = gr.Markdown("", label="class summary", elem_id="class-summary")
         follow_btn = gr.Button("Follow the page's step", elem_id="class-follow", size="sm")
         code = gr.Textbox("", visible=False, label="class code")
         token = gr.Textbox("", visible=False, label="lecturer token")
@@ -600,21 +606,23 @@ def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: 
         timer = gr.Timer(LECTURER_POLL_S, active=False)
     # outside the tab: a tab not yet shown is not rendered, and its browser state would not be read from the browser
     kept = gr.BrowserState(["", ""], storage_key="dynasd-class-lecturer")
-    panel = ClassPanel(class_status, answers, summary, session_id).outputs()
-    whole = ClassStartViews(*panel, code, token, link, qr, timer).outputs()
     quiet = dict(show_progress="hidden")
+    panel = ClassPanel(class_status, answers, summary, session_id).outputs()
+    whole = ClassStartViews(*panel, code, token, link, qr).outputs()
+    page_state = dict(fn=on_lecturer_page, inputs=[code, token], outputs=[kept, timer], api_visibility="private",
+                      queue=False, **quiet)
     lecturer = [session_id, code, token]
     start.click(on_class_start, [session_id, address], whole, js=ADDRESS_JS, api_name="class_start", **quiet).then(
-        keep_lecturer, [code, token], [kept], api_visibility="private", queue=False, **quiet)
+        **page_state)
     demo.load(on_lecturer_open, [kept, address], whole, js=ADDRESS_JS, api_visibility="private", queue=False,
-              **quiet)
+              **quiet).then(**page_state)
     step_views = ClassStepViews(**vars(views), class_status=class_status, answers=answers,
                                 class_summary=summary).outputs()
     step.click(on_class_step, [*lecturer, prompt], step_views, inputs_kwargs=controls, api_name="class_step", **quiet)
     reveal.click(on_class_reveal, lecturer, step_views, api_name="class_reveal", **quiet)
     ask.input(on_class_ask, [*lecturer, ask, node], panel, api_name="class_question", **quiet)
     node.submit(on_class_ask, [*lecturer, ask, node], panel, api_visibility="private", **quiet)
-    end.click(on_class_end, lecturer, whole, api_name="class_end", **quiet)
+    end.click(on_class_end, lecturer, whole, api_name="class_end", **quiet).then(**page_state)
     # polls skip the queue: the answers come in while the lecturer's Step waits there for the model
     timer.tick(on_class_key, lecturer, [key, session_id], api_name="class_answers", queue=False, **quiet)
     key.change(on_class_panel, lecturer, panel, api_visibility="private", queue=False, **quiet)
