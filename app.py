@@ -24,6 +24,7 @@ import gradio as gr
 from dynasd.explorer.inputs import CUSTOM, Settings, known_pairs
 from dynasd.explorer.sessions.memory import start_heap_trimmer
 from ui import state
+from ui.classroom import CLASS_CSS
 from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu
 from ui.layout import QUEUE_PLACE_CSS, build_app
@@ -74,7 +75,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: boo
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     _poll_the_idle_queue_less(demo)
     demo.launch(
-        server_name=host, server_port=port, css=CSS + QUEUE_PLACE_CSS, head=CLAMP_NOTE_JS + INTRO_JS,
+        server_name=host, server_port=port, css=CSS + QUEUE_PLACE_CSS + CLASS_CSS, head=CLAMP_NOTE_JS + INTRO_JS,
         max_file_size="20mb",
         footer_links=["api"],
         prevent_thread_lock=not block, quiet=not block,

@@ -6,6 +6,7 @@ settings run alone, and the server's memory per session and after the learners h
     .venv/bin/python scripts/classroom.py --concurrency 2                  # the queue's concurrency for this run
     .venv/bin/python scripts/classroom.py --compare-concurrency 0          # Compares in the common lane
     .venv/bin/python scripts/classroom.py --zerogpu --pair tiny-random     # under the ZeroGPU double
+    .venv/bin/python scripts/classroom.py --class-mode --learners 30 --json class.json   # a class follows one run
 
 The server is app.py in its own process (scripts/soak_server.py: app.py plus memory probes), the queue as the app
 configures it (--concurrency overrides app.QUEUE_CONCURRENCY for the run); every learner is a gradio_client session
@@ -18,6 +19,16 @@ gives the Step latency of a learner alone).
 
 --zerogpu serves the app under the ZeroGPU double (tests/zerogpu_double: every GPU call in a forked child,
 arguments and results pickled) and counts the GPU calls (per learner: the calls over the learners).
+
+--class-mode measures a class instead (ui/classroom.py): one lecturer (a gradio_client session, as the lecturer's
+page) starts a class and takes --rounds steps, each revealed once the answers are in; N learners (soak.ClassLearner:
+plain HTTP, as the learner's page talks, each polling at the page's interval from its own thread) join, answer each
+step after a think of up to --think seconds, and a third of them reload their page once and rejoin by name. It
+writes (to --json) how long a Step or a Reveal took to reach each learner's page, from the moment the class changed
+on the server (`step_to_learner_*`: the lecturer's key, watched without the queue every WATCH_S) and from the
+lecturer's click (`click_to_learner_*`: with the model's step and the lecturer's gradio_client round trip), the
+answers acknowledged (`answers_expected`) and those the class's summary counts (`answers_counted`), `lost` (answers
+not counted, or not found after a rejoin), the server's memory per learner and its CPU time.
 """
 from __future__ import annotations
 
@@ -25,6 +36,8 @@ import argparse
 import collections
 import json
 import os
+import random
+import re
 import statistics
 import subprocess
 import sys
@@ -33,7 +46,8 @@ import threading
 import time
 from pathlib import Path
 
-from soak import REPO, free_port, probe_server, stop_server, wait_until_up  # this folder; sets the environment first
+# this folder (a script's folder is on sys.path); soak sets the environment first
+from soak import REPO, ClassLearner, free_port, probe_server, stop_server, wait_until_up
 
 STATUS = 7
 CONFIGS = [  # (prompt, settings): learner i takes CONFIGS[i % len(CONFIGS)]
@@ -163,7 +177,14 @@ def main(argv=None) -> int:
     parser.add_argument("--settle", type=float, default=35.0,
                         help="seconds after the learners leave before the last memory probe (the app returns "
                              "freed heap to the OS every 30 s)")
+    parser.add_argument("--class-mode", action="store_true",
+                        help="a class: one lecturer's run on every learner's page, answers and reveals (see above)")
+    parser.add_argument("--rounds", type=int, default=4, help="--class-mode: steps the lecturer shows and reveals")
+    parser.add_argument("--think", type=float, default=2.0, help="--class-mode: a learner answers within this many s")
+    parser.add_argument("--json", default="", help="--class-mode: write the figures to this file as JSON")
     args = parser.parse_args(argv)
+    if args.class_mode:
+        return class_mode(args)
     configs = CONFIGS[:max(1, min(args.configs, len(CONFIGS)))]
     probe_dir = Path(tempfile.mkdtemp(prefix="dynasd-classroom-"))
     server, url = start_server(args, probe_dir, probe_dir / "server.log")
@@ -260,6 +281,194 @@ def report(args, configs, solo_ids, solo_steps, learners, finished, class_start,
     for i, problem in problems[:20]:
         print(f"   - learner {i}: {problem}")
     return 1 if problems or differ or timeouts else 0
+
+
+CLASS_PROMPT = "Explain what a binary search tree is."
+
+
+def server_cpu_s(server) -> float:
+    """The server's CPU time so far (user + system), from /proc."""
+    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Pupil(ClassLearner):
+    """A learner of the measured class: polls at the page's interval in its own thread, answers each new round after
+    a think, reloads its page once (when `reloads`) after answering the second round, and keeps what it saw."""
+
+    def __init__(self, url, code, name, poll_s, think_s, seed, reloads) -> None:
+        super().__init__(url, code, name, poll_s)
+        self.rng = random.Random(seed)
+        self.think_s, self.reloads, self.reloaded = think_s, reloads, False
+        self.acked: dict[int, int] = {}     # round -> the answer the page acknowledged
+        self.problems: list[str] = []
+        self.lost: list[str] = []
+        self.stop = threading.Event()
+
+    def attend(self) -> None:
+        self.join()
+        next_tick = time.monotonic() + self.rng.uniform(0, self.poll_s)  # pages do not tick in step
+        answer_at = None
+        while not self.stop.is_set():
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+            next_tick += self.poll_s
+            try:
+                if self.poll() and self.frame()[1] == "asking" and self.round not in self.acked:
+                    answer_at = time.monotonic() + self.rng.uniform(0.2, self.think_s)
+                if answer_at is not None and time.monotonic() >= answer_at:
+                    answer_at = None
+                    self.answer_once()
+            except Exception as exc:  # counted; the learner goes on
+                self.problems.append(f"{type(exc).__name__}: {str(exc)[:160]}")
+
+    def answer_once(self) -> None:
+        number, value = self.round, self.rng.choice(self.choices)
+        if self.answer(value).startswith("✓"):
+            self.acked[number] = value
+        elif "closed at its reveal" not in self.status:
+            self.problems.append(f"round {number}: {self.status[:160]!r}")
+        if self.reloads and number == 2 and not self.reloaded:
+            self.reloaded = True
+            self.reload()
+            self.poll()
+            if self.mine() != str(value):
+                self.lost.append(f"round {number}: after the reload the page shows {self.mine()!r}, not {value}")
+
+
+def class_mode(args) -> int:
+    from gradio_client import Client
+
+    from ui.classroom import POLL_S  # the learner's page's own interval (the checkout's ui/, as the server's)
+
+    probe_dir = Path(tempfile.mkdtemp(prefix="dynasd-class-"))
+    server, url = start_server(args, probe_dir, probe_dir / "server.log")
+    started, events, problems = time.monotonic(), [], []
+    try:
+        wait_until_up(url, server)
+        lecturer = Client(url, verbose=False)
+        controls = dict(pair=args.pair, max_new_tokens=max(args.max_new_tokens, args.rounds + 1))
+        lecturer.predict(CLASS_PROMPT, **controls, api_name="/step")  # the model loaded, the run's prefill done
+        first = lecturer.predict(api_name="/class_start")
+        code, token = first[3], first[4]
+        watch = ClassLearner(url, code, "the lecturer's watch")  # reads the lecturer's key without the queue
+        before, cpu_before = probe_server(server, probe_dir, 0), server_cpu_s(server)
+        pupils = [Pupil(url, code, f"learner {i}", POLL_S, args.think, i, reloads=i % 3 == 0)
+                  for i in range(args.learners)]
+        threads = [threading.Thread(target=pupil.attend, daemon=True) for pupil in pupils]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: answers_key(watch, code, token)[1] == args.learners, 60, "every learner joined", problems)
+        class_start = time.monotonic()
+        for r in range(1, args.rounds + 1):
+            events.append(timed(lecturer, watch, "step", r, "asking", code, token, CLASS_PROMPT, **controls,
+                                api_name="/class_step"))
+            wait_for(lambda r=r: all(p.shown.get((r, "asking")) for p in pupils), 30, f"round {r} shown", problems)
+            wait_for(lambda r=r: sum(r in p.acked for p in pupils) == args.learners, 30 + args.think,
+                     f"round {r}'s answers", problems)
+            if r == 1:
+                held = probe_server(server, probe_dir, 1)  # every learner joined, polling, one answer each
+            events.append(timed(lecturer, watch, "reveal", r, "revealed", code, token, api_name="/class_reveal"))
+            wait_for(lambda r=r: all(p.shown.get((r, "revealed")) for p in pupils), 30, f"round {r} revealed",
+                     problems)
+        class_s = time.monotonic() - class_start
+        cpu_s = server_cpu_s(server) - cpu_before
+        summary = lecturer.predict(code, token, api_name="/class_end")[2]
+        for pupil in pupils:
+            pupil.stop.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        stop_server(server)
+    return class_report(args, pupils, events, summary, (before, held), cpu_s, class_s, problems,
+                        time.monotonic() - started)
+
+
+def timed(lecturer, watch: ClassLearner, action: str, number: int, phase: str, *args, api_name: str,
+          **kwargs) -> dict:
+    """The lecturer's action, timed: its click, the moment the class changed on the server (the lecturer's key,
+    watched without the queue every WATCH_S from the click) and the lecturer's answer."""
+    code, token = args[0], args[1]
+    before = watch.call("class_answers", None, code, token)[0]
+    clicked = time.monotonic()
+    job = lecturer.submit(*args, api_name=api_name, **kwargs)
+    changed = None
+    while changed is None and not job.done():
+        if watch.call("class_answers", None, code, token)[0] != before:
+            changed = time.monotonic()
+        else:
+            time.sleep(WATCH_S)
+    said = str(job.result()[-3])
+    answered = time.monotonic()
+    return dict(action=action, round=number, phase=phase, clicked=clicked, changed=changed or answered,
+                answered=answered, said=said)
+
+
+WATCH_S = 0.02
+
+
+def answers_key(watch: ClassLearner, code: str, token: str) -> tuple[int, int]:
+    """(version, learners joined) from the lecturer's poll (ui/classroom.py lecturer_key)."""
+    parts = str(watch.call("class_answers", None, code, token)[0]).split(".")
+    return (int(parts[1]), int(parts[2])) if len(parts) == 4 else (0, 0)
+
+
+def wait_for(done, timeout_s: float, what: str, problems: list[str]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            problems.append(f"{what}: not within {timeout_s:.0f} s")
+            return
+        time.sleep(0.05)
+
+
+def class_report(args, pupils, events, summary, probes, cpu_s, class_s, problems, wall_s) -> int:
+    before, held = probes
+    delays, clicks, by_action = [], [], collections.defaultdict(list)
+    for event in events:
+        for pupil in pupils:
+            seen = pupil.shown.get((event["round"], event["phase"]))
+            if seen is None:
+                continue
+            delays.append(seen - event["changed"])
+            clicks.append(seen - event["clicked"])
+            by_action[event["action"]].append(seen - event["changed"])
+    expected = sum(len(p.acked) for p in pupils)
+    counted = sum(int(n) for n in re.findall(r"\d+ of (\d+) right", summary))
+    missing = sum(1 for event in events for p in pupils if (event["round"], event["phase"]) not in p.shown)
+    lost = [f"{p.name}: {line}" for p in pupils for line in p.lost]
+    if missing:
+        lost.append(f"{missing} time(s) a learner's page never showed a step or a reveal")
+    problems = problems + [f"{p.name}: {line}" for p in pupils for line in p.problems]
+    lecturer_s = [e["answered"] - e["clicked"] for e in events]
+    figures = {
+        "learners": len(pupils), "pair": args.pair, "rounds": args.rounds, "poll_s": pupils[0].poll_s if pupils else 0,
+        "step_to_learner_p50_s": round(percentile(delays, 0.5), 3),
+        "step_to_learner_p95_s": round(percentile(delays, 0.95), 3),
+        "step_to_learner_max_s": round(max(delays, default=float("nan")), 3),
+        "step_only_to_learner_p95_s": round(percentile(by_action["step"], 0.95), 3),
+        "reveal_only_to_learner_p95_s": round(percentile(by_action["reveal"], 0.95), 3),
+        "click_to_learner_p95_s": round(percentile(clicks, 0.95), 3),
+        "lecturer_request_p50_s": round(percentile(lecturer_s, 0.5), 3),
+        "click_to_class_p50_s": round(percentile([e["changed"] - e["clicked"] for e in events], 0.5), 3),
+        "answers_expected": expected, "answers_counted": counted,
+        "lost": len(lost) + abs(expected - counted),
+        "server_rss_mb_before": round(before["rss_mb"], 1), "server_rss_mb_with_learners": round(held["rss_mb"], 1),
+        "memory_per_learner_mb": round((held["rss_mb"] - before["rss_mb"]) / max(1, len(pupils)), 3),
+        "server_cpu_cores": round(cpu_s / class_s, 3) if class_s else None,
+        "learner_requests": sum(p.requests for p in pupils),
+        "reloads": sum(p.reloaded for p in pupils),
+        "wall_s": round(wall_s, 1), "problems": (problems + lost)[:20],
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    print(f"\nDynaSD Explorer class: {len(pupils)} learners and a lecturer, {args.pair} pair, {args.rounds} steps, "
+          f"pages polling every {figures['poll_s']} s")
+    for name, value in figures.items():
+        if name != "problems":
+            print(f"  {name:<32} {value}")
+    for problem in figures["problems"]:
+        print(f"   - {problem}")
+    return 1 if problems or lost or expected != counted else 0
 
 
 if __name__ == "__main__":

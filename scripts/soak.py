@@ -1,5 +1,6 @@
-"""Soak the explorer: many sessions at once, bad input of every kind, injected model failures, and N sessions
-created and abandoned while memory is watched. Prints the figures and exits non-zero if any check failed.
+"""Soak the explorer: many sessions at once, bad input of every kind, injected model failures, a class (a lecturer
+and learners answering its steps), and N sessions created and abandoned while memory is watched. Prints the figures
+and exits non-zero if any check failed.
 
     .venv/bin/python scripts/soak.py                      # 500 sessions, 16 at once (several minutes on 2 cores)
     .venv/bin/python scripts/soak.py --sessions=60 --concurrent=8    # a quick look
@@ -29,6 +30,7 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -169,6 +171,7 @@ class Figures:
         self.in_flight = self.peak_in_flight = 0
         self.peak_sessions = 0
         self.texts_compared = 0
+        self.class_answers = 0  # answers given in a class and found in its summary
         self.bad_inputs: collections.Counter = collections.Counter()
         self.faults = collections.Counter()
         self.failures: list[str] = []
@@ -526,6 +529,133 @@ def memory_only(args) -> int:
     return 1 if figures.failures else 0
 
 
+class ClassLearner:
+    """One learner's page in a class (ui/classroom.py), talking plain HTTP as the page does (its events skip the
+    queue): join, then a poll every `poll_s` seconds; a new key asks for the views (the round's choices with them).
+    `shown` keeps when each (round, phase) reached this page."""
+
+    def __init__(self, url: str, code: str, name: str, poll_s: float = 0.5) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=url + "gradio_api/", timeout=60)
+        self.code, self.name, self.poll_s = code, name, poll_s
+        self.page = os.urandom(8).hex()  # the page's session; a reload gets a new one
+        self.key, self.round, self.choices, self.status = "", 0, [], ""
+        self.shown: dict[tuple[int, str], float] = {}
+        self.requests = 0
+
+    def call(self, api: str, *data) -> list:
+        self.requests += 1
+        answer = self.http.post(f"run/{api}", json={"data": list(data), "session_hash": self.page})
+        body = answer.json()
+        if answer.status_code != 200 or "data" not in body:
+            raise RuntimeError(f"/{api}: {body.get('error', answer.status_code)}")
+        return body["data"]
+
+    def join(self, name: str | None = None) -> str:
+        """Join (or, after a reload, rejoin) by name; the status line's words."""
+        self.status = str(self.call("class_join", self.code, self.name if name is None else name)[1])  # JoinViews
+        return self.status
+
+    def reload(self) -> str:
+        """The page reloaded: a new session, nothing on show, the name typed again."""
+        self.page, self.key, self.round, self.choices = os.urandom(8).hex(), "", 0, []
+        return self.join()
+
+    def poll(self) -> bool:
+        """One tick of the page's timer: whether the view changed (and then it is fetched, as the page does)."""
+        key = self.call("class_poll", self.code, self.name)[0]
+        if key == self.key:
+            return False
+        self.key = key
+        status, _question, _outcome, _text, _story, _tree, _mask, _pq, asked, _round, _box, choice, _button = \
+            self.call("class_show", self.code, self.name)  # ShowViews' order
+        self.status, self.round = str(status), int(asked or 0)
+        self.choices = [value for _, value in choice.get("choices", [])] if isinstance(choice, dict) else []
+        self.shown.setdefault(self.frame(), time.monotonic())
+        return True
+
+    def frame(self) -> tuple[int, str]:
+        """(round, phase) from the key the page holds (LearnerView.key: id.round.phase.question.answer)."""
+        parts = self.key.split(".")
+        return (int(parts[1]), parts[2]) if len(parts) >= 5 and parts[1].isdigit() else (0, "")
+
+    def mine(self) -> str:
+        """The learner's own answer to the round on show, as the key says ('None': none)."""
+        return self.key.split(".")[-1] if self.key.count(".") >= 4 else ""
+
+    def answer(self, value, number: int | None = None) -> str:
+        status, key = self.call("class_answer", self.code, self.name, self.round if number is None else number,
+                                value)
+        self.status = str(status)
+        return self.status
+
+
+def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2) -> None:
+    """A class (ui/classroom.py) on the served app: a lecturer and `learners` learners; every answer must be counted
+    exactly once, a rejoin by name must find its answers, and each kind of bad input must be refused in one line
+    that changes nothing."""
+    from gradio_client import Client
+
+    lecturer = Client(url, verbose=False)
+    started = lecturer.predict(api_name="/class_start")
+    code, token = started[3], started[4]
+    pupils = [ClassLearner(url, code, f"pupil {i}") for i in range(learners)]
+    for pupil in pupils:
+        pupil.join()
+    counted = 0
+    for r in range(1, rounds + 1):
+        lecturer.predict(code, token, "a class's prompt", **TINY, api_name="/class_step")
+        for pupil in pupils:
+            pupil.poll()
+            if pupil.round != r or not pupil.choices:
+                figures.fail(f"class: {pupil.name} does not show round {r} ({pupil.key!r})")
+                continue
+            if pupil.answer(pupil.choices[0]).startswith("✓"):
+                counted += 1
+            else:
+                figures.fail(f"class: {pupil.name}'s answer to round {r} was refused: {pupil.status[:160]!r}")
+        before = class_views(pupils)
+        bad = {
+            "a second answer": (lambda: pupils[0].answer(pupils[0].choices[-1]), "your first answer stands"),
+            "a wrong code": (lambda: ClassLearner(url, "ZZZZZ", "x").join(), "no class has the code ZZZZZ"),
+            "a code that is no code": (lambda: ClassLearner(url, "no code!", "x").join(), "is not a class code"),
+            "an empty name": (lambda: pupils[0].join(" "), "type your name first"),
+            "a name too long": (lambda: pupils[0].join("n" * 80), "at most"),
+            "a learner's reveal": (lambda: Client(url, verbose=False).predict(code, "", api_name="/class_reveal")[-3],
+                                   "only the class's lecturer"),
+        }
+        for kind, (act, must_say) in bad.items():
+            said = str(act())
+            figures.bad_inputs[f"class: {kind}"] += 1
+            if not said.startswith("⚠") or must_say not in said or "\n" in said.strip():
+                figures.fail(f"class: {kind}: unclear answer {said[:200]!r}")
+        if class_views(pupils) != before:
+            figures.fail("class: bad input changed a learner's view")
+        pupils[-1].reload()
+        pupils[-1].poll()
+        if pupils[-1].mine() != str(pupils[-1].choices[0]):
+            figures.fail(f"class: a rejoin by name lost its answer ({pupils[-1].key!r})")
+        lecturer.predict(code, token, api_name="/class_reveal")
+        late = pupils[1].answer(pupils[1].choices[-1], r)
+        figures.bad_inputs["class: an answer after the reveal"] += 1
+        if not late.startswith("⚠") or "closed at its reveal" not in late:
+            figures.fail(f"class: an answer after the reveal: unclear answer {late[:200]!r}")
+    summary = lecturer.predict(code, token, api_name="/class_end")[2]
+    answered = sum(int(n) for n in re.findall(r"\d+ of (\d+) right", summary))
+    if answered != counted:
+        figures.fail(f"class: {counted} answers were acknowledged, the summary counts {answered}")
+    with figures.lock:
+        figures.class_answers += counted
+    if len(state.CLASSES) > state.CLASSES.max_classes:
+        figures.fail(f"the class registry holds {len(state.CLASSES)} classes, over its cap")
+
+
+def class_views(pupils: list[ClassLearner]) -> list[str]:
+    """What each learner's page should show, as the server says it (the poll's key)."""
+    return [pupil.call("class_poll", pupil.code, pupil.name)[0] for pupil in pupils]
+
+
 def serve_in_process():
     """The app on tiny-random in this process (so that faults can be injected into its engine) on a free port:
     returns the launched Blocks, its URL and ui.state (its SESSIONS are the live ones)."""
@@ -543,13 +673,14 @@ def serve_in_process():
 def short_soak(url, state, tabs: int = 4, max_new: int = 12, every_bad_input: int = 3,
                abandoned: int = 6) -> Figures:
     """The soak in miniature, for the test suite (tests/test_soak.py): `tabs` tabs at once, every
-    `every_bad_input`-th bad input, one injected fault of each kind, `abandoned` tabs opened and left. It checks
-    what the long soak checks, memory aside (that needs hundreds of tabs)."""
+    `every_bad_input`-th bad input, one injected fault of each kind, `abandoned` tabs opened and left, a short class.
+    It checks what the long soak checks, memory aside (that needs hundreds of tabs)."""
     figures = Figures()
     concurrency_phase(url, state, figures, tabs, max_new)
     bad_input_phase(url, state, figures, every_bad_input)
     fault_phase(url, state, figures, len(injected_errors()))
     abandon_tabs(url, figures, abandoned, 2, 1, iter(range(10**9)))
+    class_phase(url, state, figures)
     if len(state.SESSIONS) > state.SESSIONS.max_sessions:
         figures.fail(f"the registry holds {len(state.SESSIONS)} sessions, over its cap")
     return figures
@@ -591,6 +722,9 @@ def main(argv=None) -> int:
         fault_phase(url, state, figures, args.faults)
         print(f"faults: {sum(figures.faults.values())} injected, {time.monotonic() - t:.0f} s", flush=True)
         t = time.monotonic()
+        class_phase(url, state, figures, learners=8, rounds=3)
+        print(f"class: {figures.class_answers} answers counted, {time.monotonic() - t:.0f} s", flush=True)
+        t = time.monotonic()
         rss_start, rss_end, rss_peak = soak_phase(url, state, figures, args.sessions, args.workers, args.steps)
         print(f"soak: {args.sessions} tabs, {time.monotonic() - t:.0f} s", flush=True)
     finally:
@@ -605,6 +739,8 @@ def main(argv=None) -> int:
           f"{figures.texts_compared}")
     print(f"  bad inputs tried               {sum(figures.bad_inputs.values())} of {len(figures.bad_inputs)} kinds: "
           + ", ".join(figures.bad_inputs))
+    print(f"  a class                        {figures.class_answers} answers, each counted once; a rejoin by name, "
+          "bad input of every kind refused in one line")
     print(f"  faults injected                {sum(figures.faults.values())}: "
           + ", ".join(f"{n}x {kind}" for kind, n in figures.faults.items()))
     print(f"  sessions created and abandoned {args.sessions} (+{warm_up_tabs(state)} warm-up), "

@@ -17,6 +17,7 @@ from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
 
 from . import predict as predict_ui
 from . import state
+from .classroom import class_section, learner_page
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
 from .export import export_controls
 from .gpu import on_zero_gpu
@@ -142,6 +143,8 @@ QUEUE_PLACE_CSS = """
 def build_app(default_pair: str = "embedded", default_target: str = "", default_draft: str = "") -> gr.Blocks:
     with gr.Blocks(title="DynaSD Explorer") as demo:
         w = SimpleNamespace(session_id=gr.State(None), controls={}, pair=default_pair)
+        # no navbar: the learner's page of a class (/class) is a route reached by its link, not a page to browse to
+        gr.Navbar(visible=False)
         gr.Markdown(INTRO, elem_id="intro")
         gr.Markdown(device_note(on_zero_gpu()), elem_id="device-line")
         with gr.Row(equal_height=False, elem_id="main-row"):
@@ -159,10 +162,12 @@ def build_app(default_pair: str = "embedded", default_target: str = "", default_
         _wire_play(w)
         _wire_trace_and_compare(w)
         ledger_section(w.tabs, w.session_id, w.scrubber)
+        class_section(demo, w.tabs, w.session_id, w.prompt, w.controls, w.views)  # a class follows this page's run
         learn_section(demo, w.tabs, w.session_id, w.prompt, w.scrubber, w.controls, w.views)
         predict_ui.wire_play(w.predict_first, w.play_predict, w.session_id, w.scrubber, w.views)
         wire_lecture(w.lecture_mode, w.lecture, w.session_id, w.scrubber, w.views)
         _wire_settings(demo, w)
+    learner_page(demo)  # /class: a learner's page in a class (ui/classroom.py)
     return demo
 
 

@@ -1,0 +1,200 @@
+"""A class on the page (ui/classroom.py), without a browser: the learner's route and the lecturer's endpoints exist;
+a learner's view of a step before its reveal tells nothing of the verdicts; each learner event sends only what it
+sets; a reload rejoins by name; the lecturer's link and QR code; a learner cannot act for the lecturer. Over HTTP the
+class is the soak's (scripts/soak.py class_phase, tests/test_soak.py) and the classroom script's
+(tests/test_scripts.py)."""
+import dataclasses
+import json
+
+import gradio as gr
+import pytest
+
+from dynasd.explorer.inputs import Settings
+from dynasd.explorer.pairs import PairCache
+from dynasd.explorer.sessions.calls import InProcess
+from dynasd.explorer.sessions.classroom import Ask, ClassRegistry, Phase
+from dynasd.explorer.sessions.controller import Controller
+from dynasd.explorer.sessions.session import Session
+
+SETTINGS = Settings(pair="tiny-random", method="mcsd", k_config="2,2,1", max_new_tokens=24).normalised()
+
+
+@pytest.fixture
+def classroom(tiny_pair, monkeypatch):
+    """A class on a lecturer's session, served from ui/state's registry (replaced for the test)."""
+    from ui import state
+
+    registry = ClassRegistry()
+    monkeypatch.setattr(state, "CLASSES", registry)
+    session = Session("lecturer")
+    controller = Controller(session, InProcess(PairCache(loader=lambda *_, **__: tiny_pair)))
+    klass = registry.start(session.id, None)
+    return session, controller, klass
+
+
+def step(session, controller, klass):
+    controller.step(SETTINGS, "hello there")
+    klass.follow(session.run)
+
+
+def test_the_app_serves_the_learners_page_as_a_route_with_the_class_endpoints():
+    from ui.layout import build_app
+
+    demo = build_app("tiny-random")
+    assert ("class", "Class", False) in demo.pages, "a route of its own, not in the navbar"
+    api = {fn.api_name for fn in demo.fns.values() if fn.api_name}
+    assert {"class_start", "class_step", "class_reveal", "class_question", "class_end", "class_answers",
+            "class_join", "class_poll", "class_show", "class_answer"} <= api
+    learner = {fn.api_name: fn for fn in demo.fns.values() if fn.page == "class"}
+    assert learner and all(not fn.queue for fn in learner.values()), "no learner event waits in the model's queue"
+    assert all(fn.page == "" for fn in demo.fns.values() if fn.api_name and fn.api_name.startswith("class_")
+               and fn.api_name not in learner), "the lecturer's events live on the lecturer's page"
+
+
+def test_before_the_reveal_a_learners_view_tells_no_verdict(classroom):
+    from ui.classroom import on_join, on_poll, on_show
+
+    session, controller, klass = classroom
+    on_join(klass.code, "Ana")
+    step(session, controller, klass)
+    assert klass.phase is Phase.ASKING
+    status, question, outcome, text, story, tree, mask, pq, asked, *_ = on_show(klass.code, "Ana")
+    assert pq is None and outcome == "" and asked == 1
+    statuses = {str(point) for trace in json.loads(tree)["data"] for point in [trace.get("name")]}
+    assert not any("accepted" in s or "rejected" in s for s in statuses), statuses
+    assert "Step 0" in question and "How many tokens" in question
+    *_, choice, answer_btn = on_show(klass.code, "Ana")
+    assert [value for _, value in choice.choices] == [v for _, v in klass.current.question.choices]
+    key = on_poll(klass.code, "Ana")
+    assert isinstance(key, str) and on_poll(klass.code, "Ana") == key, "one plain value, the same until a change"
+    controller.reveal(0)
+    klass.follow(session.run)
+    status, question, outcome, text, story, tree, mask, pq, asked, *_ = on_show(klass.code, "Ana")
+    assert pq is not None and "You did not answer step 0" in outcome and "score" in status
+    assert on_poll(klass.code, "Ana") != key
+
+
+def test_the_figures_of_a_round_are_drawn_once_for_the_whole_class(classroom, monkeypatch):
+    import viz
+    from ui import classroom as ui_classroom
+
+    session, controller, klass = classroom
+    for name in ("Ana", "Ben", "Chi"):
+        ui_classroom.on_join(klass.code, name)
+    step(session, controller, klass)
+    drawn = []
+    real = viz.tree_figure
+    monkeypatch.setattr(viz, "tree_figure", lambda *a, **k: drawn.append(1) or real(*a, **k))
+    controller.reveal(0)
+    klass.follow(session.run)
+    for name in ("Ana", "Ben", "Chi", "Ana"):
+        ui_classroom.on_show(klass.code, name)
+    assert len(drawn) == 1
+
+
+def test_an_answer_is_counted_once_and_bad_input_is_said_in_one_line(classroom):
+    from ui.classroom import on_answer, on_join, on_poll
+
+    session, controller, klass = classroom
+    on_join(klass.code, "Ana")
+    step(session, controller, klass)
+    right = klass.current.question.answer
+    status, key = on_answer(klass.code, "Ana", 1, right)
+    assert status.startswith("✓") and "your answer to step 0 is in" in status and key == on_poll(klass.code, "Ana")
+    for args, said in [(("Ana", 1, right), "your first answer stands"), (("Zed", 1, right), "join the class first"),
+                       (("", 1, right), "type your name first"), (("Ana", 9, right), "closed at its reveal")]:
+        status, key = on_answer(klass.code, *args)
+        assert status.startswith("⚠") and said in status and "\n" not in status, status
+    assert len(klass.current.answers) == 1
+    status, key = on_answer("NPE99", "Ana", 1, right)
+    assert status.startswith("⚠") and "no class has the code NPE99" in status
+    assert on_poll("NPE99", "Ana").startswith("⚠"), "a page whose class is gone shows why, once"
+
+
+def test_a_reload_rejoins_by_the_name_the_browser_kept(classroom):
+    from types import SimpleNamespace
+
+    from ui.classroom import on_answer, on_join, on_learner_open
+
+    session, controller, klass = classroom
+    on_join(klass.code, "Ana Lima")
+    step(session, controller, klass)
+    on_answer(klass.code, "Ana Lima", 1, 2)
+    request = SimpleNamespace(query_params={"code": klass.code.lower()})
+    code, name, join_box, status, latest, timer, stored = on_learner_open([klass.code, "Ana Lima"],
+                                                                                      request)
+    assert name == "Ana Lima" and latest.endswith(".2") and "your answer to step 0 is in" in status
+    code, name, *rest = on_learner_open(["OTHER", "Ana Lima"], request)
+    assert code == klass.code.lower() and name == gr.skip(), "another class's name is not typed in for this one"
+    assert len(klass.learners) == 1
+
+
+def test_only_the_lecturer_steps_reveals_asks_and_ends(classroom):
+    from ui.classroom import on_class_end, on_class_reveal, on_class_step
+
+    session, controller, klass = classroom
+    before = (klass.version, len(klass.rounds), klass.ended)
+    for outputs in (on_class_step(session.id, klass.code, "", "hi", **SETTINGS.controls()),
+                    on_class_reveal(session.id, klass.code, "guess"), on_class_end(session.id, klass.code, None)):
+        said = [o for o in outputs if isinstance(o, str) and "only the class's lecturer" in o]
+        assert said and said[0].startswith("⚠"), outputs
+    assert (klass.version, len(klass.rounds), klass.ended) == before
+
+
+def test_the_link_is_the_pages_own_address_and_a_strange_address_is_not_used():
+    from ui.classroom import class_link, qr_svg
+
+    assert class_link("https://teach.example.org/app/", "K7QX2") == "https://teach.example.org/app/class?code=K7QX2"
+    assert class_link("http://127.0.0.1:7860/", "K7QX2") == "http://127.0.0.1:7860/class?code=K7QX2"
+    for strange in ("javascript:alert(1)", "https://x\"><script>", "https://" + "a" * 400, None, 12):
+        assert class_link(strange, "K7QX2") == "/class?code=K7QX2"
+    svg = qr_svg("http://127.0.0.1:7860/class?code=K7QX2")
+    assert svg.startswith("<svg") and "QR code: http://127.0.0.1:7860/class?code=K7QX2" in svg
+
+
+def test_the_lecturers_question_choice_reaches_the_round_on_show(classroom):
+    from ui.classroom import ASKS, on_class_ask, on_show
+
+    session, controller, klass = classroom
+    klass.join("Ana")
+    step(session, controller, klass)
+    status, *_ = on_class_ask(session.id, klass.code, klass.token, Ask.FIRST_REJECTED.value, None)
+    assert "now asks" in status and klass.current.question.ask is Ask.FIRST_REJECTED
+    _, question, *_, choice, _ = on_show(klass.code, "Ana")
+    assert "reject first" in question, "the learner's page shows the new question"
+    assert choice.choices == [tuple(c) for c in klass.current.question.choices], "and its answers to choose from"
+    status, *_ = on_class_ask(session.id, klass.code, klass.token, "why?", None)
+    assert status.startswith("⚠") and all(name in status for name in ASKS)
+    status, *_ = on_class_ask(session.id, klass.code, klass.token, Ask.NODE.value, "x")
+    assert status.startswith("⚠") and "node number" in status
+
+
+def test_the_answers_bars_name_no_one_and_hide_the_right_answer_until_the_reveal():
+    from collections import Counter
+
+    from dynasd.explorer.sessions.classroom import Question
+    from viz.classroom import answers_figure
+
+    question = Question(Ask.COMMIT, "Step 3: how many?", (("1 token", 1), ("2 tokens", 2), ("3 tokens", 3)), 2,
+                        "step 3 committed 2 tokens", "why")
+    tally = Counter({1: 3, 3: 1})
+    before = answers_figure(question, tally, False, 5)
+    assert list(before.data[0].y) == ["1 token", "3 tokens"] and list(before.data[0].x) == [3, 1]
+    assert "4 of 5 answered" in before.layout.title.text and "2 tokens" not in before.layout.title.text
+    assert len(set(before.data[0].marker.color)) == 1, "before the reveal no bar stands out"
+    after = answers_figure(question, tally, True, 5)
+    assert list(after.data[0].y) == ["1 token", "✓ 2 tokens", "3 tokens"] and list(after.data[0].x) == [3, 0, 1]
+    assert after.data[0].marker.color[1] != after.data[0].marker.color[0], "the right bar differs in colour and ✓"
+
+
+def test_a_reload_of_the_lecturers_page_puts_the_class_back_only_with_its_secret(classroom):
+    from ui.classroom import ClassStartViews, on_lecturer_open
+
+    session, controller, klass = classroom
+    fields = [field.name for field in dataclasses.fields(ClassStartViews)]
+    shown = dict(zip(fields, on_lecturer_open([klass.code, klass.token], "http://127.0.0.1:7860/")))
+    assert shown["code"] == klass.code and shown["token"] == klass.token
+    assert f"/class?code={klass.code}" in shown["link"] and "is on show again" in shown["class_status"]
+    assert shown["session_id"] == gr.skip(), "the page keeps its own session"
+    for kept in ([klass.code, "not the secret"], ["", ""], None, ["ZZZZZ", klass.token]):
+        assert all(v == gr.skip() for v in on_lecturer_open(kept, "http://127.0.0.1:7860/")), kept
