@@ -10,8 +10,8 @@ The app is served in this process (scripts/browser_bench.py's serve), so the hea
 the same model thread as the page's, and the page's result is read from what it kept (measured_here.py). Targets:
 two headless Compares' ratios within 10% of each other; the browser's within 15% of the headless ones' mean.
 Other work on the machine moves every number: the load averages printed beside them say how busy it was.
-With --screenshots DIR, after the Compare it runs the prompt and saves Compare, Summary and Learn → Cost model at a
-desktop's width and at a phone's (412 px).
+With --screenshots DIR, after the Compare it runs the prompt at temperature 0 and at 0.7 and saves Compare, Summary,
+Decisions and Learn → Cost model at a desktop's width and at a phone's (412 px), in colour and in greyscale.
 """
 from __future__ import annotations
 
@@ -96,32 +96,67 @@ def browser_compare(driver, url: str, pair: str, prompt: str) -> dict:
                 ar_tokens_per_s=kept.row("ar").tokens_per_s if kept.row("ar") else None)
 
 
+TEMPERATURES = ("0", "0.7")
+VIEWS = (("compare", "Compare", "compare-plot"), ("summary", "Summary", "summary"),
+         ("decisions", "Decisions", "pq-plot"), ("cost-model", "Cost model", "learn-cost-text"))
+
+
+def set_temperature(driver, value: str) -> None:
+    """Type `value` into the temperature slider's number box (in the Sampling accordion, opened first)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    boxes = driver.find_elements(By.CSS_SELECTOR, "#temperature input[type=number]")
+    if not (boxes and boxes[0].is_displayed()):  # a closed accordion draws its controls only once opened
+        accordion = next(b for b in driver.find_elements(By.CSS_SELECTOR, "button, .label-wrap")
+                         if b.text.strip().startswith("Sampling"))
+        driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click()", accordion)
+        time.sleep(1.0)
+    box = driver.find_element(By.CSS_SELECTOR, "#temperature input[type=number]")
+    driver.execute_script("arguments[0].scrollIntoView()", box)
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(value, Keys.TAB)
+    time.sleep(0.5)
+
+
 def screenshots(driver, folder: Path) -> list[str]:
-    """Run the prompt, then Compare, Summary and Learn → Cost model at 1600 px and at 412 px."""
+    """For a run of the prompt at temperature 0 and at 0.7: Compare, Summary, Decisions and Learn → Cost model at
+    1600 px and at 412 px, in colour and in greyscale (CSS grayscale on the whole page)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(driver, 20 * WAIT_S, poll_frequency=0.5)
     folder.mkdir(parents=True, exist_ok=True)
-    driver.find_element(By.ID, "run-btn").click()
-    wait.until(lambda d: "Done after" in d.find_element(By.ID, "status").text)
     saved = []
-    for width, height in ((1600, 2200), (412, 2400)):
-        driver.set_window_size(width, height)
-        for name, element, then in (("compare", "compare-plot", None), ("summary", "summary", None),
-                                    ("cost-model", "learn-cost-text", "Cost model")):
-            tab(driver, "Learn" if then else name.capitalize())
-            if then:
-                tab(driver, then)
-                if not driver.find_element(By.ID, "learn-cost-text").text.strip():
-                    driver.find_element(By.ID, "learn-cost-btn").click()
-                    wait.until(lambda d: "×" in d.find_element(By.ID, "learn-cost-text").text)
-                    time.sleep(1.0)
-            driver.execute_script(f"document.getElementById('{element}').scrollIntoView()")
-            time.sleep(0.5)
-            path = folder / f"{name}-{width}.png"
-            driver.save_screenshot(str(path))
-            saved.append(str(path))
+    for temperature in TEMPERATURES:
+        driver.set_window_size(1600, 2200)
+        set_temperature(driver, temperature)
+        before = driver.find_element(By.ID, "status").text
+        driver.find_element(By.ID, "run-btn").click()
+        wait.until(lambda d, before=before: "Done after" in d.find_element(By.ID, "status").text
+                   and d.find_element(By.ID, "status").text != before)
+        costed = False
+        for width, height in ((1600, 2200), (412, 2400)):
+            driver.set_window_size(width, height)
+            for grey in (False, True):
+                driver.execute_script(f"document.documentElement.style.filter = '{'grayscale(1)' if grey else ''}'")
+                for name, tab_name, element in VIEWS:
+                    tab(driver, "Learn" if name == "cost-model" else tab_name)
+                    if name == "cost-model":
+                        tab(driver, tab_name)
+                        if not costed:
+                            shown = driver.find_element(By.ID, "learn-cost-text").text
+                            driver.find_element(By.ID, "learn-cost-btn").click()
+                            wait.until(lambda d, shown=shown: "×" in d.find_element(By.ID, "learn-cost-text").text
+                                       and d.find_element(By.ID, "learn-cost-text").text != shown)
+                            costed = True
+                            time.sleep(1.0)
+                    driver.execute_script(f"document.getElementById('{element}').scrollIntoView()")
+                    time.sleep(0.5)
+                    path = folder / f"t{temperature}-{name}-{width}{'-grey' if grey else ''}.png"
+                    driver.save_screenshot(str(path))
+                    saved.append(str(path))
+        driver.execute_script("document.documentElement.style.filter = ''")
     return saved
 
 
@@ -130,36 +165,11 @@ def agreement(a: dict, b: dict) -> dict[str, float]:
     return {m: abs(a[m][0] / b[m][0] - 1) for m in a if m in b and m != "ar" and b[m][0] > 0}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", default="embedded")
-    parser.add_argument("--no-browser", action="store_true", help="the two headless Compares only")
-    parser.add_argument("--screenshots", default="", help="save Compare, Summary and Cost model screenshots here")
-    parser.add_argument("--json", default="", help="also write the numbers to this file")
-    args = parser.parse_args(argv)
-    browser = not args.no_browser
-    has_chromium = (shutil.which("chromium") or shutil.which("chromium-browser")) and shutil.which("chromedriver")
-    if browser and not has_chromium:
-        parser.error("needs Debian chromium and chromium-driver (or --no-browser)")
-    state, url, _ = serve(REPO, args.pair)
-    from dynasd.explorer.inputs import Settings
-    from ui.texts import EXAMPLES
-
-    settings, prompt = Settings(pair=args.pair), EXAMPLES[0]  # the page's defaults: what its Compare runs
-    runs = {"headless 1": headless_compare(state, settings, prompt),
-            "headless 2": headless_compare(state, settings, prompt)}
-    shots = []
-    if browser:
-        driver = chromium(1600, 1800)
-        try:
-            runs["browser"] = browser_compare(driver, url, args.pair, prompt)
-            if args.screenshots:
-                shots = screenshots(driver, Path(args.screenshots))
-        finally:
-            driver.quit()
+def report(runs: dict, browser: bool, pair: str, prompt: str) -> None:
+    """The table of every method's ratio in each Compare and how far they agree, then each Compare's load."""
     methods = [m for m in runs["headless 1"]["ratios"] if m != "ar"]
     names = list(runs)
-    print(f"pair {args.pair}, prompt {prompt[:50]!r}…, default settings; ratio against ar (90% range)")
+    print(f"pair {pair}, prompt {prompt[:50]!r}…, default settings; ratio against ar (90% range)")
     print("| method | " + " | ".join(names) + " | headless 1 vs 2 |" + (" browser vs headless |" if browser else ""))
     print("|---" * (len(names) + 2 + browser) + "|")
     two = agreement(runs["headless 1"]["ratios"], runs["headless 2"]["ratios"])
@@ -181,10 +191,39 @@ def main(argv: list[str] | None = None) -> None:
     print(f"headless 1 vs 2: worst {worst:.1%} (target {HEADLESS_TARGET:.0%})"
           + (f"; browser vs headless: worst {max(versus.values(), default=0.0):.1%} (target {BROWSER_TARGET:.0%})"
              if browser else ""))
-    for path in shots:
-        print(f"screenshot: {path}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(runs=runs, headless=two, browser=versus), indent=2, default=str))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="embedded")
+    parser.add_argument("--no-browser", action="store_true", help="the two headless Compares only")
+    parser.add_argument("--screenshots", default="", help="save screenshots of a run's views here")
+    parser.add_argument("--json", default="", help="also write the numbers to this file")
+    args = parser.parse_args(argv)
+    browser = not args.no_browser
+    has_chromium = (shutil.which("chromium") or shutil.which("chromium-browser")) and shutil.which("chromedriver")
+    if browser and not has_chromium:
+        parser.error("needs Debian chromium and chromium-driver (or --no-browser)")
+    state, url, _ = serve(REPO, args.pair)
+    from dynasd.explorer.inputs import Settings
+    from ui.texts import EXAMPLES
+
+    settings, prompt = Settings(pair=args.pair), EXAMPLES[0]  # the page's defaults: what its Compare runs
+    runs = {"headless 1": headless_compare(state, settings, prompt),
+            "headless 2": headless_compare(state, settings, prompt)}
+    driver = chromium(1600, 1800) if browser else None
+    try:
+        if browser:
+            runs["browser"] = browser_compare(driver, url, args.pair, prompt)
+        report(runs, browser, args.pair, prompt)
+        if args.json:
+            Path(args.json).write_text(json.dumps(runs, indent=2, default=str))
+        if browser and args.screenshots:
+            for path in screenshots(driver, Path(args.screenshots)):
+                print(f"screenshot: {path}")
+    finally:
+        if driver is not None:
+            driver.quit()
     sys.stdout.flush()
     threading.Timer(0.1, lambda: os._exit(0)).start()  # the in-process server's threads would keep us alive
 

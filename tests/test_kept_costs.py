@@ -57,6 +57,7 @@ def test_a_step_slower_than_the_kept_line_or_outside_it_says_nothing_a_faster_on
     assert cost.kept_forward_s(timings, 2) == pytest.approx(0.012)
     assert cost.disagreement(timings, [step(0, 4, 0.030), step(1, 40, 0.001)]) == ""
     assert cost.disagreement(timings, [step(2, 4, 0.012)]) == "", "within 1.5x"
+    assert cost.disagreement(timings, [step(2, 4, 0.0085)]) == "", "1.88x: within the spread of honest costs"
     found = cost.disagreement(timings, [step(2, 4, 0.030), step(3, 2, 0.004)])
     assert found == "step 3's own verify over 2 rows took 4.00 ms where they say one forward over 2 rows takes " \
                     "12.00 ms (3.0x)"
