@@ -22,7 +22,6 @@ import shutil
 import threading
 from pathlib import Path
 
-import gguf
 import torch
 import transformers.utils.logging as hf_logging
 from safetensors import safe_open
@@ -130,6 +129,8 @@ def _gguf_read_once():
     weights and tokenizer come out as transformers' own unshared load makes them (tests/test_converted.py compares
     them bit for bit); measured 20.2 s -> 8.4 s. transformers imports both names from `gguf` at each call, which is
     where they are swapped, and only for this block."""
+    import gguf
+
     with _READ_ONCE:
         reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
         gguf.GGUFReader = functools.lru_cache(maxsize=None)(reader)

@@ -49,6 +49,10 @@ LAZY_IMPORTS = {
         "plotly loads only when a report is written: the runtime imports neither plotly nor gradio",
     ("dynasd.bench.llama_cpp_peer", "llama_cpp"): "an optional extra (peers): the bench runs without it and says so",
     ("ui.gpu", "spaces.zero.torch"): "only the real spaces package, on a ZeroGPU Space, has the CUDA emulation",
+    ("dynasd.converted", "gguf"): "only converting a GGUF file reads it: scripts/gpu_check.py's machine has no gguf",
+    ("dynasd.kernels.block_weights", "gguf"): "only quantizing a draft to Q8_0 needs it: the GPU check's machine has "
+                                              "no gguf",
+    ("dynasd.kernels.block_weights", "gguf.quants"): "as gguf, in the same function",
     ("dynasd.kernels.compile", "torch"):
         "the kernel cache is read and built by processes that load no model: torch loads with a library, not before",
 }

@@ -127,7 +127,7 @@ def test_every_speed_figure_of_a_run_is_its_compare_or_labelled_a_model(browser,
         until(ready.element_to_be_clickable((By.ID, button)), inner).click()
         until(lambda _, words=words: "×" in text(words), inner)
 
-    seen, unlabelled = {}, []
+    seen, unlabelled, listed = {}, [], []
     for view, (words, figure) in VIEWS.items():
         said, svg = browser.execute_script(COLLECT_JS, words, figure)
         if view == "status":
@@ -135,13 +135,20 @@ def test_every_speed_figure_of_a_run_is_its_compare_or_labelled_a_model(browser,
         seen[view] = said + "\n" + "\n".join(svg)
         for kind, value, around, after in speed_figures(said) + [f for t in svg for f in speed_figures(t)]:
             if view.startswith("compare"):
-                continue  # Compare's own numbers: the measurement itself
+                listed.append((view, kind, value, "Compare's own measurement"))
+                continue
             if "measured by Compare" in after:
                 assert abs(value - ratio) <= 0.006, f"{view}: {value}× said measured, Compare: {ratio:.2f}×: {around}"
+                listed.append((view, kind, value, "Compare's paired ratio, quoted"))
             elif kind == "rate" and "as it happened" in around:
-                pass
+                listed.append((view, kind, value, "this run's own rate, as it happened"))
             elif "expected" not in around.lower() and "model" not in around.lower():
                 unlabelled.append(f"{view}: …{around}…")
+            else:
+                listed.append((view, kind, value, "a model, labelled expected"))
+    print("\nevery speed figure of the run (view, kind, value, where it comes from):")
+    for view, kind, value, source in listed:
+        print(f"  {view:20} {kind:5} {value:8.2f}  {source}")
     assert not unlabelled, "speed figures neither measured by Compare nor labelled a model:\n" + "\n".join(unlabelled)
     quoted = f"{ratio:.2f}× ar"
     for view in ("summary", "cost model", "rows and batches", "where would it pay"):

@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType
-from gguf.quants import quantize
 from safetensors import safe_open
 
 from .compile import kernel_once
@@ -318,6 +316,9 @@ def use_q8_0_blocks(model: torch.nn.Module, kernel, arithmetic: str = FLOAT32) -
 
     Why: a one-row draft forward is bound by the bytes it reads, and the embedded draft's float16 panels are 40 MB
     (half of them its 16,384-token head) against the target's 96 MB of blocks; as Q8_0 they are 21 MB."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
     swapped = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
