@@ -58,8 +58,8 @@ def test_the_endpoint_measures_this_device_and_labels_the_model(explorer_url):
     client = Client(explorer_url, verbose=False)
     tiny = dict(pair="tiny-random", method="mcsd", max_new_tokens=16)
     assert "nothing to measure" in client.predict(0, **tiny, api_name="/rows_and_batches")[1]
-    for _ in range(3):
-        client.predict(prompt="hello", **tiny, api_name="/step")
+    for _ in range(3):  # a prompt no other test compares: the app and its kept Compares are shared by the suite
+        client.predict(prompt="hello, rows and batches", **tiny, api_name="/step")
     figure, text = client.predict(1, **tiny, api_name="/rows_and_batches")
     assert text.startswith("On this device one target forward over 8 rows") and "Model, not a measurement" in text
     assert "For one sequence nothing was measured for this method" in text, "no Compare ran: nothing quoted"

@@ -44,8 +44,8 @@ def test_learn_step_without_a_run_says_what_to_do(connect):
 
 def test_cost_model_side_by_side_and_losslessness(connect):
     client = connect()
-    for _ in range(3):
-        client.predict(prompt="hello", **TINY, api_name="/step")
+    for _ in range(3):  # a prompt no other test compares: the app and its kept Compares are shared by the suite
+        client.predict(prompt="hello, cost model", **TINY, api_name="/step")
     figure, budget, text, status = client.predict(1, True, **TINY, api_name="/cost_model")  # measure again
     assert "measured now on this device" in status and "ar step" in text
     names = [trace["name"] for trace in plot(figure)["data"]]
