@@ -15,6 +15,7 @@ ui/gpu.py's `gpu_run` on the model thread or a GPU process) → Advance.on → e
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from ...decoders.snapshot import DecoderSnapshot
@@ -76,7 +77,7 @@ class FollowUp:
 RunRequest = StartRun | Advance | FollowUp
 
 
-class ModelCalls:
+class ModelCalls(ABC):
     """Where a session's model calls run: one method per action, each taking and returning data, and `run`, the one
     thing a form implements. `chunk` is how many steps a Step computes at once (1 where a step is cheap to ask for,
     more where each call waits for a GPU; later Steps show the rest without one), `run_chunk` how many a Run computes
@@ -98,8 +99,9 @@ class ModelCalls:
                   expected_s: float = 0.0) -> Progress:
         return self.run(settings, FollowUp(snapshot, tuple(turns)), steps, expected_s)
 
+    @abstractmethod
     def run(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
-        raise NotImplementedError
+        """`request.on(...)` where this kind of call runs it (in place, or in a GPU process)."""
 
 
 class InProcess(ModelCalls):
