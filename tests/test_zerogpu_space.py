@@ -159,7 +159,7 @@ def test_the_page_steps_runs_and_stops_on_zerogpu(zerogpu_app, browser):  # noqa
     browser.find_element(By.ID, "run-btn").click()
     wait.until(lambda _: (_shown_step(browser) or 0) >= 3)
     shown_at_stop = browser.execute_script(
-        "const shown = document.getElementById('scrubber').innerText.match(/\\((\\d+) of \\d+\\)/);"
+        "const shown = document.getElementById('scrubber').innerText.match(/Step on show: (\\d+)/);"
         "document.getElementById('stop-btn').click();"
         "return shown ? Number(shown[1]) : null;")
     wait.until(lambda _: "Stopped after" in status())

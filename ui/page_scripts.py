@@ -33,6 +33,8 @@ CSS = """
 /* table headers break between words only ("ste ps" read as two words); a wide table scrolls sideways */
 #summary table { display: block; overflow-x: auto; width: 0; min-width: 100%; }
 #summary th, #summary td { word-break: keep-all; overflow-wrap: normal; hyphens: none; }
+/* a phone: the one-row table keeps each cell on one line and scrolls, rather than a header three lines high */
+@media (max-width: 640px) { #summary th, #summary td { white-space: nowrap; } }
 .clamp-note { color: #b35900; font-size: 0.85em; margin-top: 2px; }
 #run-buttons { flex-wrap: nowrap; gap: 6px; }
 /* a slider's help at the control's width: beside the slider's number box it was a column of 170-210 px */
@@ -235,7 +237,8 @@ LEARN_KEYS_JS = """
     const tag = target && target.tagName ? target.tagName.toLowerCase() : '';
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (target && target.isContentEditable)) return;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
-    if (target && target.id === 'tree-plot') return;  // the focused tree: the arrow keys scroll it
+    // the focused tree keeps the arrow keys only while it scrolls sideways (a phone); elsewhere they step Learn
+    if (target && target.id === 'tree-plot' && target.scrollWidth > target.clientWidth) return;
     const click = (id) => { const b = document.getElementById(id); if (b) { b.click(); event.preventDefault(); } };
     if (event.key === 'ArrowRight' && event.shiftKey) click('step-btn');
     else if (event.key === 'ArrowRight') click('learn-next');

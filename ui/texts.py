@@ -136,21 +136,20 @@ stopping early saves draft work.
 """
 
 SUMMARY_HELP = """
-**What am I seeing?** *Left*: how many tokens each step committed, by origin. *Right*: tokens written so far (green)
-against target forwards spent (grey); autoregressive decoding spends one forward per token (dashed red), so the
-gap is the target work saved. **Tokens per target forward** is the hardware-independent speed-up. **Speed-up over
-ar** is what the Compare tab measured for this method, these settings and this prompt on this machine: the method
-and ar timed side by side, round by round, with its range (a dash until a Compare ran them). **Tokens / s, as it
-happened** is this run's own rate, its steps' time only (draft + verify + accept), taken while the page asked for
-and drew each step: it moves with whatever else the machine does, so it is no comparison; the prompt's prefill is
-reported apart, once, because it is paid before the first step whatever the method.
+**What am I seeing?** *Left*: the tokens each step committed, by origin. *Right*: tokens written (green) against
+target forwards spent (grey); ar spends one forward a token (dashed red), so the gap is the target work saved.
+**Tokens per target forward** is the speed-up free of the hardware. **Speed-up over ar** is what Compare measured on
+this machine for this method, these settings and this prompt: the method and ar timed side by side, round by round,
+with its range (a dash until a Compare ran them). **Tokens / s, as it happened** is this run's own rate over its
+steps (draft + verify + accept; the prefill, paid once whatever the method, is reported apart), taken while the page
+drew each step and moving with whatever else the machine does: no comparison.
 
-*Below*, the acceptance by draft position, under the names vLLM reports. **Per-position acceptance** (teal): the
-share of drafting steps that accepted a candidate at position k; it can only fall with k, and when every step
-drafts 1 + its sum is the tokens per target forward (what vLLM calls the **mean acceptance length**).
-**Conditional acceptance** (blue): of the steps whose walk got to position k with a candidate there, the share
-that accepted one: a draft that is good early and collapses late shows it here first, and it says how deep a tree
-is worth growing. *Right*: how many candidates each step accepted.
+*Below*, the acceptance by draft position, as vLLM names it. **Per-position acceptance** (teal): the share of
+drafting steps that accepted a candidate at position k; it only falls with k, and when every step drafts, 1 + its
+sum is the tokens per target forward (vLLM's **mean acceptance length**). **Conditional acceptance** (blue): of the
+steps whose walk reached position k with a candidate there, the share that accepted one; a draft good early and
+weak late shows here first, and it says how deep a tree is worth growing. *Right*: how many candidates each step
+accepted.
 """
 
 COMPARE_HELP = f"""

@@ -85,18 +85,16 @@ def summary_markdown(run: RunTrace, upto: int | None = None, compared: ComparedS
         *([measured, ""] if measured else []),
         f"*{AS_IT_HAPPENED}*: {happened.said()}; the prompt's prefill is the separate *prefill* column.",
         "",
-        f"*tokens / target forward* is what vLLM and llama.cpp call the mean acceptance length: the target's own "
-        f"token and the candidate tokens ({', '.join(o.kind for o in ORIGINS if o.tested)}) it kept, per step. "
-        f"*{LEVEL_RATE}*: of the "
-        "draft levels a step tried, the share the kept path reached (the papers' acceptance rate); it counts "
-        "levels, not nodes, so a 44-node tree with 1 of 4 levels kept reads 25%, not 2%.",
+        f"*tokens / target forward* (the mean acceptance length): the target's own token and the candidate tokens "
+        f"({', '.join(o.kind for o in ORIGINS if o.tested)}) it kept, per step. *{LEVEL_RATE}*: of the draft levels "
+        "a step tried, the share the kept path reached (the papers' acceptance rate); it counts levels, not nodes, so "
+        "a 44-node tree with 1 of 4 levels kept reads 25%, not 2%.",
     ]
     acceptance = acceptance_of(run.steps if upto is None else run.steps[: upto + 1])
     if acceptance.drafts:
-        lines += ["", f"*per-position acceptance* {rates_text(acceptance.per_position)} (k = 1, 2, …: the share of "
-                  f"drafting steps that got past position k) · *conditional* {rates_text(acceptance.conditional)} (of "
-                  "the steps whose walk got to position k, the share that accepted there): the chart under the "
-                  "timeline draws both."]
+        lines += ["", f"*per-position acceptance* {rates_text(acceptance.per_position)} (k = 1, 2, …) · "
+                  f"*conditional* {rates_text(acceptance.conditional)}: the chart under the timeline draws both, "
+                  "its help says how each is counted."]
     if not run.lossless:
         off, total = off_target_roots(run, upto)
         lines += ["", f"**LOSSY method.** In {off} of {total} steps the committed chain started from a target "

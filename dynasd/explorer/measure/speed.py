@@ -79,8 +79,7 @@ class AsItHappened:
 
     def said(self) -> str:
         return (f"{self.tokens_per_s:.1f} tokens/s, this run as it happened ({self.tokens} tokens in "
-                f"{self.steps} steps, timed while this page asked for and drew each step: a browser on this "
-                "machine draws on the same cores; not a comparison)")
+                f"{self.steps} steps, timed while this page drew each step on the same cores: not a comparison)")
 
 
 def as_it_happened(run: RunTrace, upto: int | None = None) -> AsItHappened:
