@@ -311,7 +311,10 @@ def test_the_learn_tab_guides_a_step_phase_by_phase_and_shows_the_residual(brows
 
     browser.find_element(By.ID, "learn-next").click()
     wait.until(lambda _: "Phase 2 of" in text("learn-phase-text"))
-    browser.find_element(By.TAG_NAME, "body").click()  # the keys act when no input has the focus
+    # the keys act when no input has the focus; a tree that fits the screen (no sideways scroll) leaves them to Learn
+    focused = browser.execute_script("const tree = document.getElementById('tree-plot'); tree.focus();"
+                                     "return document.activeElement === tree && tree.scrollWidth <= tree.clientWidth")
+    assert focused, "the desktop tree takes the focus and does not scroll sideways"
     ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
     wait.until(lambda _: "Phase 3 of" in text("learn-phase-text"))
     ActionChains(browser).send_keys(Keys.ARROW_LEFT).perform()
