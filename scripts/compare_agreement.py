@@ -63,6 +63,21 @@ def headless_compare(state, settings, prompt: str) -> dict:
                     (r.tokens_per_s for r in result.rows if r.method == "ar"), None))
 
 
+def browser_cpu_s() -> float:
+    """The CPU time (user + system, s) of every Chromium process on the machine so far, from /proc: what the page
+    took from the cores the Compare measured on."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1: text.rindex(")")], text[text.rindex(")") + 1:].split()
+        if "chrom" in name:
+            total += (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def tab(driver, name: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -85,15 +100,15 @@ def browser_compare(driver, url: str, pair: str, prompt: str) -> dict:
     driver.get(url)
     wait.until(ready.element_to_be_clickable((By.ID, "step-btn")))
     tab(driver, "Compare")
-    before, started = load_average(), time.perf_counter()
+    before, started, cpu_before = load_average(), time.perf_counter(), browser_cpu_s()
     wait.until(ready.element_to_be_clickable((By.ID, "compare-btn"))).click()
     wait.until(lambda d: "all methods compared" in d.find_element(By.ID, "compare-status").text.lower())
-    seconds = time.perf_counter() - started
+    seconds, browser_cpu = time.perf_counter() - started, browser_cpu_s() - cpu_before
     kept = next(k for k in read_compares(machine_line(), pair) if k.prompt_key == prompt_key(prompt))
     ratios = {r.method: (1.0, 1.0, 1.0, None) if r.method == "ar" else (r.ratio, r.ratio_low, r.ratio_high, None)
               for r in kept.rows if r.method == "ar" or r.ratio is not None}
     return dict(ratios=ratios, seconds=seconds, load_before=before, load_after=load_average(), load_seen=kept.load,
-                ar_tokens_per_s=kept.row("ar").tokens_per_s if kept.row("ar") else None)
+                ar_tokens_per_s=kept.row("ar").tokens_per_s if kept.row("ar") else None, browser_cpu_s=browser_cpu)
 
 
 TEMPERATURES = ("0", "0.7")
@@ -186,7 +201,9 @@ def report(runs: dict, browser: bool, pair: str, prompt: str) -> None:
         print(line + (f" {versus.get(method, float('nan')):.1%} |" if browser else ""))
     for name, run in runs.items():
         print(f"{name}: {run['seconds']:.1f} s, ar {run['ar_tokens_per_s'] or 0:.1f} tokens/s; /proc/loadavg "
-              f"{run['load_before']} before, {run['load_after']} after; Compare's own: {run['load_seen']}")
+              f"{run['load_before']} before, {run['load_after']} after; Compare's own: {run['load_seen']}"
+              + (f"; Chromium's CPU meanwhile {run['browser_cpu_s']:.1f} s ({run['browser_cpu_s'] / run['seconds']:.2f}"
+                 " of a core)" if "browser_cpu_s" in run else ""))
     worst = max(two.values(), default=0.0)
     print(f"headless 1 vs 2: worst {worst:.1%} (target {HEADLESS_TARGET:.0%})"
           + (f"; browser vs headless: worst {max(versus.values(), default=0.0):.1%} (target {BROWSER_TARGET:.0%})"

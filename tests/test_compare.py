@@ -68,10 +68,34 @@ def test_ar_is_timed_in_every_round_again_from_the_prompt_once_its_own_run_is_do
     own_rounds = {c.round for c in final.chunks if c.method == "ar" and not c.reference}
     reference = [c for c in final.chunks if c.reference]
     assert reference and all(c.round not in own_rounds for c in reference), "the reference runs after ar's own"
-    assert final.reference is not None and final.reference.run.prompt == final.runs["ar"].run.prompt
+    assert final.repeats["ar"].run.prompt == final.runs["ar"].run.prompt
     timed = [c for c in final.chunks if c.cpu_seconds is not None]
     assert timed and all(c.call_seconds > 0 and c.cpu_seconds >= 0 for c in timed), "CPU time beside wall time"
     assert all(c.cpu_seconds is None for c in final.chunks if c.round == 0), "a call that prefilled is not timed"
+
+
+def test_a_method_finished_early_runs_again_from_the_prompt_until_it_is_timed_long_enough(rounds, tiny_pair):
+    """A fast method's whole run is a few tenths of a second: while another method still runs, it runs again from
+    the prompt (timed only) until MIN_TIMED_S of its steps are timed, and those chunks count in its ratio."""
+    final = rounds[-1]
+    for method in ("sd", "pld"):
+        own = [c for c in final.chunks if c.method == method and not c.reference]
+        again = [c for c in final.chunks if c.method == method and c.reference]
+        others_left = [r for r in range(max(c.round for c in own) + 1, final.rounds)
+                       if any(c.round == r and not c.reference for c in final.chunks if c.method != method)]
+        assert {c.round for c in again} == set(others_left), f"{method} ran again in every round another ran"
+        assert final.repeats[method].run.prompt == final.runs[method].run.prompt if again else True
+    assert any(c.reference for c in final.chunks if c.method != "ar"), "one of the two finished before the other"
+    paired = compare.compare_result(final).rows[1].against_ar
+    assert paired.pairs == len([c for c in final.chunks if c.method == "sd"]), "its repeats count"
+
+    pairs = PairCache(loader=lambda *_, **__: tiny_pair)
+    with pytest.MonkeyPatch.context() as patch:  # timed long enough at once: only ar runs again
+        patch.setattr(compare, "chunk_steps", lambda method_run: CHUNK_STEPS[method_run.method])
+        patch.setattr(compare, "MIN_TIMED_S", 0.0)
+        *_, timed = compare.run_compare(pairs, Settings(pair="tiny-random", max_new_tokens=24), "the cat the cat",
+                                        methods=("ar", "sd", "pld"), peer=False, load=lambda: 0.1)
+    assert {c.method for c in timed.chunks if c.reference} == {"ar"}
 
 
 def test_the_rows_are_ratios_against_ar_paired_by_round_then_tokens_per_s(rounds):
@@ -81,7 +105,7 @@ def test_the_rows_are_ratios_against_ar_paired_by_round_then_tokens_per_s(rounds
     assert result.load_average == 0.9, "the highest load read around any round"
     ar_of = {c.round: c for c in final.chunks if c.method == "ar"}
     for r in result.rows:
-        chunks = [c for c in final.chunks if c.method == r.method and not c.reference]
+        chunks = [c for c in final.chunks if c.method == r.method]  # its repeats' too
         assert (r.low, r.high) == rate_range([(c.tokens, c.seconds) for c in chunks]) and r.parts == len(chunks)
         assert r.same_text_as_ar is True, "greedy sd and pld write ar's text"
         if r.method == "ar":

@@ -11,7 +11,10 @@ between two quiet Compares, 3x while a browser drew on the same cores), and both
 they are timed side by side. So every round also times ar: its own run while it lasts, then ar run again from the
 prompt only as the round's reference (`Chunk.reference`), and a method's speed-up is its tokens / s against ar's in
 the same rounds (`paired_ratio`), its range a seeded bootstrap over those rounds: load that came and went widens
-the range instead of crowning a winner. A method's own tokens / s (its steps' own time, never the prefill) and its
+the range instead of crowning a winner. A method finished early with less than MIN_TIMED_S of timed steps runs again
+from the prompt while others are still running (`CompareState.repeats`, timed only, as ar's reference is): a fast
+method's whole run is a few tenths of a second, and two Compares that timed pld over 0.7 s each read 1.09x and
+0.89x. A method's own tokens / s (its steps' own time, never the prefill) and its
 range over its chunks are kept beside it, second. Each chunk also records this process's CPU time over its call, so
 the ratio can be read by CPU time too: a cross-check that other work on the same cores cannot move in the same
 way. The load average is recorded at every round; above the threads the measurement used, the result says it was
@@ -46,6 +49,7 @@ from .measured_here import PROMPT_KEPT_CHARS, KeptCompare, Measured, keep_compar
 from .peer import PEER_LABEL, PeerRun, run_peer
 
 CHUNK_S = 0.2             # a method's turn in a round lasts about this long (from its own last chunk's step time)
+MIN_TIMED_S = 2.0         # a method's timed steps, its repeats included, before it stops running again
 FIRST_CHUNK_STEPS = 2     # the first turn, before any step time is known
 MAX_CHUNK_STEPS = 16
 PEER_RUNS = 3             # whole peer runs, spread over the rounds
@@ -58,7 +62,8 @@ RANGE_SHARE = 0.90        # a rate's range: the middle 90% of its bootstrap
 class Chunk:
     """One method's turn in one round: the tokens its steps committed and their own seconds; the CPU time this
     process spent over the whole call and the call's wall time (None where the models are not on a CPU, or the
-    call prefilled a prompt); `reference`: ar run again only to time this round against, its own run finished."""
+    call prefilled a prompt); `reference`: the method run again from the prompt only to be timed, its own run
+    finished (ar's to time the round against, another's to time it longer)."""
 
     method: str
     round: int
@@ -92,7 +97,7 @@ class CompareState:
     prompt: str
     methods: tuple[str, ...]
     runs: dict[str, MethodRun] = field(default_factory=dict)
-    reference: MethodRun | None = None   # ar again from the prompt, timed only as the rounds' reference
+    repeats: dict[str, MethodRun] = field(default_factory=dict)  # a method again from the prompt, timed only
     chunks: list[Chunk] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)   # the 1-minute load average around each round
     threads: int = 1
@@ -114,6 +119,17 @@ class CompareState:
         """The methods' order in a round: rotated by one each round (as `dynasd bench` rotates per prompt)."""
         shift = round_index % len(self.methods)
         return list(self.methods[shift:] + self.methods[:shift])
+
+    def timed_s(self, method: str) -> float:
+        """The seconds of `method`'s steps timed so far, its own run's and its repeats'."""
+        return sum(c.seconds for c in self.chunks if c.method == method)
+
+    def repeats_now(self, method: str) -> bool:
+        """Whether `method`, its own run finished, runs again this round: ar while any other method is unfinished
+        (every round has an ar chunk to pair with), another while it has less than MIN_TIMED_S timed and some
+        other method is unfinished (it is measured longer at no cost to how long the Compare lasts)."""
+        others_left = any(not r.done for m, r in self.runs.items() if m != method)
+        return others_left and (method == "ar" or self.timed_s(method) < MIN_TIMED_S)
 
     def peer_due(self) -> bool:
         """Whether a whole peer run goes after the round just run: after the first, then every PEER_EVERY rounds,
@@ -190,22 +206,22 @@ def _chunk_of(pairs, state: CompareState, method_run: MethodRun, on_cpu: bool,
 def compare_round(pairs, state: CompareState, load: Callable[[], float | None] = load_average) -> CompareState:
     """One round: every unfinished method takes one chunk of steps, in this round's order (engine.start_run for
     its first, engine.advance from its snapshot after), each chunk's steps checked against this device's kept
-    costs as a session's are, and the load average is read before and after. Once ar's own run is finished and
-    other methods are not, ar runs again from the prompt in its place in the order (the reference), so that every
-    round has an ar chunk to pair with."""
+    costs as a session's are, and the load average is read before and after. A method whose own run is finished
+    runs again from the prompt in its place in the order while `repeats_now` says so (ar: so that every round has an
+    ar chunk to pair with; another: until it is timed for MIN_TIMED_S)."""
     state = replace(state, runs={m: replace(r) for m, r in state.runs.items()}, chunks=list(state.chunks),
-                    loads=list(state.loads), reference=replace(state.reference) if state.reference else None)
+                    loads=list(state.loads), repeats={m: replace(r) for m, r in state.repeats.items()})
     on_cpu = pairs.get(state.settings.normalised()).device.type == "cpu"
     before = load()
-    others_left = any(not r.done for m, r in state.runs.items() if m != "ar")  # at the round's start
+    repeating = {m for m in state.methods if state.runs[m].done and state.repeats_now(m)}  # at the round's start
     for method in state.order(state.rounds):
         method_run = state.runs[method]
         if not method_run.done:
             state.chunks.append(_chunk_of(pairs, state, method_run, on_cpu))
-        elif method == "ar" and others_left:
-            if state.reference is None or state.reference.done:
-                state.reference = MethodRun("ar")
-            state.chunks.append(_chunk_of(pairs, state, state.reference, on_cpu, reference=True))
+        elif method in repeating:
+            if method not in state.repeats or state.repeats[method].done:
+                state.repeats[method] = MethodRun(method)
+            state.chunks.append(_chunk_of(pairs, state, state.repeats[method], on_cpu, reference=True))
     state.loads += [x for x in (before, load()) if x is not None]
     state.threads = torch.get_num_threads()
     state.rounds += 1
@@ -442,9 +458,10 @@ def _ar_by_round(chunks: list[Chunk]) -> dict[int, Chunk]:
 
 
 def method_against_ar(chunks: list[Chunk], method: str) -> PairedRatio | None:
-    """`method`'s chunks paired with ar's chunk of the same round (paired_ratio); None without ar."""
+    """`method`'s chunks (its repeats' too) paired with ar's chunk of the same round (paired_ratio); None without
+    ar."""
     ar = _ar_by_round(chunks)
-    own = [c for c in chunks if c.method == method and not c.reference and c.round in ar]
+    own = [c for c in chunks if c.method == method and c.round in ar]
     return paired_ratio([(c.tokens, c.seconds) for c in own], [(ar[c.round].tokens, ar[c.round].seconds) for c in own],
                         [c.cpu_seconds for c in own], [ar[c.round].cpu_seconds for c in own])
 
@@ -468,7 +485,7 @@ def compare_result(state: CompareState) -> CompareResult:
     ar = state.runs.get("ar")
     reference = ar.run if ar is not None else None
     paired = ar is not None
-    rows = [_row(m, r.run, [c for c in state.chunks if c.method == m and not c.reference], reference,
+    rows = [_row(m, r.run, [c for c in state.chunks if c.method == m], reference,
                  r.prefill_seconds,
                  method_against_ar(state.chunks, m) if paired and m != "ar" else None)
             for m, r in state.runs.items() if r.run is not None and r.run.steps]
