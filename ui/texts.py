@@ -3,6 +3,7 @@ prompts. The method and Compare help speak of the default tree, read from dynasd
 from __future__ import annotations
 
 from dynasd.device_info import machine_line
+from dynasd.explorer.measure.compare import MIN_TIMED_S
 from dynasd.options import DEFAULT_RECYCLE, OPTIONS, Shape
 from dynasd.origins import LOOKUP, ORIGINS, RECYCLED
 from dynasd.trace_semantics import GREEDY, SAMPLING, AcceptanceRule
@@ -154,9 +155,11 @@ accepted.
 
 COMPARE_HELP = f"""
 **What am I seeing?** The same prompt and settings through every method, run in interleaved rounds: each round
-gives every method a short chunk of steps, and ar runs in every round, so each method's **× ar** is its tokens / s
-against ar's in the same rounds, with the range of that ratio over the rounds (a second Compare of the prompt lands
-within a few percent of it, where absolute tokens / s move by 15%). Tokens / s come second; **× ar by CPU time** is
+gives every method a short chunk of steps, and ar runs in every round (a method that finishes early runs again
+from the prompt while others run, until {MIN_TIMED_S:g} s of its steps are timed), so each method's **× ar** is its
+tokens / s against ar's in the same rounds, with the range of that ratio over the rounds: a second Compare of the
+prompt lands within that range, not on the same number, while absolute tokens / s move by 15% or more. Tokens / s
+come second; **× ar by CPU time** is
 the same ratio from this process's CPU time, a cross-check against other work on the same cores. While it
 measures, the page shows only its progress: drawing the table at every round would slow the methods measured
 meanwhile. The result is kept: Summary, the Cost model, Rows and batches, Where would it pay? and the Recipe menu
