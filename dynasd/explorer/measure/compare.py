@@ -127,7 +127,7 @@ class CompareState:
     def repeats_now(self, method: str) -> bool:
         """Whether `method`, its own run finished, runs again this round: ar while any other method is unfinished
         (every round has an ar chunk to pair with), another while it has less than MIN_TIMED_S timed and some
-        other method is unfinished (it is measured longer at no cost to how long the Compare lasts)."""
+        other method is unfinished (measured longer without adding a round: the slowest method sets how many)."""
         others_left = any(not r.done for m, r in self.runs.items() if m != method)
         return others_left and (method == "ar" or self.timed_s(method) < MIN_TIMED_S)
 
