@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 # this folder (a script's folder is on sys.path); soak sets the environment first
-from soak import REPO, ClassLearner, free_port, probe_server, stop_server, wait_until_up
+from soak import REPO, ClassLearner, free_port, probe_server, process_cpu_s, stop_server, wait_until_up
 
 STATUS = 7
 CONFIGS = [  # (prompt, settings): learner i takes CONFIGS[i % len(CONFIGS)]
@@ -286,12 +286,6 @@ def report(args, configs, solo_ids, solo_steps, learners, finished, class_start,
 CLASS_PROMPT = "Explain what a binary search tree is."
 
 
-def server_cpu_s(server) -> float:
-    """The server's CPU time so far (user + system), from /proc."""
-    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Pupil(ClassLearner):
     """A learner of the measured class: polls at the page's interval in its own thread, answers each new round after
     a think, reloads its page once (when `reloads`) after answering the second round, and keeps what it saw."""
@@ -351,7 +345,7 @@ def class_mode(args) -> int:
         first = lecturer.predict(api_name="/class_start")
         code, token = first[3], first[4]
         watch = ClassLearner(url, code, "the lecturer's watch")  # reads the lecturer's key without the queue
-        before, cpu_before = probe_server(server, probe_dir, 0), server_cpu_s(server)
+        before, cpu_before = probe_server(server, probe_dir, 0), process_cpu_s(server.pid)
         pupils = [Pupil(url, code, f"learner {i}", POLL_S, args.think, i, reloads=i % 3 == 0)
                   for i in range(args.learners)]
         threads = [threading.Thread(target=pupil.attend, daemon=True) for pupil in pupils]
@@ -371,7 +365,7 @@ def class_mode(args) -> int:
             wait_for(lambda r=r: all(p.shown.get((r, "revealed")) for p in pupils), 30, f"round {r} revealed",
                      problems)
         class_s = time.monotonic() - class_start
-        cpu_s = server_cpu_s(server) - cpu_before
+        cpu_s = process_cpu_s(server.pid) - cpu_before
         summary = lecturer.predict(code, token, api_name="/class_end")[2]
         for pupil in pupils:
             pupil.stop.set()

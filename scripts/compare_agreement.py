@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from browser_bench import WAIT_S, chromium, serve
+from soak import process_cpu_s
 
 REPO = Path(__file__).resolve().parent.parent
 HEADLESS_TARGET, BROWSER_TARGET = 0.10, 0.15
@@ -64,17 +65,15 @@ def headless_compare(state, settings, prompt: str) -> dict:
 
 
 def browser_cpu_s() -> float:
-    """The CPU time (user + system, s) of every Chromium process on the machine so far, from /proc: what the page
-    took from the cores the Compare measured on."""
+    """The CPU time (user + system, s) of every Chromium process on the machine so far: what the page took from the
+    cores the Compare measured on."""
     total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for process in Path("/proc").glob("[0-9]*"):
         try:
-            text = stat.read_text()
-        except OSError:
+            if "chrom" in (process / "comm").read_text():
+                total += process_cpu_s(int(process.name))
+        except OSError:  # it ended meanwhile
             continue
-        name, rest = text[text.index("(") + 1: text.rindex(")")], text[text.rindex(")") + 1:].split()
-        if "chrom" in name:
-            total += (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 

@@ -429,6 +429,12 @@ def abandon_tabs(url, figures, tabs: int, workers: int, steps: int, counter) -> 
     run_workers(worker, workers, tabs // workers)
 
 
+def process_cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system, s), from /proc/PID/stat (OSError once it has ended)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def probe_server(server, probe_dir: Path, n: int, timeout_s: float = 120.0) -> dict:
     server.send_signal(signal.SIGUSR1)
     path, deadline = probe_dir / f"probe-{n}.json", time.monotonic() + timeout_s
