@@ -136,6 +136,9 @@ def start_zero_gpu() -> None:
 # -- scenarios ----------------------------------------------------------------------------------------------------
 
 PROMPT = "Explain what a binary search tree is."
+# The losslessness checks' draws: what runs here is their device placement, each ~1 s under the emulation's
+# dispatch; their statistics are tests/test_losslessness.py's.
+LOSSLESS_DRAWS = 6
 
 
 def engine_cases() -> list[tuple[str, dict]]:
@@ -217,14 +220,10 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
     report("calibration", calibration)
     report("side by side", lambda: side_by_side.side_by_side(pairs, base, ("mcsd", "sd"), list(range(5, 20)),
                                                               PROMPT) and "")
-    # a few draws: what runs here is the draws' device placement, not their statistics (tests/test_losslessness.py)
     report("losslessness T=0.7", lambda: losslessness.check_first_tokens(
-        pairs, Settings(pair=pair_name, temperature=0.7), PROMPT, ["mcsd", "ti-mcsd"], 4) and "")
+        pairs, Settings(pair=pair_name, temperature=0.7), PROMPT, ["mcsd", "ti-mcsd"], LOSSLESS_DRAWS) and "")
     report("compare", lambda: [None for _ in compare_methods(pairs, Settings(pair=pair_name, max_new_tokens=6),
                                                               PROMPT)] and "")
-
-
-LOSSLESS_DRAWS = 6  # each ~1 s under the emulation's dispatch; their statistics are tests/test_losslessness.py's
 
 
 def scenario_app(other_pair: str) -> None:
