@@ -55,7 +55,7 @@ def test_every_round_gives_each_unfinished_method_one_chunk_in_a_rotated_order(r
               for i in range(min(final.rounds, 3))}
     assert len(firsts) > 1, "no method always goes first"
     for method, run in final.runs.items():
-        chunks = [c for c in final.chunks if c.method == method and not c.reference]
+        chunks = [c for c in final.chunks if c.method == method and not c.repeat]
         assert sum(c.tokens for c in chunks) == len(run.run.new_token_ids) == 24
         assert sum(c.seconds for c in chunks) == pytest.approx(sum(s.seconds for s in run.run.steps))
 
@@ -65,8 +65,8 @@ def test_ar_is_timed_in_every_round_again_from_the_prompt_once_its_own_run_is_do
     for index in range(final.rounds):
         ars = [c for c in final.chunks if c.round == index and c.method == "ar"]
         assert len(ars) == 1, f"round {index} has one ar chunk to pair with"
-    own_rounds = {c.round for c in final.chunks if c.method == "ar" and not c.reference}
-    reference = [c for c in final.chunks if c.reference]
+    own_rounds = {c.round for c in final.chunks if c.method == "ar" and not c.repeat}
+    reference = [c for c in final.chunks if c.method == "ar" and c.repeat]
     assert reference and all(c.round not in own_rounds for c in reference), "the reference runs after ar's own"
     assert final.repeats["ar"].run.prompt == final.runs["ar"].run.prompt
     timed = [c for c in final.chunks if c.cpu_seconds is not None]
@@ -79,13 +79,14 @@ def test_a_method_finished_early_runs_again_from_the_prompt_until_it_is_timed_lo
     the prompt (timed only) until MIN_TIMED_S of its steps are timed, and those chunks count in its ratio."""
     final = rounds[-1]
     for method in ("sd", "pld"):
-        own = [c for c in final.chunks if c.method == method and not c.reference]
-        again = [c for c in final.chunks if c.method == method and c.reference]
+        own = [c for c in final.chunks if c.method == method and not c.repeat]
+        again = [c for c in final.chunks if c.method == method and c.repeat]
         others_left = [r for r in range(max(c.round for c in own) + 1, final.rounds)
-                       if any(c.round == r and not c.reference for c in final.chunks if c.method != method)]
+                       if any(c.round == r and not c.repeat for c in final.chunks if c.method != method)]
         assert {c.round for c in again} == set(others_left), f"{method} ran again in every round another ran"
-        assert final.repeats[method].run.prompt == final.runs[method].run.prompt if again else True
-    assert any(c.reference for c in final.chunks if c.method != "ar"), "one of the two finished before the other"
+        if again:
+            assert final.repeats[method].run.prompt == final.runs[method].run.prompt
+    assert any(c.repeat for c in final.chunks if c.method != "ar"), "one of the two finished before the other"
     paired = compare.compare_result(final).rows[1].against_ar
     assert paired.pairs == len([c for c in final.chunks if c.method == "sd"]), "its repeats count"
 
@@ -95,7 +96,7 @@ def test_a_method_finished_early_runs_again_from_the_prompt_until_it_is_timed_lo
         patch.setattr(compare, "MIN_TIMED_S", 0.0)
         *_, timed = compare.run_compare(pairs, Settings(pair="tiny-random", max_new_tokens=24), "the cat the cat",
                                         methods=("ar", "sd", "pld"), peer=False, load=lambda: 0.1)
-    assert {c.method for c in timed.chunks if c.reference} == {"ar"}
+    assert {c.method for c in timed.chunks if c.repeat} == {"ar"}
 
 
 def test_the_rows_are_ratios_against_ar_paired_by_round_then_tokens_per_s(rounds):

@@ -9,7 +9,7 @@ chunk of about CHUNK_S seconds, the order rotating from round to round, until ev
 Why a ratio against ar, paired round by round: absolute tokens / s move with whatever else the cores do (15%
 between two quiet Compares, 3x while a browser drew on the same cores), and both runs of a ratio move together when
 they are timed side by side. So every round also times ar: its own run while it lasts, then ar run again from the
-prompt only as the round's reference (`Chunk.reference`), and a method's speed-up is its tokens / s against ar's in
+prompt only as the round's reference (a `Chunk.repeat`), and a method's speed-up is its tokens / s against ar's in
 the same rounds (`paired_ratio`), its range a seeded bootstrap over those rounds: load that came and went widens
 the range instead of crowning a winner. A method finished early with less than MIN_TIMED_S of timed steps runs again
 from the prompt while others are still running (`CompareState.repeats`, timed only, as ar's reference is): a fast
@@ -62,7 +62,7 @@ RANGE_SHARE = 0.90        # a rate's range: the middle 90% of its bootstrap
 class Chunk:
     """One method's turn in one round: the tokens its steps committed and their own seconds; the CPU time this
     process spent over the whole call and the call's wall time (None where the models are not on a CPU, or the
-    call prefilled a prompt); `reference`: the method run again from the prompt only to be timed, its own run
+    call prefilled a prompt); `repeat`: the method run again from the prompt only to be timed, its own run
     finished (ar's to time the round against, another's to time it longer)."""
 
     method: str
@@ -71,7 +71,7 @@ class Chunk:
     seconds: float
     cpu_seconds: float | None = None
     call_seconds: float | None = None
-    reference: bool = False
+    repeat: bool = False
 
 
 @dataclass
@@ -182,7 +182,7 @@ def _absorb(method_run: MethodRun, progress: engine.Progress) -> list[StepTrace]
 
 
 def _chunk_of(pairs, state: CompareState, method_run: MethodRun, on_cpu: bool,
-              reference: bool = False) -> Chunk:
+              repeat: bool = False) -> Chunk:
     """One chunk of `method_run`'s steps (its first starts the run), timed: its steps' own seconds, and where the
     models are on a CPU and the call prefilled nothing, this process's CPU time and the call's wall time."""
     method = method_run.method
@@ -196,11 +196,11 @@ def _chunk_of(pairs, state: CompareState, method_run: MethodRun, on_cpu: bool,
     cpu_s, call_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
     _raise(progress, method)
     taken = _absorb(method_run, progress)
-    if not reference:
+    if not repeat:
         check_kept_costs(pairs.get(state.settings.normalised()), taken)
     timed = on_cpu and not starts
     return Chunk(method, state.rounds, sum(len(s.committed) for s in taken), sum(s.seconds for s in taken),
-                 cpu_s if timed else None, call_s if timed else None, reference)
+                 cpu_s if timed else None, call_s if timed else None, repeat)
 
 
 def compare_round(pairs, state: CompareState, load: Callable[[], float | None] = load_average) -> CompareState:
@@ -221,7 +221,7 @@ def compare_round(pairs, state: CompareState, load: Callable[[], float | None] =
         elif method in repeating:
             if method not in state.repeats or state.repeats[method].done:
                 state.repeats[method] = MethodRun(method)
-            state.chunks.append(_chunk_of(pairs, state, state.repeats[method], on_cpu, reference=True))
+            state.chunks.append(_chunk_of(pairs, state, state.repeats[method], on_cpu, repeat=True))
     state.loads += [x for x in (before, load()) if x is not None]
     state.threads = torch.get_num_threads()
     state.rounds += 1
