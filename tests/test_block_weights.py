@@ -20,8 +20,8 @@ from dynasd.kernels.block_weights import (
     block_kernel,
     dequantize,
     llama_rope_rows,
+    use_draft_blocks,
     use_gguf_blocks,
-    use_q8_0_blocks,
 )
 from dynasd.kernels.compile import kernel_variant, runnable_variants
 from dynasd.models import ModelLoadError, load_pair
@@ -99,6 +99,8 @@ def test_the_embedding_rows_come_out_exact(kernel, arithmetic):
     embedding = BlockEmbedding(BlockLinear(Q8_0, raw, kernel, arithmetic))
     ids = torch.tensor([[0, 31, 32, 95, 7], [95, 95, 1, 64, 33]])
     assert torch.equal(embedding(ids), dequantize(Q8_0, raw)[ids])
+    with pytest.raises(RuntimeError, match="outside the embedding"):
+        embedding(torch.tensor([96]))
     with pytest.raises(ValueError):
         BlockEmbedding(BlockLinear(Q4_1, quantized(Q4_1, torch.randn(32, 64)), kernel))
 
@@ -146,20 +148,24 @@ def write_gguf(model, path, corrupt: str | None = None) -> None:
     writer.close()
 
 
-def test_a_drafts_layers_become_q8_0_blocks_of_their_own_weights(kernel):
-    """use_q8_0_blocks: each bias-free linear layer whose shape fits the panels becomes the Q8_0 blocks gguf's own
-    quantizer makes of its weight, and multiplies as those blocks expanded; a layer with a bias or an output count
-    that is no multiple of 32 stays as it was."""
+def test_a_drafts_layers_become_blocks_of_their_own_weights(kernel):
+    """use_draft_blocks: each bias-free linear layer whose shape fits the panels becomes the blocks gguf's own
+    quantizer makes of its weight (Q8_0; the output layer Q4_1), and multiplies as those blocks expanded; a layer
+    with a bias or an output count that is no multiple of 32 stays as it was."""
     gen = torch.Generator().manual_seed(3)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 96, bias=False), torch.nn.Linear(96, 40, bias=False),
-                                torch.nn.Linear(96, 64, bias=True))
-    weight = model[0].weight.detach().clone()
-    assert use_q8_0_blocks(model, kernel) == 1
-    assert isinstance(model[0], BlockLinear) and type(model[1]) is type(model[2]) is torch.nn.Linear
-    assert torch.equal(dequantize(Q8_0, quantized(Q8_0, weight)), dequantize(Q8_0, _raw_blocks(model[0])))
+    model = torch.nn.ModuleDict({"layer": torch.nn.Linear(64, 96, bias=False),
+                                 "odd": torch.nn.Linear(96, 40, bias=False),
+                                 "biased": torch.nn.Linear(96, 64, bias=True),
+                                 "lm_head": torch.nn.Linear(64, 128, bias=False)})
+    weight, head = model["layer"].weight.detach().clone(), model["lm_head"].weight.detach().clone()
+    assert use_draft_blocks(model, kernel) == 2
+    assert type(model["odd"]) is type(model["biased"]) is torch.nn.Linear
+    assert (model["layer"].kind, model["lm_head"].kind) == (Q8_0, Q4_1)
+    assert torch.equal(dequantize(Q8_0, quantized(Q8_0, weight)), dequantize(Q8_0, _raw_blocks(model["layer"])))
     x = torch.randn(3, 64, generator=gen)
-    torch.testing.assert_close(model[0](x), x @ dequantize(Q8_0, quantized(Q8_0, weight)).T, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(model[0](x), x @ weight.T, rtol=0.02, atol=0.02)  # 8 bits: close, not equal
+    for layer, kind, w in ((model["layer"], Q8_0, weight), (model["lm_head"], Q4_1, head)):
+        torch.testing.assert_close(layer(x), x @ dequantize(kind, quantized(kind, w)).T, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(model["layer"](x), x @ weight.T, rtol=0.02, atol=0.02)  # 8 bits: close, not equal
 
 
 def _raw_blocks(layer: BlockLinear) -> torch.Tensor:
@@ -171,17 +177,20 @@ def _raw_blocks(layer: BlockLinear) -> torch.Tensor:
     return torch.cat([d, codes], dim=-1).transpose(1, 2).reshape(p * 32, b, 34)
 
 
-def test_the_embedded_draft_reads_8_bit_blocks_and_proposes_as_before(embedded_pair):
-    """The embedded draft's every linear layer (its 16,384-token head too) is 8-bit blocks: 21 MB a forward instead
-    of 40 MB of float16 panels. Its proposals may change; the output cannot (tests/test_greedy_identity.py)."""
-    from dynasd.kernels import weight_bytes_per_forward
+def test_the_embedded_draft_reads_blocks_and_proposes_as_before(embedded_pair):
+    """The embedded draft's every linear layer is blocks, its decoder layers Q8_0 and its 16,384-token head Q4_1:
+    17 MB a forward instead of 40 MB of float16 panels (21 MB with a Q8_0 head). Its proposals may change; the
+    output cannot (tests/test_greedy_identity.py)."""
+    from dynasd.kernels import kernels_in_use, weight_bytes_per_forward
 
     draft = embedded_pair.draft
     if kernel_variant() is None:
         pytest.skip("no kernel variant here: the draft keeps its float32 weights")
     assert not [path for path, m in draft.named_modules() if type(m) is torch.nn.Linear]
-    assert isinstance(draft.lm_head.rows, BlockLinear) and draft.lm_head.rows.kind == Q8_0
-    assert weight_bytes_per_forward(draft) < 22e6
+    assert isinstance(draft.lm_head.rows, BlockLinear) and draft.lm_head.rows.kind == Q4_1
+    assert {m.kind for m in draft.model.layers.modules() if isinstance(m, BlockLinear)} == {Q8_0}
+    assert 16e6 < weight_bytes_per_forward(draft) < 18e6
+    assert kernels_in_use(draft).startswith("8- and 4-bit blocks, ")
 
 
 def test_the_tensor_table_is_the_one_the_gguf_package_reads(tmp_path):

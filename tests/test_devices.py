@@ -22,7 +22,7 @@ from dynasd.sampling import Draws, mcss_walk
 
 # -- the kernel plan per device ------------------------------------------------------------------------------------
 
-CPU_ONLY = ("linear_layouts", "compiled_kernel", "half_panels", "gguf_blocks", "q8_0_blocks")
+CPU_ONLY = ("linear_layouts", "compiled_kernel", "half_panels", "gguf_blocks", "draft_blocks")
 
 
 @pytest.mark.parametrize("device_type", ["cuda", "mps", "xpu"])
@@ -37,7 +37,7 @@ def test_on_the_cpu_the_plan_applies_the_cpu_kernels():
     target, draft = plan_for(torch.device("cpu")), plan_for(torch.device("cpu"), decides_output=False)
     assert target.linear_layouts and target.compiled_kernel and not target.half_panels
     assert draft.half_panels, "a draft's panels are half precision"
-    assert draft.q8_0_blocks == (kernel_variant() is not None) and not target.q8_0_blocks, "8-bit blocks: drafts only"
+    assert draft.draft_blocks == (kernel_variant() is not None) and not target.draft_blocks, "8-bit blocks: drafts only"
 
 
 def test_accelerate_decides_from_the_pair_device_alone():

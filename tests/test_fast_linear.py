@@ -208,7 +208,7 @@ def test_load_pair_swaps_on_cpu_unless_told_not_to():
     assert type(plain.target.model.layers[0].mlp.down_proj) is torch.nn.Linear
     if fast_linear.kernel_pays_here():
         assert fast.target.model.layers[0].mlp.down_proj.panels.dtype == torch.float32  # the target stays exact
-        drafted = fast.draft.model.layers[0].mlp.down_proj  # 8-bit blocks where they fit (use_q8_0_blocks)
+        drafted = fast.draft.model.layers[0].mlp.down_proj  # 8-bit blocks where they fit (use_draft_blocks)
         assert isinstance(drafted, BlockLinear) and drafted.kind == Q8_0
         halves = [m.panels.dtype for m in fast.draft.modules() if isinstance(m, PretransposedLinear) and m.kernel]
         assert set(halves) <= {torch.float16}  # any other with the kernel: float16 panels

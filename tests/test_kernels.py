@@ -12,13 +12,14 @@ from dynasd.cache import STOCK_RUNTIME, CachedModel, Runtime, attach_runtime, ru
 from dynasd.decoders import make_decoder
 from dynasd.kernels import INT8, KernelPlan, accelerate, accelerate_model, plan_for
 from dynasd.kernels.block_weights import (
-    Q8_0,
+    RAW_BYTES,
     BlockLinear,
     block_kernel,
     dequantize,
+    draft_block_kind,
     exact_attention_op,
-    fits_q8_0_blocks,
-    use_q8_0_blocks,
+    fits_draft_blocks,
+    use_draft_blocks,
 )
 from dynasd.kernels.compile import kernel_variant
 from dynasd.kernels.exact_attention import NAME as EXACT_ATTENTION
@@ -68,7 +69,7 @@ def kernels_by_hand(pair, compiled_kernel: bool):
     (the decoders then asked CachedModel for the in-place cache and the lean forward)."""
     for model in models_of(pair):
         if compiled_kernel and model is not pair.target and block_kernel() is not None:
-            use_q8_0_blocks(model, block_kernel(), INT8)  # accelerate's default arithmetic
+            use_draft_blocks(model, block_kernel(), INT8)  # accelerate's default arithmetic
             use_exact_attention(model, exact_attention_op())
         use_packed_gqa(model)
         pretranspose_linears(model, compiled=compiled_kernel, half_panels=model is not pair.target)
@@ -90,16 +91,18 @@ def test_accelerate_gives_bitwise_the_logits_of_the_kernels_applied_by_hand(comp
             assert torch.equal(logits, expected_logits) and torch.equal(hidden, expected_hidden)
 
 
-def with_q8_0_weights(model: torch.nn.Module) -> torch.nn.Module:
-    """A stock model whose linear layers that use_q8_0_blocks would swap hold those blocks' values instead."""
+def with_draft_block_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """A stock model whose linear layers that use_draft_blocks would swap hold those blocks' values instead."""
     from gguf import GGMLQuantizationType
     from gguf.quants import quantize
 
     with torch.no_grad():
-        for layer in model.modules():
-            if fits_q8_0_blocks(layer):
-                raw = quantize(layer.weight.numpy(), GGMLQuantizationType.Q8_0)
-                layer.weight.copy_(dequantize(Q8_0, torch.from_numpy(raw).reshape(layer.out_features, -1, 34)))
+        for path, layer in model.named_modules():
+            if fits_draft_blocks(layer):
+                kind = draft_block_kind(path)
+                raw = quantize(layer.weight.numpy(), getattr(GGMLQuantizationType, kind))
+                raw = torch.from_numpy(raw).reshape(layer.out_features, -1, RAW_BYTES[kind])
+                layer.weight.copy_(dequantize(kind, raw))
     return model
 
 
@@ -112,7 +115,7 @@ def test_accelerated_logits_equal_stock_ones_within_rounding(arithmetic):
     accelerated, stock = accelerate(tiny_random_pair(), arithmetic=arithmetic), tiny_random_pair()
     if kernel_variant() is not None and block_kernel() is not None:
         for draft in (stock.draft, stock.feature_draft):
-            with_q8_0_weights(draft)
+            with_draft_block_weights(draft)
     assert all(runtime_of(model) is STOCK_RUNTIME for model in models_of(stock))
     assert type(CachedModel(stock.target).cache.layers[0]) is DynamicLayer
     half_panels = kernel_pays_here() and panel_kernel() is not None
@@ -232,7 +235,7 @@ def test_kernels_in_use_names_the_weights_and_the_products(monkeypatch):
     compiled = f"{VARIANT_LABELS[variant]} kernels" if variant and panel_kernel() is not None else None
     pair = accelerate(tiny_random_pair())
     assert kernels_in_use(pair.target) == f"float32, {compiled or 'torch products'}"
-    # the draft's layers that fit the panels are 8-bit blocks (block_weights.use_q8_0_blocks)
+    # the draft's layers that fit the panels are 8-bit blocks (block_weights.use_draft_blocks)
     eight_bit = f"8-bit blocks, {compiled}, 8-bit activations"
     assert kernels_in_use(pair.draft) == (eight_bit if compiled else "float32, torch products")
     assert kernels_in_use(accelerate(tiny_random_pair(), compiled_kernel=False).target) == "float32, torch products"

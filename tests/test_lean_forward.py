@@ -5,7 +5,7 @@ import torch
 from dynasd.cache import CachedModel, Runtime, runtime_of, stock_forward
 from dynasd.decoders import make_decoder
 from dynasd.kernels import fast_linear
-from dynasd.kernels.block_weights import block_kernel, use_q8_0_blocks
+from dynasd.kernels.block_weights import block_kernel, use_draft_blocks
 from dynasd.kernels.compile import runnable_variants
 from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import in_place_cache
@@ -86,7 +86,7 @@ def block_llama(kv_heads: int, variant: str) -> torch.nn.Module:
     kernel = block_kernel(variant)
     if kernel is None:
         pytest.skip(f"no {variant} block kernel here (no compiler)")
-    use_q8_0_blocks(model, kernel)
+    use_draft_blocks(model, kernel)
     fused_projections(model)
     return model
 

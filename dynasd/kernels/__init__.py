@@ -9,8 +9,8 @@
     in blocks as one compiled call), attached as the model's runtime (dynasd/cache.py), which every CachedModel of
     it then uses,
   - on CPU only, linear layers with few-row weight layouts and, where it pays, the compiled kernel
-    (fast_linear.py); the drafts' layers in 8-bit blocks where a kernel variant runs (block_weights.py), their
-    other layers in half-precision panels;
+    (fast_linear.py); the drafts' layers in 8-bit blocks, their output layer in 4-bit ones, where a kernel
+    variant runs (block_weights.py), their other layers in half-precision panels;
   - block layers computing in 8-bit activations (`arithmetic="int8"`, the default: block_int8.h, each row
     quantized to blocks of 32 and multiplied in exact integers) with the exact attention that goes with them
     (exact_attention.py), so a verify row is bitwise what the same token gets alone; `arithmetic="float32"`
@@ -24,7 +24,7 @@ arithmetic only the order of sums changes (~1e-5), in 8-bit activations the roun
 (the embedded target's next-token distributions ~0.006 nats from float32's, tests/test_block_weights.py); the
 target's logits in float32 arithmetic equal stock transformers' within float rounding (packed
 attention and the linear layouts block their sums differently; ~1e-5 on the tiny pair, tests/test_kernels.py),
-the lean forward and the in-place cache change nothing bitwise; the drafts' 8-bit blocks and half-precision panels
+the lean forward and the in-place cache change nothing bitwise; the drafts' blocks and half-precision panels
 round their weights, which may change their proposals, never a lossless method's output.
 """
 from __future__ import annotations
@@ -39,11 +39,13 @@ from .block_weights import (
     ARITHMETICS,
     FLOAT32,
     INT8,
+    Q4_1,
+    Q8_0,
     BlockLinear,
     block_kernel,
     exact_attention_op,
+    use_draft_blocks,
     use_gguf_blocks,
-    use_q8_0_blocks,
 )
 from .compile import VARIANT_LABELS, kernel_variant
 from .exact_attention import use_exact_attention
@@ -67,7 +69,7 @@ class KernelPlan:
     compiled_kernel: bool = False  # the compiled few-row kernel, where it pays (fast_linear.kernel_pays_here)
     half_panels: bool = False  # the kernel reads float16 panels (drafts only: they propose, never decide)
     gguf_blocks: bool = False  # a GGUF model's weights stay in the file's quantized blocks (block_weights.py)
-    q8_0_blocks: bool = False  # a draft's layers quantized to 8-bit blocks (block_weights.use_q8_0_blocks)
+    draft_blocks: bool = False  # a draft's layers quantized to blocks (block_weights.use_draft_blocks)
     variant: str | None = None  # the compiled kernels' variant (compile.kernel_variant), None: torch's products
     arithmetic: str = FLOAT32  # block layers' products: "int8" (8-bit activation blocks) or "float32"
 
@@ -76,8 +78,8 @@ def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output:
              weights: str = "gguf", dtype: torch.dtype = torch.float32, arithmetic: str = INT8) -> KernelPlan:
     """The plan for a model on `device`: the CPU layouts and kernels on CPU only, stock PyTorch ops elsewhere.
 
-    `decides_output` is True for the target, whose panels stay float32; a draft's layers become 8-bit blocks where
-    a kernel variant runs (and their shape fits), float16 panels otherwise. `weights="gguf"`
+    `decides_output` is True for the target, whose panels stay float32; a draft's layers become blocks (8-bit, its
+    output layer 4-bit) where a kernel variant runs (and their shape fits), float16 panels otherwise. `weights="gguf"`
     keeps a float32 target's GGUF blocks where a variant of their kernel runs (x86 with AVX-512 or AVX2; elsewhere
     the float32 weights and torch's products). `arithmetic` is what block layers compute in (block_weights.py):
     "int8" by default, where every row's products are exact integers and cheap; "float32" multiplies the expanded
@@ -87,10 +89,10 @@ def plan_for(device: torch.device, compiled_kernel: bool = True, decides_output:
     on_cpu = torch.device(device).type == "cpu"
     variant = kernel_variant() if on_cpu and compiled_kernel else None
     gguf_blocks = variant is not None and decides_output and weights == "gguf" and dtype == torch.float32
-    q8_0_blocks = variant is not None and not decides_output and dtype == torch.float32
+    draft_blocks = variant is not None and not decides_output and dtype == torch.float32
     return KernelPlan(linear_layouts=on_cpu, compiled_kernel=on_cpu and compiled_kernel,
-                      half_panels=on_cpu and not decides_output, gguf_blocks=gguf_blocks, q8_0_blocks=q8_0_blocks,
-                      variant=variant, arithmetic=arithmetic if gguf_blocks or q8_0_blocks else FLOAT32)
+                      half_panels=on_cpu and not decides_output, gguf_blocks=gguf_blocks, draft_blocks=draft_blocks,
+                      variant=variant, arithmetic=arithmetic if gguf_blocks or draft_blocks else FLOAT32)
 
 
 def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Module:
@@ -104,8 +106,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
     if plan.gguf_blocks and getattr(model, "dynasd_gguf_file", None) is not None \
             and block_kernel(plan.variant) is not None:
         use_gguf_blocks(model, model.dynasd_gguf_file, block_kernel(plan.variant), plan.arithmetic)
-    if plan.q8_0_blocks and block_kernel(plan.variant) is not None:
-        use_q8_0_blocks(model, block_kernel(plan.variant), plan.arithmetic)
+    if plan.draft_blocks and block_kernel(plan.variant) is not None:
+        use_draft_blocks(model, block_kernel(plan.variant), plan.arithmetic)
     if plan.packed_gqa:
         use_packed_gqa(model)
     if any(getattr(module, "arithmetic", None) == INT8 for module in model.modules()):
@@ -133,7 +135,7 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf", arithm
     if target_plan.gguf_blocks:  # which drafts can read the target's block embedding (asked before it is swapped)
         target_embedding = pair.target.get_input_embeddings().weight
         sharing = [draft for draft in drafts if _same_values(draft.get_input_embeddings().weight, target_embedding)]
-    # The drafts first, their shared embedding let go meanwhile: each draft's float32 weights become 8-bit blocks
+    # The drafts first, their shared embedding let go meanwhile: each draft's float32 weights become blocks
     # and are freed before the target's blocks are made, so the two never add up (a load's peak ~60 MB lower).
     for draft in sharing:
         draft.set_input_embeddings(None)
@@ -151,15 +153,17 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf", arithm
 
 def kernels_in_use(model: torch.nn.Module) -> str:
     """A few words naming what `model`'s linear layers compute with, for a device line: their weights ("GGUF
-    blocks", "float16 panels" or the model's dtype), products ("AVX2 kernels", "AVX-512 kernels" or "torch
-    products") and, where block layers quantize their inputs, "8-bit activations", e.g. "GGUF blocks, AVX2
-    kernels, 8-bit activations". An embedding shared from another model does not count."""
+    blocks", a draft's "8- and 4-bit blocks", "float16 panels" or the model's dtype), products ("AVX2 kernels",
+    "AVX-512 kernels" or "torch products") and, where block layers quantize their inputs, "8-bit activations",
+    e.g. "GGUF blocks, AVX2 kernels, 8-bit activations". An embedding shared from another model does not count."""
     layers = [module for path, module in model.named_modules() if "embed_tokens" not in path]
     plan = getattr(model, _PLAN_ATTRIBUTE, None)
     compiled = [module for module in layers if isinstance(module, BlockLinear)
                 or getattr(module, "panels", None) is not None and getattr(module, "kernel", None) is not None]
     if any(isinstance(module, BlockLinear) for module in layers):
-        weights = "GGUF blocks" if plan is not None and plan.gguf_blocks else "8-bit blocks"
+        kinds = {module.kind for module in layers if isinstance(module, BlockLinear)}
+        weights = "GGUF blocks" if plan is not None and plan.gguf_blocks else \
+            "8- and 4-bit blocks" if kinds == {Q8_0, Q4_1} else "8-bit blocks" if kinds == {Q8_0} else "4-bit blocks"
     elif compiled and plan is not None and plan.half_panels:
         weights = "float16 panels"
     else:

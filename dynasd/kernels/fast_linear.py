@@ -8,8 +8,8 @@ in panel_linear.cpp, which streams the weight once whatever the row count, beats
 takes up to 14 rows with AVX-512. Those row limits hold on Intel CPUs, for which MKL is tuned; on other CPUs the
 kernel takes every row count (`mkl_is_tuned_here`). docs/benchmarks.md holds the measurements.
 
-The kernel also takes float16 panels (summing in float32): a draft's layers that are not 8-bit blocks
-(block_weights.use_q8_0_blocks) use them for every row count, reading half the bytes, and keep nothing else (no
+The kernel also takes float16 panels (summing in float32): a draft's layers that are not blocks
+(block_weights.use_draft_blocks) use them for every row count, reading half the bytes, and keep nothing else (no
 float32 weight, no transpose). A draft only proposes, so rounding its weights can change its proposals and never
 a lossless method's output (a lossy one, ti-mcsd wider than 1, follows its draft's proposals).
 

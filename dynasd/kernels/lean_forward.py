@@ -7,7 +7,7 @@ own 4D mask and positions. Here the layers run as the plain sequence of the same
 (projections, rotary embedding, attention function, MLP), in the same order, so the logits are bitwise those of
 `model(...)` (tests/test_lean_forward.py). Models of any other structure keep transformers' forward.
 
-Where every projection is a block layer (the embedded target's GGUF blocks, a draft's 8-bit blocks), the layer loop
+Where every projection is a block layer (the embedded target's GGUF blocks, a draft's blocks), the layer loop
 runs as one compiled call (`CompiledLayers`: block_linear.cpp's block_layers, the same ATen operations in the same
 order, so again bitwise the same): the ~45 small operations of each layer cost ~5 us each from Python, about as much
 as the layer's weight products for one token (docs/benchmarks.md, History).
