@@ -70,9 +70,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"too few draft tests to measure acceptance ({len(steps)} steps): give more prompts "
                          "(--limit) or more tokens (--max-new-tokens)")
     shape = _shape(measuring, steps)
-    calibration = cost_model.calibrate(pair.target, cost_model.calibration_context(measuring[-1]))
-    costs = cost_model.costs_from(shape, calibration)  # the verify line calibrated, the draft from every step
-    overhead = shape.overhead_s
+    # The target's and the draft's forwards over 1..64 rows timed in the same interleaved rounds: the verify line,
+    # and the draft's, which prices each level of a shape by its rows.
+    timings, _ = cost_model.measure_models({"target": pair.target, "draft": pair.draft},
+                                           cost_model.calibration_context(measuring[-1]))
+    costs = cost_model.costs_from(shape, timings["target"], draft_timings=timings["draft"])
+    overhead = shape.overhead_per_node_s
     sweep = best_by_budget(p, costs, args.budget, args.max_depth, overhead)
     best = sweep[-1]
     acceptance = acceptance_of(steps)
@@ -81,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  per-position acceptance {' '.join(f'{v:.2f}' for v in acceptance.per_position)}, conditional "
           f"{' '.join(f'{v:.2f}' for v in acceptance.conditional)}")
     print(f"  costs: ar step {costs.ar_s * 1e3:.2f} ms, verify {costs.verify_base_s * 1e3:.2f} ms + "
-          f"{costs.verify_per_row_s * 1e3:.3f} ms a row, draft forward {costs.draft_per_forward_s * 1e3:.2f} ms, "
-          f"step overhead {overhead * 1e3:.2f} ms")
+          f"{costs.verify_per_row_s * 1e3:.3f} ms a row, draft forward {costs.draft_s(1) * 1e3:.2f} ms + "
+          f"{costs.draft_line[1] * 1e3:.3f} ms a row beyond one, step overhead {overhead * 1e3:.3f} ms a node")
     print("budget  best shape        nodes  tokens/step  expected speed-up")
     for budget in sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= args.budget} | {args.budget}):
         c = sweep[budget - 1]

@@ -16,18 +16,36 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Seconds on one device: one ar step, and the verify forward as a line in its rows."""
+    """Seconds on one device: one ar step, the verify forward as a line in its rows, and a draft forward: one
+    figure (a run's own average), or where it was measured over several row counts a line in its rows too."""
 
     ar_s: float                 # one single-row target forward (an ar step)
     verify_base_s: float        # t_verify(rows) = verify_base_s + verify_per_row_s * rows
     verify_per_row_s: float
-    draft_per_forward_s: float  # one draft forward (one tree level)
+    draft_per_forward_s: float  # one draft forward (one tree level), as the run's own forwards averaged
+    draft_line: tuple[float, float] | None = None  # (base, per row) of one draft forward, where measured
 
     def verify_s(self, rows: int) -> float:
-        return self.verify_base_s + self.verify_per_row_s * rows
+        """On the line, and never below one ar step: a line fitted over 1..64 rows passes under its few-row points
+        (here a 2-row verify read 0.8 of a one-row forward on it), and a forward over more rows costs no less."""
+        return max(self.verify_base_s + self.verify_per_row_s * rows, self.ar_s)
 
     def step_s(self, rows: int, draft_forwards: int) -> float:
         return self.draft_per_forward_s * draft_forwards + self.verify_s(rows)
+
+    def draft_s(self, rows: int) -> float:
+        """One draft forward over `rows` rows: on the measured line, else the run's own average forward."""
+        if self.draft_line is None:
+            return self.draft_per_forward_s
+        base, per_row = self.draft_line
+        return base + per_row * rows
+
+    def tree_draft_s(self, level_sizes: list[int]) -> float:
+        """The draft forwards of a static tree with `level_sizes` nodes per level: the first reads the root, each
+        further one the level above the one it drafts (the last level is drafted, never read). Why by rows: the
+        draft forward of a wide level costs several times a chain's (a 16-row level ~3x a one-row one here), so
+        one average figure would price a chain like the tree it was measured on."""
+        return sum(self.draft_s(rows) for rows in [1, *level_sizes[:-1]])
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:

@@ -115,23 +115,27 @@ class Candidate:
         return Shape.text(self.branching)
 
 
-def evaluate(branching: tuple[int, ...], p: list[float], costs: StepCosts, step_overhead_s: float = 0.0) -> Candidate:
-    """The expected tokens per step, step time and speed-up over ar of one shape: `depth` draft forwards, one
-    verify over 1 + nodes rows, and the per-step work outside the forwards (`step_overhead_s`, measured)."""
-    nodes = TreeShape(branching).num_nodes
+def evaluate(branching: tuple[int, ...], p: list[float], costs: StepCosts, overhead_per_node_s: float = 0.0
+             ) -> Candidate:
+    """The expected tokens per step, step time and speed-up over ar of one shape: its draft forwards (each over the
+    rows of the level it reads, costs.tree_draft_s), one verify over 1 + nodes rows, and the step's work outside
+    the forwards, `overhead_per_node_s` (measured on a run: its walk, commit and record over its nodes) a node."""
+    shape = TreeShape(branching)
+    nodes = shape.num_nodes
     tokens = expected_tokens(branching, p)
-    step_s = costs.step_s(nodes + 1, len(branching)) + step_overhead_s
+    level_sizes = [len(shape.nodes_at(level)) for level in range(1, shape.depth + 1)]
+    step_s = costs.tree_draft_s(level_sizes) + costs.verify_s(nodes + 1) + overhead_per_node_s * nodes
     return Candidate(branching, nodes, tokens, step_s, expected_speedup(tokens, step_s, costs.ar_s))
 
 
 def best_by_budget(p: list[float], costs: StepCosts, budget: int, max_depth: int,
-                   step_overhead_s: float = 0.0) -> list[Candidate]:
+                   overhead_per_node_s: float = 0.0) -> list[Candidate]:
     """For every budget b = 1..budget, the shape of at most b nodes with the highest expected speed-up."""
     if not p:
         raise ValueError("no acceptance measured: the steps tested no draft candidate")
     by_nodes: dict[int, Candidate] = {}
     for branching in shapes_within(budget, max_depth, min(MAX_BRANCH, max(len(p), 1))):
-        candidate = evaluate(branching, p, costs, step_overhead_s)
+        candidate = evaluate(branching, p, costs, overhead_per_node_s)
         best = by_nodes.get(candidate.nodes)
         if best is None or candidate.speedup > best.speedup:
             by_nodes[candidate.nodes] = candidate

@@ -48,8 +48,20 @@ def test_free_rows_favour_the_deepest_tree_and_costly_rows_a_narrow_one():
     costly = best_by_budget(p, StepCosts(1.0, 1.0, 1.0, 0.1), 30, 6)
     assert costly[-1].nodes < free[-1].nodes
     assert all(a.speedup <= b.speedup for a, b in zip(costly, costly[1:]))
-    c = evaluate((2, 1), p, StepCosts(1.0, 1.0, 1.0, 0.1), step_overhead_s=0.5)
-    assert c.step_s == pytest.approx(2 * 0.1 + 1.0 + 5 * 1.0 + 0.5) and c.nodes == 4  # 4 nodes + the root row
+    c = evaluate((2, 1), p, StepCosts(1.0, 1.0, 1.0, 0.1), overhead_per_node_s=0.5)
+    assert c.step_s == pytest.approx(2 * 0.1 + 1.0 + 5 * 1.0 + 4 * 0.5) and c.nodes == 4  # 4 nodes + the root row
+
+
+def test_a_measured_draft_line_prices_each_level_by_the_rows_it_reads():
+    """Without a line every draft forward costs the run's average; with one, the first forward reads the root (1
+    row) and each further one the level above: (4, 2) reads 1 then 4 rows, a chain (1, 1, 1) 1 row three times,
+    and a wide level costs a chain more than the average would say."""
+    line = StepCosts(1.0, 1.0, 0.0, 0.1, draft_line=(0.05, 0.01))
+    assert line.tree_draft_s([4, 8]) == pytest.approx((0.05 + 0.01) + (0.05 + 0.04))
+    assert line.tree_draft_s([1, 1, 1]) == pytest.approx(3 * 0.06)
+    assert StepCosts(1.0, 1.0, 0.0, 0.1).tree_draft_s([4, 8]) == pytest.approx(0.2)
+    wide, chain = evaluate((4, 2), [0.5], line), evaluate((1, 1), [0.5], line)
+    assert wide.step_s == pytest.approx(0.06 + 0.09 + 1.0) and chain.step_s == pytest.approx(2 * 0.06 + 1.0)
 
 
 def test_the_acceptance_vector_counts_each_rank_after_the_earlier_ones_were_rejected():
@@ -111,3 +123,11 @@ def test_the_learn_view_marks_the_runs_tree_against_the_best_for_each_budget(tin
     assert own.name == "this run's tree k=3,2" and own.x[0] == 9 and own.y[0] <= line.y[8] + 1e-9
     ar = make_decoder(tiny_pair, DecoderOptions(method="ar")).generate(tiny_pair.encode_prompt("hi"), 8)
     assert "tested no draft candidate" in budget_figure(best_trees(ar, costs)).layout.annotations[0].text
+
+
+def test_a_verify_never_costs_less_than_one_ar_step():
+    """A line fitted over 1..64 rows passes under its few-row points: a 2-row verify on it would undercut the
+    one-row forward it contains, and a one-node chain would look faster than ar for free."""
+    costs = StepCosts(ar_s=10.0, verify_base_s=5.0, verify_per_row_s=2.5, draft_per_forward_s=0.0)
+    assert costs.verify_s(2) == 10.0 and costs.verify_s(4) == 15.0
+    assert evaluate((1,), [0.0], costs).speedup == pytest.approx(1.0)  # nothing accepted, nothing gained

@@ -41,7 +41,7 @@ def best_trees(run: RunTrace, costs: StepCosts, scale: float = 1.0) -> BestTrees
     p = acceptance_vector(warm_steps(run), min_tests=BUDGET_MIN_TESTS)
     if not p:
         return BestTrees(p=[], scale=scale)
-    overhead = run_shape(run).overhead_s
+    overhead = run_shape(run).overhead_per_node_s
     tree = tree_of_run(run.method, run.config) if run.method in ("sd", "mcsd") else None
     own = evaluate(tree.branching, p, costs, overhead) if tree is not None else None
     return BestTrees(p=p, sweep=best_by_budget(p, costs, BUDGET_NODES, 8, overhead), own=own, scale=scale)

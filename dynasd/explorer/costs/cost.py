@@ -46,6 +46,13 @@ class RunShape:
     tokens_per_s: float
     overhead_s: float                   # per step, outside the forwards: the walk, the commit, the trace
     draft_rows: float | None = None     # rows a draft forward reads on average: the parents of the drafted nodes
+    nodes: float = 0.0                  # candidate nodes a step verified, on average
+
+    @property
+    def overhead_per_node_s(self) -> float:
+        """The step's work outside the forwards per candidate node: what a tree of another size is charged (the
+        walk tests, and the record holds, node by node)."""
+        return self.overhead_s / self.nodes if self.nodes > 0 else 0.0
 
 
 def warm_steps(run: RunTrace) -> list[StepTrace]:
@@ -78,15 +85,16 @@ def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
         draft_rows=draft_rows / draft_forwards if draft_forwards and draft_rows else None,
         verify_rows=rows, verify_seconds=[s.verify_seconds for s in steps],
         tokens_per_s=sum(len(s.committed) for s in steps) / seconds if seconds > 0 else 0.0,
-        overhead_s=sum(s.accept_seconds for s in steps) / n)
+        overhead_s=sum(s.accept_seconds for s in steps) / n, nodes=sum(len(s.nodes) for s in steps) / n)
 
 
 def costs_from(shape: RunShape, calibration: dict[int, float] | None,
-               draft_per_forward_s: float | None = None) -> StepCosts:
+               draft_per_forward_s: float | None = None, draft_timings: dict[int, float] | None = None) -> StepCosts:
     """Step costs from a calibration (rows -> seconds of one target forward) when there is one, else from the
     run's own verify times (the line through them; with one row count only, a flat line) and ar = that line at
     one row. The draft forward: `draft_per_forward_s` where it was measured with the calibration
-    (draft_forward_s), else the run's own."""
+    (draft_forward_s), else the run's own; and with `draft_timings` (rows -> seconds of one draft forward, measured
+    with the calibration) the line through them, which prices trees of other shapes (StepCosts.tree_draft_s)."""
     if calibration:
         rows = sorted(calibration)
         base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
@@ -95,8 +103,14 @@ def costs_from(shape: RunShape, calibration: dict[int, float] | None,
         base, per_row = fit_line([float(r) for r in shape.verify_rows], shape.verify_seconds)
         ar_s = base + per_row
     ar_s = max(ar_s, 1e-9)
+    draft_line = None
+    if draft_timings:
+        draft_rows = sorted(draft_timings)
+        draft_base, draft_per_row = fit_line([float(r) for r in draft_rows], [draft_timings[r] for r in draft_rows])
+        draft_line = (draft_base, max(draft_per_row, 0.0))
     return StepCosts(ar_s=ar_s, verify_base_s=base, verify_per_row_s=max(per_row, 0.0),
-                     draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0)
+                     draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0,
+                     draft_line=draft_line)
 
 
 def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
