@@ -17,7 +17,7 @@ from dynasd.explorer.measure.measured_here import KeptCompare, Measured, fastest
 from dynasd.explorer.pairs import PairCache
 from dynasd.options import OPTIONS
 from dynasd.recipes import RECIPES
-from viz.compare import AGAINST_AR, compare_figure, compare_table
+from viz.compare import AGAINST_AR, AR_SAME_ROUNDS, compare_figure, compare_table
 from viz.timeline import TOKENS_PER_S
 
 
@@ -120,7 +120,12 @@ def test_the_rows_are_ratios_against_ar_paired_by_round_then_tokens_per_s(rounds
         assert paired.low <= paired.ratio <= paired.high
     table = compare_table(result)
     assert table[0]["timed in"].startswith(f"{result.rows[0].parts} chunks")
-    assert list(table[1])[:4] == ["method", "same text as ar", AGAINST_AR, TOKENS_PER_S], "ratios lead"
+    assert list(table[1])[:5] == ["method", "same text as ar", AGAINST_AR, TOKENS_PER_S, AR_SAME_ROUNDS], \
+        "ratios lead"
+    # every chunk paired: the method's tokens / s over ar's in the same rounds is the ratio the table leads with
+    for row, cells in zip(result.rows[1:], table[1:]):
+        assert cells[TOKENS_PER_S] / cells[AR_SAME_ROUNDS] == pytest.approx(row.against_ar.ratio, rel=0.01)
+    assert table[0][AR_SAME_ROUNDS] == "–"
     assert result.threads == torch.get_num_threads() and not result.busy, "a load under the threads is not busy"
 
 

@@ -154,19 +154,19 @@ accepted.
 """
 
 COMPARE_HELP = f"""
-**What am I seeing?** The same prompt and settings through every method, run in interleaved rounds: each round
-gives every method a short chunk of steps, and ar runs in every round (a method that finishes early runs again
-from the prompt while others run, until {MIN_TIMED_S:g} s of its steps are timed), so each method's **× ar** is its
-tokens / s against ar's in the same rounds, with the range of that ratio over the rounds: a second Compare of the
-prompt lands within that range, not on the same number, while absolute tokens / s move by 15% or more. Tokens / s
-come second; **× ar by CPU time** is
-the same ratio from this process's CPU time, a cross-check against other work on the same cores. While it
-measures, the page shows only its progress: drawing the table at every round would slow the methods measured
-meanwhile. The result is kept: Summary, the Cost model, Rows and batches, Where would it pay? and the Recipe menu
-quote it for runs of these settings on this prompt. **same text as ar** says whether a
-method wrote exactly what the target alone writes. At temperature 0 every lossless method must say *yes*; a
-*NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods because the
-random draws differ (they agree in distribution, not token by token).
+**What am I seeing?** The same prompt and settings through every method, run in interleaved rounds: each round gives
+every method a short chunk of steps, and ar runs in every round (a method that finishes early runs again from the
+prompt while others run, until {MIN_TIMED_S:g} s of its steps are timed), so each method's **× ar** is its tokens /
+s against ar's in the same rounds, with the range of that ratio over the rounds: a second Compare of the prompt
+lands within that range, not on the same number, while absolute tokens / s move by 15% or more. Tokens / s come
+second, beside **ar in the same rounds**: a method's tokens / s over that is its × ar (ar's own row counts every
+round, so it can read otherwise); **× ar by CPU time** is the same ratio from this process's CPU time, a cross-check
+against other work on the same cores. While it measures, the page shows only its progress: drawing the table at
+every round would slow the methods measured meanwhile. The result is kept: Summary, the Cost model, Rows and
+batches, Where would it pay? and the Recipe menu quote it for runs of these settings on this prompt. **same text as
+ar** says whether a method wrote exactly what the target alone writes. At temperature 0 every lossless method must
+say *yes*; a *NO* from ti-mcsd is its lossiness showing. At temperature > 0 texts differ even for lossless methods
+because the random draws differ (they agree in distribution, not token by token).
 
 **hf-assisted (transformers)** is the peer: transformers' own assisted generation, `generate(assistant_model=...)`,
 with the same pair, prompt, sampling settings, seed and token budget, and its own defaults otherwise: a chain of

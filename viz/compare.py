@@ -11,6 +11,9 @@ from .style import STATUS_COLORS, base_layout
 from .timeline import CONDITIONAL, LEVEL_RATE, PER_POSITION, TOKENS_PER_S, _two_panels, rates_text
 
 SPREAD = "tokens / s, 90% range"  # over the method's chunks of steps (the peer: its whole runs)
+# ar's tokens / s over the chunks paired with the method's: the ratio is the method's over this, where ar's own row
+# (every chunk, of every size and round) can read otherwise
+AR_SAME_ROUNDS = "ar in the same rounds (tokens / s)"
 AGAINST_AR = "× ar, paired (90% range)"  # its chunks against ar's in the same rounds
 BY_CPU = "× ar by CPU time"  # the same ratio from this process's CPU time: a cross-check against other work
 PER_TARGET_FORWARD = "tokens / target forward"
@@ -40,6 +43,8 @@ def compare_table(result: CompareResult) -> list[dict]:
         "same text as ar": _same(row),
         AGAINST_AR: against_ar(row),
         TOKENS_PER_S: round(row.tokens_per_s, 1),
+        AR_SAME_ROUNDS: "–" if row.method == "ar" or row.against_ar is None
+        else round(row.against_ar.ar_tokens_per_s, 1),
         SPREAD: f"{row.low:.1f}–{row.high:.1f}" + (f" ({row.parts} runs)" if row.peer else ""),
         BY_CPU: "–" if row.against_ar is None or row.against_ar.by_cpu is None else f"{row.against_ar.by_cpu:.2f}×",
         PER_TARGET_FORWARD: round(row.tokens_per_target_forward, 2),
