@@ -93,15 +93,17 @@ def compare_figure(result: CompareResult) -> go.Figure:
               for values, text, xa, ya in ((speeds, labels, "x", "y"),
                                            (forward, [f"{v}" for v in forward], "x2", "y2"))]
     busy = result.busy
-    load = (f"<b>{busy}</b>" if busy else "load unknown" if result.load_average is None
+    # the status above says it in full; a phone's title line holds ~45 characters
+    load = (f"<b>{busy.replace('measured on a busy machine: ', 'busy: ')}</b>" if busy
+            else "load unknown" if result.load_average is None
             else f"load {result.load_average:.1f} at most, on {result.threads} threads")
     title = (f"Same prompt, {len(rows)} methods in {result.rounds} interleaved rounds<br>{load}<br>"
              "whiskers: 90% range" + (" over paired rounds" if paired else " over chunks")
-             + "; hatched: text differs from ar")
-    layout = {**base_layout(title, height=380),
+             + "<br>hatched: text differs from ar")  # a line of its own: one line ran off a phone's width
+    layout = {**base_layout(title, height=400),
               **_two_panels(left, "tokens / target forward<br>(any machine)",
                            0.5)}  # two lines each: one would run into the other panel's title on a phone
-    layout["margin"] = dict(l=10, r=10, b=10, t=130)
+    layout["margin"] = dict(l=10, r=10, b=10, t=150)
     tops = {"yaxis": speeds + [high for _, high in spans], "yaxis2": forward}
     for axis, top in tops.items():
         layout[axis]["range"] = [0, 1.2 * max(top + [1e-9])]  # room for the value labels
