@@ -93,7 +93,9 @@ def _cost_tab(w: SimpleNamespace) -> None:
         w.cost_plot = gr.Plot(label="Expected speed-up over ar", elem_id="learn-cost-plot")
         gr.Markdown("**The best static tree for this draft here**: from this run's acceptance by sibling "
                     "rank (p_r: the r-th candidate's chance once the earlier ones were rejected) and the "
-                    "costs above, the expected speed-up of the best k-config within each node budget; "
+                    "costs above, the expected speed-up of the best k-config within each node budget: a model "
+                    "(it leaves out a verify's own work beyond its forward, so it runs a little high for small "
+                    "trees). To measure one, set Tree shape to its k-config and press Compare; "
                     "`dynasd best-tree` measures the same over a prompt set and checks its choice.",
                     elem_classes="explain")
         w.budget_plot = gr.Plot(label="Best static tree by node budget", elem_id="learn-budget-plot",
