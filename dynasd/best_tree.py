@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  per-position acceptance {' '.join(f'{v:.2f}' for v in acceptance.per_position)}, conditional "
           f"{' '.join(f'{v:.2f}' for v in acceptance.conditional)}")
     print(f"  costs: ar step {costs.ar_s * 1e3:.2f} ms, verify {costs.verify_base_s * 1e3:.2f} ms + "
-          f"{costs.verify_per_row_s * 1e3:.3f} ms a row, draft forward {costs.draft_s(1) * 1e3:.2f} ms + "
-          f"{costs.draft_line[1] * 1e3:.3f} ms a row beyond one, step overhead {overhead * 1e3:.3f} ms a node")
+          f"{costs.verify_per_row_s * 1e3:.3f} ms a row, draft forward {costs.draft_s(1) * 1e3:.2f} ms over one row, "
+          f"{costs.draft_s(16) * 1e3:.2f} ms over 16, step overhead {overhead * 1e3:.3f} ms a node")
     print("budget  best shape        nodes  tokens/step  expected speed-up")
     for budget in sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= args.budget} | {args.budget}):
         c = sweep[budget - 1]

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class StepCosts:
     """Seconds on one device: one ar step, the verify forward as a line in its rows, and a draft forward: one
-    figure (a run's own average), or where it was measured over several row counts a line in its rows too."""
+    figure (a run's own average), or where it was measured over several row counts those timings."""
 
     ar_s: float                 # one single-row target forward (an ar step)
     verify_base_s: float        # t_verify(rows) = verify_base_s + verify_per_row_s * rows
     verify_per_row_s: float
     draft_per_forward_s: float  # one draft forward (one tree level), as the run's own forwards averaged
-    draft_line: tuple[float, float] | None = None  # (base, per row) of one draft forward, where measured
+    draft_timings: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of one draft forward, where measured
 
     def verify_s(self, rows: int) -> float:
         """On the line, and never below one ar step: a line fitted over 1..64 rows passes under its few-row points
@@ -34,11 +34,11 @@ class StepCosts:
         return self.draft_per_forward_s * draft_forwards + self.verify_s(rows)
 
     def draft_s(self, rows: int) -> float:
-        """One draft forward over `rows` rows: on the measured line, else the run's own average forward."""
-        if self.draft_line is None:
+        """One draft forward over `rows` rows: read on the measured timings (nearest_forward_s), else the run's own
+        average forward."""
+        if not self.draft_timings:
             return self.draft_per_forward_s
-        base, per_row = self.draft_line
-        return base + per_row * rows
+        return nearest_forward_s(dict(self.draft_timings), rows)
 
     def tree_draft_s(self, level_sizes: list[int]) -> float:
         """The draft forwards of a static tree with `level_sizes` nodes per level: the first reads the root, each
@@ -46,6 +46,26 @@ class StepCosts:
         draft forward of a wide level costs several times a chain's (a 16-row level ~3x a one-row one here), so
         one average figure would price a chain like the tree it was measured on."""
         return sum(self.draft_s(rows) for rows in [1, *level_sizes[:-1]])
+
+
+def kept_forward_s(timings: dict[int, float], rows: float) -> float | None:
+    """The kept forward time over `rows` rows, read on the line between the measured row counts around it; None
+    outside the measured row counts."""
+    measured = sorted(timings)
+    if not measured or not measured[0] <= rows <= measured[-1]:
+        return None
+    below = max(r for r in measured if r <= rows)
+    above = min(r for r in measured if r >= rows)
+    if above == below:
+        return timings[below]
+    return timings[below] + (timings[above] - timings[below]) * (rows - below) / (above - below)
+
+
+def nearest_forward_s(timings: dict[int, float], rows: float) -> float:
+    """kept_forward_s with `rows` outside the measured row counts read at the nearest one (a draft level of more
+    rows than were timed: priced as the most timed, not left unpriced)."""
+    measured = sorted(timings)
+    return kept_forward_s(timings, min(max(rows, measured[0]), measured[-1]))
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:

@@ -52,11 +52,11 @@ def test_free_rows_favour_the_deepest_tree_and_costly_rows_a_narrow_one():
     assert c.step_s == pytest.approx(2 * 0.1 + 1.0 + 5 * 1.0 + 4 * 0.5) and c.nodes == 4  # 4 nodes + the root row
 
 
-def test_a_measured_draft_line_prices_each_level_by_the_rows_it_reads():
-    """Without a line every draft forward costs the run's average; with one, the first forward reads the root (1
-    row) and each further one the level above: (4, 2) reads 1 then 4 rows, a chain (1, 1, 1) 1 row three times,
+def test_measured_draft_timings_price_each_level_by_the_rows_it_reads():
+    """Without measured timings every draft forward costs the run's average; with them, the first forward reads the
+    root (1 row) and each further one the level above: (4, 2) reads 1 then 4 rows, a chain (1, 1, 1) 1 row three times,
     and a wide level costs a chain more than the average would say."""
-    line = StepCosts(1.0, 1.0, 0.0, 0.1, draft_line=(0.05, 0.01))
+    line = StepCosts(1.0, 1.0, 0.0, 0.1, draft_timings=((1, 0.06), (4, 0.09), (16, 0.21)))  # on 0.05 + 0.01 a row
     assert line.tree_draft_s([4, 8]) == pytest.approx((0.05 + 0.01) + (0.05 + 0.04))
     assert line.tree_draft_s([1, 1, 1]) == pytest.approx(3 * 0.06)
     assert StepCosts(1.0, 1.0, 0.0, 0.1).tree_draft_s([4, 8]) == pytest.approx(0.2)

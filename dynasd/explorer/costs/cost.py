@@ -24,7 +24,15 @@ from ...device_info import device_key, device_line, emulated
 from ...embedded import cache_dir
 from ...options import drafts_with_features
 from ...origins import DRAFT
-from ...step_cost import StepCosts, break_even_acceptance, break_even_row_cost, expected_speedup, fit_line
+from ...step_cost import (
+    StepCosts,
+    break_even_acceptance,
+    break_even_row_cost,
+    expected_speedup,
+    fit_line,
+    kept_forward_s,
+    nearest_forward_s,
+)
 from ...trace import RunTrace, StepTrace
 from ..inputs import Settings
 from ..pairs import PairCache
@@ -94,7 +102,7 @@ def costs_from(shape: RunShape, calibration: dict[int, float] | None,
     run's own verify times (the line through them; with one row count only, a flat line) and ar = that line at
     one row. The draft forward: `draft_per_forward_s` where it was measured with the calibration
     (draft_forward_s), else the run's own; and with `draft_timings` (rows -> seconds of one draft forward, measured
-    with the calibration) the line through them, which prices trees of other shapes (StepCosts.tree_draft_s)."""
+    with the calibration) those, read the same way, which price trees of other shapes (StepCosts.tree_draft_s)."""
     if calibration:
         rows = sorted(calibration)
         base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
@@ -103,14 +111,9 @@ def costs_from(shape: RunShape, calibration: dict[int, float] | None,
         base, per_row = fit_line([float(r) for r in shape.verify_rows], shape.verify_seconds)
         ar_s = base + per_row
     ar_s = max(ar_s, 1e-9)
-    draft_line = None
-    if draft_timings:
-        draft_rows = sorted(draft_timings)
-        draft_base, draft_per_row = fit_line([float(r) for r in draft_rows], [draft_timings[r] for r in draft_rows])
-        draft_line = (draft_base, max(draft_per_row, 0.0))
     return StepCosts(ar_s=ar_s, verify_base_s=base, verify_per_row_s=max(per_row, 0.0),
                      draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0,
-                     draft_line=draft_line)
+                     draft_timings=tuple(sorted((draft_timings or {}).items())))
 
 
 def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
@@ -314,19 +317,6 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
 DISAGREEMENT = 2.0
 
 
-def kept_forward_s(timings: dict[int, float], rows: float) -> float | None:
-    """The kept forward time over `rows` rows, read on the line between the measured row counts around it; None
-    outside the measured row counts."""
-    measured = sorted(timings)
-    if not measured or not measured[0] <= rows <= measured[-1]:
-        return None
-    below = max(r for r in measured if r <= rows)
-    above = min(r for r in measured if r >= rows)
-    if above == below:
-        return timings[below]
-    return timings[below] + (timings[above] - timings[below]) * (rows - below) / (above - below)
-
-
 def draft_forward_s(measured: MeasuredCosts | None, rows: float | None) -> float | None:
     """One draft forward over `rows` rows (a tree level's parents), read on the draft's line measured with the
     target's calibration, in the same interleaved rounds: the draft's share of a target forward then compares two
@@ -334,9 +324,7 @@ def draft_forward_s(measured: MeasuredCosts | None, rows: float | None) -> float
     busy) against a quiet calibration. None where the draft was not measured."""
     if measured is None or not measured.draft_timings or not rows:
         return None
-    measured_rows = sorted(measured.draft_timings)
-    rows = min(max(rows, measured_rows[0]), measured_rows[-1])
-    return kept_forward_s(measured.draft_timings, rows)
+    return nearest_forward_s(measured.draft_timings, rows)
 
 
 def disagreement(timings: dict[int, float], steps: list[StepTrace]) -> str:
