@@ -422,7 +422,6 @@ def _row(method: str, run: RunTrace, chunks: list[Chunk], reference: RunTrace | 
          prefill_s: float, against_ar: PairedRatio | None = None) -> CompareRow:
     steps = run.steps
     tokens = sum(len(s.committed) for s in steps)
-    seconds = sum(s.seconds for s in steps)
     forwards = sum(s.target_forwards for s in steps)
     low, high = rate_range([(c.tokens, c.seconds) for c in chunks])
     acceptance = acceptance_of(steps)
@@ -431,11 +430,9 @@ def _row(method: str, run: RunTrace, chunks: list[Chunk], reference: RunTrace | 
         same = run.text == reference.text
     # Over all its chunks, its repeats' too, as its range and its ratio against ar are: its first run's steps
     # alone read up to 15% off the ratio beside them (a pld 0.94x ar's rate beside a paired 1.09x).
-    timed = [(c.tokens, c.seconds) for c in chunks if c.seconds > 0]
-    rate = _rate(timed) if timed else (tokens / seconds if seconds > 0 else 0.0)
     return CompareRow(
         method=method, lossless=run.lossless, same_text_as_ar=same,
-        tokens_per_s=rate, low=low, high=high, parts=len(chunks),
+        tokens_per_s=_rate([(c.tokens, c.seconds) for c in chunks]), low=low, high=high, parts=len(chunks),
         tokens_per_target_forward=tokens / forwards if forwards else 0.0,
         acceptance_rate=run.summary()["acceptance_rate"] if acceptance.drafts else None,
         per_position=tuple(acceptance.per_position), conditional=tuple(acceptance.conditional),
