@@ -120,12 +120,13 @@ def differing_rows_of_a_tree_verify(model) -> list[int]:
 
 def test_a_tree_verifys_rows_are_bitwise_what_each_path_gets_alone(tmp_path):
     """In 8-bit activations no row differs, though b lies between a and c in the cache and grouped attention packs
-    the heads; in float32 arithmetic (blocked attention and products) rows do differ by rounding, which shows the
-    check can fail. A chain of 1 to 12 rows at once gives each row what it gets alone too."""
+    the heads; with torch's own float32 products and attention (blocked by the shape of the call) rows do differ by
+    rounding, which shows the check can fail. (The blocks' float32 arithmetic may or may not differ: its products
+    are row-independent and only torch's attention is not, which on some CPUs happens to agree on this tree.) A
+    chain of 1 to 12 rows at once gives each row what it gets alone too."""
     model = small_model_in_blocks(tmp_path, INT8)
     assert differing_rows_of_a_tree_verify(model) == []
-    (tmp_path / "float").mkdir()
-    assert differing_rows_of_a_tree_verify(small_model_in_blocks(tmp_path / "float", "float32")) != []
+    assert differing_rows_of_a_tree_verify(small_llama(seed=4)) != []
     context = [5, 17, 90, 3, 44, 61, 8, 12, 33]
     for rows in (1, 2, 5, 12):
         together = CachedModel(model)

@@ -229,15 +229,27 @@ def test_the_import_guard_sees_every_spelling_of_a_kernels_import():
 def test_kernels_in_use_names_the_weights_and_the_products(monkeypatch):
     """The explorer's device line: what a model's linear layers compute with, in a few words."""
     from dynasd.kernels import kernels_in_use
-    from dynasd.kernels.compile import VARIANT_LABELS, kernel_variant
+    from dynasd.kernels.compile import VARIANT_LABELS, kernel_variant, multiplies_with_vnni
 
     variant = kernel_variant()
     compiled = f"{VARIANT_LABELS[variant]} kernels" if variant and panel_kernel() is not None else None
     pair = accelerate(tiny_random_pair())
     assert kernels_in_use(pair.target) == f"float32, {compiled or 'torch products'}"
     # the draft's layers that fit the panels are 8-bit blocks (block_weights.use_draft_blocks)
-    eight_bit = f"8-bit blocks, {compiled}, 8-bit activations"
+    eight_bit = f"8-bit blocks, {compiled}, 8-bit activations{' on VNNI' * multiplies_with_vnni(variant)}"
     assert kernels_in_use(pair.draft) == (eight_bit if compiled else "float32, torch products")
     assert kernels_in_use(accelerate(tiny_random_pair(), compiled_kernel=False).target) == "float32, torch products"
     monkeypatch.setenv("DYNASD_KERNEL_VARIANT", "torch")
     assert kernels_in_use(accelerate(tiny_random_pair()).target) == "float32, torch products"
+
+
+def test_only_the_avx512_variant_on_a_cpu_with_vnni_multiplies_with_it(monkeypatch):
+    """block_vnni.h's build test, read from this CPU's flags: the device line says VNNI only where it runs."""
+    from dynasd.kernels import compile as compile_module
+
+    for flags, variant, expected in [("avx2 avx512f avx512bw avx512_vnni", "avx512", True),
+                                     ("avx2 avx512f avx512bw avx512_vnni", "avx2", False),
+                                     ("avx2 avx512f avx512bw", "avx512", False), ("avx2 avx_vnni", "avx2", False),
+                                     ("avx2 avx512f avx512bw avx512_vnni", None, False)]:
+        monkeypatch.setattr(compile_module, "cpu_flags", lambda flags=flags: f"flags : {flags}")
+        assert compile_module.multiplies_with_vnni(variant) == expected, (flags, variant)

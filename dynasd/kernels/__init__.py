@@ -47,7 +47,7 @@ from .block_weights import (
     use_draft_blocks,
     use_gguf_blocks,
 )
-from .compile import VARIANT_LABELS, kernel_variant
+from .compile import VARIANT_LABELS, kernel_variant, multiplies_with_vnni
 from .exact_attention import use_exact_attention
 from .fast_linear import PretransposedLinear, pretranspose_linears
 from .gqa_attention import use_packed_gqa
@@ -154,8 +154,9 @@ def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf", arithm
 def kernels_in_use(model: torch.nn.Module) -> str:
     """A few words naming what `model`'s linear layers compute with, for a device line: their weights ("GGUF
     blocks", a draft's "8- and 4-bit blocks", "float16 panels" or the model's dtype), products ("AVX2 kernels",
-    "AVX-512 kernels" or "torch products") and, where block layers quantize their inputs, "8-bit activations",
-    e.g. "GGUF blocks, AVX2 kernels, 8-bit activations". An embedding shared from another model does not count."""
+    "AVX-512 kernels" or "torch products") and, where block layers quantize their inputs, "8-bit activations" ("on
+    VNNI" where the kernels multiply them with it), e.g. "GGUF blocks, AVX2 kernels, 8-bit activations". An
+    embedding shared from another model does not count."""
     layers = [module for path, module in model.named_modules() if "embed_tokens" not in path]
     plan = getattr(model, _PLAN_ATTRIBUTE, None)
     compiled = [module for module in layers if isinstance(module, BlockLinear)
@@ -171,7 +172,8 @@ def kernels_in_use(model: torch.nn.Module) -> str:
     variant = plan.variant if plan is not None else None
     products = f"{VARIANT_LABELS[variant]} kernels" if compiled and variant else "torch products"
     arithmetic = {module.arithmetic for module in layers if isinstance(module, BlockLinear)}
-    activations = ", 8-bit activations" if INT8 in arithmetic else ""
+    activations = ", 8-bit activations" + (" on VNNI" if compiled and multiplies_with_vnni(variant) else "") \
+        if INT8 in arithmetic else ""
     return f"{weights}, {products}{activations}"
 
 

@@ -13,8 +13,9 @@
 // Every integer sum is exact (Q4_1: |qw qx| sums stay below 2^15 in 16 bits per block; Q8_0: 32-bit sums), and
 // the float steps run in this order for every row, whatever the number of rows beside it and whichever pass or
 // thread computes it: a row's outputs are bitwise those of the same row alone (tests/test_block_weights.py).
-// The code is AVX2 intrinsics, built into the AVX-512 variant as well, so both variants give bitwise the same
-// results.
+// The code is AVX2 intrinsics, built into the AVX-512 variant as well; where that build's CPU has AVX-512 VNNI the
+// products take block_vnni.h's instructions instead, the same integers and epilogue: every variant gives bitwise the
+// same results.
 //
 // Layout (made by block_weights.to_int8_panels): panels of 8 output columns; per (panel, block):
 //   Q4_1: 8 float16 d, 8 float16 m, then 4 x 32 bytes: in load t, byte 4c + j holds column c's code for input
@@ -34,16 +35,18 @@ constexpr int64_t Q8_0_BYTES = 16 + BLOCK * PANEL;           // d, codes: 272 pe
 constexpr int64_t PREFETCH_BLOCKS = 8;
 
 // One call's rows of x in 8-bit blocks: codes as int8 (Q4_1's products) or widened to int16 (Q8_0's), and per
-// block the scale dx and sx = dx * sum(qx).
+// block the scale dx, sx = dx * sum(qx) and sum(qx) itself (block_vnni.h's Q8_0).
 struct QuantizedRows {
   int64_t K = 0;
   std::vector<int8_t> codes;
   std::vector<int16_t> wide;
   std::vector<float> scale, scaled_sum;
+  std::vector<int32_t> code_sum;
 };
 
 // One row's block of 32 floats -> 32 codes, its scale and scaled sum; the same instructions for every row.
-inline void quantize_block(const float* x, int8_t* codes, int16_t* wide, float* scale, float* scaled_sum) {
+inline void quantize_block(const float* x, int8_t* codes, int16_t* wide, float* scale, float* scaled_sum,
+                           int32_t* code_sum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
@@ -76,7 +79,8 @@ inline void quantize_block(const float* x, int8_t* codes, int16_t* wide, float* 
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
   t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
   *scale = d;
-  *scaled_sum = d * static_cast<float>(_mm_cvtsi128_si32(t));
+  *code_sum = _mm_cvtsi128_si32(t);
+  *scaled_sum = d * static_cast<float>(*code_sum);
 }
 
 inline void quantize_rows(const float* x, int64_t M, int64_t K, bool widen, QuantizedRows& out) {
@@ -86,11 +90,12 @@ inline void quantize_rows(const float* x, int64_t M, int64_t K, bool widen, Quan
   out.wide.resize(widen ? M * K : 0);
   out.scale.resize(M * blocks);
   out.scaled_sum.resize(M * blocks);
+  out.code_sum.resize(M * blocks);
   for (int64_t r = 0; r < M; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t at = r * K + b * BLOCK;
       quantize_block(x + at, out.codes.data() + at, widen ? out.wide.data() + at : nullptr,
-                     &out.scale[r * blocks + b], &out.scaled_sum[r * blocks + b]);
+                     &out.scale[r * blocks + b], &out.scaled_sum[r * blocks + b], &out.code_sum[r * blocks + b]);
     }
   }
 }
@@ -187,17 +192,32 @@ void rows_times_panel(int64_t rows, const QuantizedRows& xq, int64_t row0, const
   });
 }
 
-// x (M, K) float32 -> y (M, N) float32 over N / 8 panels of `format` (Q4_1 or Q8_0).
+}  // namespace int8_blocks
+
+#include "block_vnni.h"
+
+namespace int8_blocks {
+
+// x (M, K) float32 -> y (M, N) float32 over N / 8 panels of `format` (Q4_1 or Q8_0): with VNNI two panels at a
+// time (an odd last panel by the AVX2 code, bitwise alike), else one.
 template <bool Q4>
 void all_panels(const float* x, const uint8_t* weights, float* y, int64_t M, int64_t K, int64_t N) {
-  QuantizedRows xq;
-  quantize_rows(x, M, K, /*widen=*/!Q4, xq);
+  const int64_t step = DYNASD_INT8_VNNI ? 2 : 1, panels = N / PANEL;
+  QuantizedRows xq;  // the AVX2 code's Q8_0 reads widened codes: VNNI's needs them only for an odd last panel
+  quantize_rows(x, M, K, /*widen=*/!Q4 && (step == 1 || panels % 2 != 0), xq);
   const int64_t panel_bytes = (K / BLOCK) * (Q4 ? Q4_1_BYTES : Q8_0_BYTES);
   const int64_t per_pass = dynasd_kernels::rows_per_pass(M, ROWS_PER_PASS);
-  at::parallel_for(0, N / PANEL, 1, [&](int64_t first, int64_t last) {
-    for (int64_t p = first; p < last; ++p) {
+  at::parallel_for(0, (panels + step - 1) / step, 1, [&](int64_t first, int64_t last) {
+    for (int64_t p = first * step; p < std::min(last * step, panels); p += step) {
+      const uint8_t* panel = weights + p * panel_bytes;
+#if DYNASD_INT8_VNNI
+      if (p + 1 < panels) {
+        vnni::all_rows_times_two_panels<Q4>(xq, M, panel, panel + panel_bytes, y, N, p * PANEL);
+        continue;
+      }
+#endif
       for (int64_t m = 0; m < M; m += per_pass) {
-        rows_times_panel<Q4>(std::min(per_pass, M - m), xq, m, weights + p * panel_bytes, y, N, p * PANEL);
+        rows_times_panel<Q4>(std::min(per_pass, M - m), xq, m, panel, y, N, p * PANEL);
       }
     }
   });

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import block_weights, fast_linear
-from .compile import VARIANT_LABELS, VARIANTS, KernelUnavailable, build_kernel, kernel_variant
+from .compile import VARIANT_LABELS, VARIANTS, KernelUnavailable, build_kernel, kernel_variant, multiplies_with_vnni
 
 
 def engine_kernels() -> dict[str, Path]:
@@ -51,4 +51,5 @@ def _build_state(args: argparse.Namespace, name: str, source: Path) -> str:
     except (KernelUnavailable, OSError) as error:
         return f"unavailable ({error!s:.300})"
     state = f"built in {time.monotonic() - start:.0f} s" if library.built else "already built"
-    return f"{state}, {VARIANT_LABELS[variant]} variant ({library.path})"
+    vnni = " (8-bit products with VNNI)" if multiplies_with_vnni(variant) else ""
+    return f"{state}, {VARIANT_LABELS[variant]} variant{vnni} ({library.path})"

@@ -336,6 +336,10 @@ VARIANT_FLAGS = {"avx512": ["-march=native"],
                  "avx2": ["-march=x86-64-v3", "-mtune=native"]}
 VARIANT_NEEDS = {"avx512": {"avx512f", "avx2", "fma", "f16c"}, "avx2": {"avx2", "fma", "f16c"}}
 VARIANT_LABELS = {"avx512": "AVX-512", "avx2": "AVX2"}
+# block_vnni.h's test of the build's instruction set (__AVX512VNNI__ and __AVX512BW__), as /proc/cpuinfo names it:
+# the AVX-512 variant is built for this CPU (-march=native), so it multiplies 8-bit activations with VNNI where
+# the CPU has these.
+VNNI_NEEDS = {"avx512_vnni", "avx512bw"}
 VARIANT_ENV = "DYNASD_KERNEL_VARIANT"
 NO_VARIANT = "torch"  # $DYNASD_KERNEL_VARIANT's word for "no compiled kernels": float32 weights, torch's products
 _told_variant: set[str] = set()
@@ -347,6 +351,12 @@ def runnable_variants() -> tuple[str, ...]:
         return ()
     flags = set(cpu_flags().split())
     return tuple(variant for variant in VARIANTS if VARIANT_NEEDS[variant] <= flags)
+
+
+def multiplies_with_vnni(variant: str | None) -> bool:
+    """Whether `variant`'s 8-bit-activation products use VNNI on this CPU (block_vnni.h; bitwise the same results
+    as without, only faster): a device line says so."""
+    return variant == "avx512" and VNNI_NEEDS <= set(cpu_flags().split())
 
 
 def kernel_variant() -> str | None:
