@@ -261,6 +261,9 @@ def test_build_kernels_prints_one_line_per_kernel(cache, monkeypatch, capsys):
     states = [line.split(": ", 1)[1] for line in lines]
     assert all(state.startswith("built in ") for state in states[:2])
     assert all(state.startswith("already built") for state in states[2:4])
+    variant = compile.kernel_variant() or compile.VARIANTS[-1]  # the block kernel's line alone names VNNI, where used
+    assert [("with VNNI" in state) for state in states[2:4]] == \
+        [name == "dynasd_block_linear" and compile.multiplies_with_vnni(variant) for name in kernels]
     assert all(state.startswith("unavailable (the build failed") for state in states[4:6])
     assert states[6:] == ["unavailable (DYNASD_COMPILE=0)"] * 2
     monkeypatch.delenv("DYNASD_COMPILE")

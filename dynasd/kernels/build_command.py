@@ -51,5 +51,5 @@ def _build_state(args: argparse.Namespace, name: str, source: Path) -> str:
     except (KernelUnavailable, OSError) as error:
         return f"unavailable ({error!s:.300})"
     state = f"built in {time.monotonic() - start:.0f} s" if library.built else "already built"
-    vnni = " (8-bit products with VNNI)" if multiplies_with_vnni(variant) else ""
+    vnni = " (8-bit products with VNNI)" if name == block_weights.KERNEL_NAME and multiplies_with_vnni(variant) else ""
     return f"{state}, {VARIANT_LABELS[variant]} variant{vnni} ({library.path})"
