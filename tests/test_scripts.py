@@ -117,3 +117,19 @@ def test_class_mode_counts_every_answer_and_writes_its_figures(tmp_path):
     assert figures["reloads"] == 1 and figures["problems"] == []
     assert 0 <= figures["step_to_learner_p50_s"] <= figures["step_to_learner_p95_s"]
     assert figures["memory_per_learner_mb"] is not None
+
+
+def test_product_cost_prints_a_row_per_variant_with_its_extra_row():
+    """On the tiny-random pair only the draft's layers are block layers (block_weights.use_draft_blocks)."""
+    from dynasd.kernels.compile import runnable_variants
+
+    variants = runnable_variants()
+    if not variants:
+        pytest.skip("no kernel variant here: no block layers to time")
+    out = run_script("product_cost.py", "--pair", "tiny-random", "--role", "draft", "--rounds", "1",
+                     "--variants", ",".join(variants), "--threads", "1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and line.endswith(" ms |")]
+    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == list(variants)
+    assert all(len(re.findall(r"\d+\.\d+", row)) == 7 for row in rows), rows
+    assert "weight products of one forward" in out.stdout
