@@ -77,6 +77,17 @@ def device_line(pair=None) -> str:
     return "; ".join([machine_line(pair.device)] + [f"{role}: {_kernels_of(model)}" for role, model in models])
 
 
+SHOWN_DEVICE_CHARS = 320  # a device line as a page shows it: the longest real one (~210) whole
+
+
+def shown_device(line: str) -> str:
+    """A device line for the page: whole where it fits SHOWN_DEVICE_CHARS, else cut at a word with an ellipsis.
+    Why a bound: a trace loaded from a file or a share link carries its own line, which could be any length."""
+    if len(line) <= SHOWN_DEVICE_CHARS:
+        return line
+    return line[:SHOWN_DEVICE_CHARS].rsplit(" ", 1)[0].rstrip(",;") + " …"
+
+
 # A loaded model's kernels do not change, and every run's trace names them: walking its modules (~90 us for the
 # tiny pair) at every run start cost the statistical tests' thousands of runs a few percent.
 _KERNELS_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -481,6 +481,22 @@ def test_the_summary_names_the_machine_weights_and_kernels_of_the_run(runs):
     assert f"*Measured on* {run.device}" in viz.summary_markdown(run)
 
 
+def test_a_device_line_is_shown_whole_and_only_an_overlong_one_is_cut_at_a_word(runs):
+    """The line of a VNNI machine with a draft (~210 characters) had lost its last word to a 200-character cut."""
+    from dataclasses import replace
+
+    from dynasd.device_info import SHOWN_DEVICE_CHARS
+
+    vnni = ("Intel(R) Xeon(R) Processor (AVX-512, AMX, AVX2, FMA), 2 of 2 threads; target: GGUF blocks, "
+            "AVX-512 kernels, 8-bit activations on VNNI; draft: 8- and 4-bit blocks, AVX-512 kernels, 8-bit "
+            "activations on VNNI")
+    assert f"*Measured on* {vnni}\n" in viz.summary_markdown(replace(runs["mcsd"], device=vnni))
+    overlong = "; ".join([vnni] * 3)
+    shown = viz.summary_markdown(replace(runs["mcsd"], device=overlong)).split("*Measured on* ")[1].split("\n")[0]
+    assert shown.endswith(" …") and len(shown) <= SHOWN_DEVICE_CHARS + 2 and overlong.startswith(shown[:-2])
+    assert overlong[len(shown) - 2] in " ,;", "cut where a word ends"
+
+
 def test_the_timeline_and_compare_report_acceptance_by_position_as_the_metrics_module_counts_it(runs):
     """The second row of the timeline and the Compare columns read dynasd/acceptance.py: vLLM's per-position
     rate, the conditional rate and the histogram of accepted lengths; ar, which drafts nothing, has neither."""

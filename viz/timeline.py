@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from dynasd.acceptance import Acceptance, acceptance_of
+from dynasd.device_info import shown_device
 from dynasd.explorer.measure.speed import ComparedSpeedup, as_it_happened
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import TOKEN_ORIGINS, RunTrace
@@ -74,7 +75,7 @@ def summary_markdown(run: RunTrace, upto: int | None = None, compared: ComparedS
                 "every method against ar in the same rounds.")
     lines = [
         f"**{run.method}** on *{run.pair}* · draft: {run.draft_label}",
-        *(["", f"*Measured on* {run.device[:200]}"] if run.device else []),
+        *(["", f"*Measured on* {shown_device(run.device)}"] if run.device else []),
         "",
         f"| steps | new tokens | target forwards | tokens / target forward | {LEVEL_RATE} | {SPEEDUP} | "
         f"{AS_IT_HAPPENED} | prefill |",

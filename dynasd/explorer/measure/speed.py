@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...device_info import machine_line
+from ...device_info import machine_line, shown_device
 from ...step_cost import StepCosts, chain_tokens_per_step, expected_speedup
 from ...trace import RunTrace
 from ..costs.cost import MeasuredCosts, RunShape, cost_numbers, costs_from, draft_forward_s, run_shape
@@ -215,7 +215,7 @@ def run_elsewhere(run: RunTrace, measured: MeasuredCosts | None) -> str:
     """The machine a run's own times were taken on, when a trace says it was not the one measured here."""
     if measured is None or not run.device or run.device == measured.device:
         return ""
-    return run.device[:160]
+    return shown_device(run.device)
 
 
 def speed_here(run: RunTrace, measured: MeasuredCosts | None, controls: dict, pair_key: str) -> RunSpeed:
