@@ -24,11 +24,14 @@ class StepCosts:
     verify_per_row_s: float
     draft_per_forward_s: float  # one draft forward (one tree level), as the run's own forwards averaged
     draft_timings: tuple[tuple[int, float], ...] = ()  # (rows, seconds) of one draft forward, where measured
+    verify_floor_s: float = 0.0  # a one-row forward timed as a verify runs (after other forwards); 0: ar_s
 
     def verify_s(self, rows: int) -> float:
-        """On the line, and never below one ar step: a line fitted over 1..64 rows passes under its few-row points
-        (here a 2-row verify read 0.8 of a one-row forward on it), and a forward over more rows costs no less."""
-        return max(self.verify_base_s + self.verify_per_row_s * rows, self.ar_s)
+        """On the line, and never below a one-row verify (`verify_floor_s`, else one ar step): a line fitted over
+        1..64 rows passes under its few-row points (here a 2-row verify read 0.8 of a one-row forward on it), and a
+        forward over more rows costs no less. Why a floor of its own: an ar step, timed after ar steps, runs warmer
+        than a verify, which follows a step's draft forwards."""
+        return max(self.verify_base_s + self.verify_per_row_s * rows, self.verify_floor_s or self.ar_s)
 
     def step_s(self, rows: int, draft_forwards: int) -> float:
         return self.draft_per_forward_s * draft_forwards + self.verify_s(rows)

@@ -79,6 +79,33 @@ def test_the_rounds_are_interleaved_over_the_row_counts_and_their_conditions_rec
     assert conditions.wall_s > 0 and conditions.cpu_s > 0 and conditions.threads >= 1
 
 
+def test_the_ar_step_is_timed_after_one_row_forwards_and_read_as_the_models_ar_step(pairs, monkeypatch):
+    """A one-row forward right after the sweep's widest one reads slower than ar's own steps, which follow ar
+    steps: each round runs the target in with AR_STEP_RUN_IN one-row forwards and times the next; the cost model
+    takes it as its ar step, the sweep's own one-row forward as a verify's floor; both are kept."""
+    pair = pairs.get(SETTINGS)
+    forward, seen = CachedModel.forward, []
+
+    def recording(self, committed, nodes, *args, **kwargs):
+        seen.append((self.model is pair.target, len(nodes)))
+        return forward(self, committed, nodes, *args, **kwargs)
+
+    monkeypatch.setattr(CachedModel, "forward", recording)
+    timings, _ = cost.measure_models({"target": pair.target, "draft": pair.draft}, pair.encode_prompt(PROMPT),
+                                     rows=(1, 4), rounds=2, ar_step_of="target")
+    sweep = [(True, 1), (True, 4)] + [(True, 1)] * (cost.AR_STEP_RUN_IN + 1) + [(False, 1), (False, 4)]
+    assert seen[2:] == sweep * 2 and cost.AR_STEP_RUN_IN >= 2
+    assert sorted(timings) == sorted(["target", "draft", cost.AR_STEP]) and list(timings[cost.AR_STEP]) == [1]
+    shape = SimpleNamespace(verify_rows=[], verify_seconds=[], draft_per_forward_s=None)
+    costs = cost.costs_from(shape, {1: 0.010, 4: 0.016}, ar_step_s=0.008)
+    assert costs.ar_s == 0.008 and costs.verify_floor_s == 0.010 and costs.verify_s(1) == pytest.approx(0.010)
+    assert cost.costs_from(shape, {1: 0.010, 4: 0.016}).ar_s == 0.010, "costs kept before it: the sweep's forward"
+    monkeypatch.setattr(cost, "load_average", lambda: 0.1)
+    monkeypatch.setattr(CachedModel, "forward", forward)
+    measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    assert measured.ar_step_s and cost.read_kept_costs(cost.costs_file(pair)).ar_step_s == measured.ar_step_s
+
+
 def test_a_measurement_on_a_busy_machine_is_shown_and_not_kept(pairs, monkeypatch):
     monkeypatch.setattr(cost, "load_average", lambda: 27.0)
     pair = pairs.get(SETTINGS)
@@ -102,6 +129,7 @@ def test_costs_kept_without_their_conditions_are_measured_again(tmp_path):
     assert cost.read_kept_costs(path) is None
     cost.keep_costs(path, cost.MeasuredCosts({1: 0.011}, "2026-12-05 13:00", "x", "y", conditions=QUIET))
     assert cost.read_kept_costs(path).conditions == QUIET
+    assert cost.read_kept_costs(path).ar_step_s is None, "kept before the ar step was timed apart: read without it"
 
 
 def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pairs, monkeypatch):

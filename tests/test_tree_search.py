@@ -131,3 +131,11 @@ def test_a_verify_never_costs_less_than_one_ar_step():
     costs = StepCosts(ar_s=10.0, verify_base_s=5.0, verify_per_row_s=2.5, draft_per_forward_s=0.0)
     assert costs.verify_s(2) == 10.0 and costs.verify_s(4) == 15.0
     assert evaluate((1,), [0.0], costs).speedup == pytest.approx(1.0)  # nothing accepted, nothing gained
+
+
+def test_a_verify_is_floored_at_its_own_one_row_forward_where_the_ar_step_was_timed_apart():
+    """An ar step timed after ar steps runs warmer than a verify, which follows a step's draft forwards: the verify's
+    floor is the one-row forward timed as a verify runs, so a cheaper ar step makes a chain slower, not faster."""
+    apart = StepCosts(ar_s=8.0, verify_base_s=5.0, verify_per_row_s=2.5, draft_per_forward_s=0.0, verify_floor_s=10.0)
+    assert apart.verify_s(2) == 10.0 and apart.verify_s(4) == 15.0
+    assert evaluate((1,), [0.0], apart).speedup == pytest.approx(0.8)  # nothing accepted: 8 / 10

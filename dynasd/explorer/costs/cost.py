@@ -97,23 +97,26 @@ def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
 
 
 def costs_from(shape: RunShape, calibration: dict[int, float] | None,
-               draft_per_forward_s: float | None = None, draft_timings: dict[int, float] | None = None) -> StepCosts:
+               draft_per_forward_s: float | None = None, draft_timings: dict[int, float] | None = None,
+               ar_step_s: float | None = None) -> StepCosts:
     """Step costs from a calibration (rows -> seconds of one target forward) when there is one, else from the
-    run's own verify times (the line through them; with one row count only, a flat line) and ar = that line at
-    one row. The draft forward: `draft_per_forward_s` where it was measured with the calibration
+    run's own verify times (the line through them; with one row count only, a flat line), a verify never below
+    its one-row forward. The ar step: `ar_step_s` where it was timed as ar runs (measure_models' AR_STEP), else
+    that one-row forward. The draft forward: `draft_per_forward_s` where it was measured with the calibration
     (draft_forward_s), else the run's own; and with `draft_timings` (rows -> seconds of one draft forward, measured
     with the calibration) those, read the same way, which price trees of other shapes (StepCosts.tree_draft_s)."""
     if calibration:
         rows = sorted(calibration)
         base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
-        ar_s = calibration.get(1, base + per_row)
+        one_row = calibration.get(1, base + per_row)
     else:
         base, per_row = fit_line([float(r) for r in shape.verify_rows], shape.verify_seconds)
-        ar_s = base + per_row
-    ar_s = max(ar_s, 1e-9)
-    return StepCosts(ar_s=ar_s, verify_base_s=base, verify_per_row_s=max(per_row, 0.0),
+        one_row = base + per_row
+    one_row = max(one_row, 1e-9)
+    return StepCosts(ar_s=max(ar_step_s, 1e-9) if ar_step_s else one_row, verify_base_s=base,
+                     verify_per_row_s=max(per_row, 0.0),
                      draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0,
-                     draft_timings=tuple(sorted((draft_timings or {}).items())))
+                     draft_timings=tuple(sorted((draft_timings or {}).items())), verify_floor_s=one_row)
 
 
 def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:
@@ -137,6 +140,12 @@ CALIBRATION_CONTEXT = 256  # the run's last tokens the calibration's forwards at
 # Rounds of a calibration, each timing every row count once in turn: load that comes and goes falls on every row
 # count alike instead of on the few measured while it lasted, and the median of 5 outlasts two bad rounds.
 CALIBRATION_ROUNDS = 5
+# The ar step is timed as ar runs it: a one-row forward after AR_STEP_RUN_IN untimed one-row forwards of the same
+# model. The sweep's own one-row forward follows the other row counts' widest forwards and reads ~15% slower (a
+# one-row target forward right after a 64-row one 7.78 ms, after three one-row ones 7.04, after many 6.79: Intel
+# Xeon, 2026-12-07): right for a verify, which follows a step's draft forwards, not for ar.
+AR_STEP_RUN_IN = 3
+AR_STEP = "ar step"  # measure_models' entry for the ar step's timing
 
 
 @dataclass(frozen=True)
@@ -196,11 +205,12 @@ def measure_forwards(model: torch.nn.Module, context_ids: list[int], rows: tuple
 
 def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
                    rows: tuple[int, ...] = CALIBRATION_ROWS, rounds: int = CALIBRATION_ROUNDS,
-                   load=None) -> tuple[dict[str, dict[int, float]], Conditions]:
+                   load=None, ar_step_of: str | None = None) -> tuple[dict[str, dict[int, float]], Conditions]:
     """Median seconds of one forward over `rows` new positions behind a cached context, per model and row count,
     taken in `rounds` interleaved rounds: each round times every model at every row count once, so load that comes
     and goes falls on all of them alike; and the conditions they were taken in (`load`: the load average's
-    source, load_average by default)."""
+    source, load_average by default). With `ar_step_of` (a model's name) each round also times that model's ar
+    step (AR_STEP_RUN_IN), given as the entry AR_STEP: {1: seconds}."""
     if not context_ids:
         raise ValueError("calibration needs a context of at least one token")
     load = load or load_average
@@ -214,7 +224,10 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
             bases[name] = model.cached_len
         token = context_ids[-1]
         masks = {n: torch.tril(torch.ones(n, n, dtype=torch.bool)) for n in rows}
+        masks_one = torch.ones(1, 1, dtype=torch.bool)
         runs: dict[str, dict[int, list[float]]] = {name: {n: [] for n in rows} for name in cached}
+        if ar_step_of is not None:
+            runs[AR_STEP] = {1: []}
         load_before, cpu_started, wall_started = load(), time.process_time(), time.perf_counter()
         for _ in range(rounds):
             for name, model in cached.items():
@@ -228,6 +241,17 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
                         torch.cuda.synchronize()
                     runs[name][n].append(time.perf_counter() - started)
                     model.keep_path([], base)
+                if name == ar_step_of:
+                    for run_in in range(AR_STEP_RUN_IN + 1):
+                        if on_cuda:
+                            torch.cuda.synchronize()
+                        started = time.perf_counter()
+                        model.forward([], [token], masks_one, [base], keep_logits=1)
+                        if on_cuda:
+                            torch.cuda.synchronize()
+                        if run_in == AR_STEP_RUN_IN:
+                            runs[AR_STEP][1].append(time.perf_counter() - started)
+                        model.keep_path([], base)
         cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
     loads = [x for x in (load_before, load()) if x is not None]
     conditions = Conditions(max(loads) if loads else None, torch.get_num_threads(), cpu_s, wall_s,
@@ -256,6 +280,7 @@ class MeasuredCosts:
     contradicted: str = ""      # kept costs a step of this device has since shown wrong (check_kept_costs)
     again_because: str = ""     # why this measurement replaced kept costs
     draft_timings: dict[int, float] = field(default_factory=dict)  # the pair's draft, in the same rounds
+    ar_step_s: float | None = None  # the target's ar step, timed as ar runs (AR_STEP_RUN_IN); None: kept before it
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page; a measurement that replaced kept costs says why in
@@ -290,9 +315,12 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         draft = {int(rows): float(seconds) for rows, seconds in obj.get("draft_timings", {}).items()}
         if any(not 0 < s < 3600 for s in draft.values()):
             return None
+        ar_step = obj.get("ar_step_s")
+        if ar_step is not None and not 0 < float(ar_step) < 3600:
+            return None
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
                              conditions=conditions, contradicted=str(obj.get("contradicted", "")),
-                             draft_timings=draft)
+                             draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -305,7 +333,8 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
     partial.write_text(json.dumps({"timings": {str(r): s for r, s in costs.timings.items()},
                                    "measured_at": costs.measured_at, "how": costs.how, "device": costs.device,
                                    "conditions": conditions, "contradicted": costs.contradicted,
-                                   "draft_timings": {str(r): s for r, s in costs.draft_timings.items()}}))
+                                   "draft_timings": {str(r): s for r, s in costs.draft_timings.items()},
+                                   "ar_step_s": costs.ar_step_s}))
     partial.replace(path)
 
 
@@ -380,7 +409,7 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
         return kept
     models = {"target": pair.target, **({"draft": pair.draft} if getattr(pair, "draft", None) is not None else {})}
     with pairs.lock_for(pair):
-        timings, conditions = measure_models(models, list(context_ids)[-CALIBRATION_CONTEXT:])
+        timings, conditions = measure_models(models, list(context_ids)[-CALIBRATION_CONTEXT:], ar_step_of="target")
     measured = MeasuredCosts(
         timings["target"], time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         f"the median of {CALIBRATION_ROUNDS} interleaved rounds of {' and '.join(models)} forwards over "
@@ -388,7 +417,7 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
         f"of context", device_line(pair), conditions=conditions,
         again_because=(f"the costs kept from {kept.measured_at} UTC disagreed with this device's own steps: "
                        f"{kept.contradicted}") if kept is not None else "",
-        draft_timings=timings.get("draft", {}))
+        draft_timings=timings.get("draft", {}), ar_step_s=timings[AR_STEP][1])
     if under_emulation:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
     busy = conditions.busy_because()

@@ -186,7 +186,7 @@ def run_speed(run: RunTrace, measured: MeasuredCosts | None, compared: ComparedS
     shape = run_shape(run)
     draft_here = draft_forward_s(measured, shape.draft_rows)
     costs = costs_from(shape, measured.timings if measured else None, draft_here,
-                       measured.draft_timings if draft_here else None)
+                       measured.draft_timings if draft_here else None, measured.ar_step_s if measured else None)
     n = cost_numbers(shape, costs)
     elsewhere = run_elsewhere(run, measured)
     alphas = tuple(i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS))
