@@ -4,6 +4,7 @@ busy machine is shown and not kept; and the first Step whose own verify ran far 
 marks them contradicted, so the cost view measures again and says why instead of showing them."""
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -129,7 +130,11 @@ def test_costs_kept_without_their_conditions_are_measured_again(tmp_path):
     assert cost.read_kept_costs(path) is None
     cost.keep_costs(path, cost.MeasuredCosts({1: 0.011}, "2026-12-05 13:00", "x", "y", conditions=QUIET))
     assert cost.read_kept_costs(path).conditions == QUIET
-    assert cost.read_kept_costs(path).ar_step_s is None, "kept before the ar step was timed apart: read without it"
+    assert cost.read_kept_costs(path).ar_step_s is None, "kept without one (a planted cost): the sweep's forward"
+    kept = json.loads(path.read_text())
+    del kept["ar_step_s"]
+    path.write_text(json.dumps(kept))
+    assert cost.read_kept_costs(path) is None, "kept before the ar step was timed apart: measured again"
 
 
 def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pairs, monkeypatch):

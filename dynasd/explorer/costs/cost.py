@@ -302,7 +302,7 @@ def costs_file(pair) -> Path:
 
 def read_kept_costs(path: Path) -> MeasuredCosts | None:
     """A kept measurement, or None when there is none or it cannot be read, or it does not say the conditions it
-    was measured in (kept before they were recorded: it is then measured again)."""
+    was measured in or its ar step (kept before they were recorded: it is then measured again)."""
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
         timings = {int(rows): float(seconds) for rows, seconds in obj["timings"].items()}
@@ -315,7 +315,7 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         draft = {int(rows): float(seconds) for rows, seconds in obj.get("draft_timings", {}).items()}
         if any(not 0 < s < 3600 for s in draft.values()):
             return None
-        ar_step = obj.get("ar_step_s")
+        ar_step = obj["ar_step_s"]  # absent: kept before the ar step was timed apart, so measured again
         if ar_step is not None and not 0 < float(ar_step) < 3600:
             return None
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
