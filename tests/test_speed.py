@@ -167,3 +167,16 @@ def test_a_replayed_or_modelled_run_is_never_called_measured(run):
     assert "modelled from this run's own verify times" in cost_markdown(modelled)
     elsewhere = run_speed(replace(run, device="another machine; target: x"), COSTS)
     assert elsewhere.elsewhere and "another machine" in cost_markdown(elsewhere)
+
+
+def test_the_ar_step_is_said_as_it_was_timed(run, costs):
+    """Costs with an ar step timed as ar runs (after one-row forwards) price ar with it and say so; costs kept
+    without one price it with the sweep's one-row forward, which a verify is never below either way."""
+    timed = run_speed(run, replace(costs, ar_step_s=0.008))
+    assert timed.costs.ar_s == 0.008 and timed.costs.verify_s(1) >= 0.010
+    assert "**One ar step** (a one-row target forward after one-row ones, as ar runs them) takes **8.00 ms**" \
+        in cost_markdown(timed)
+    sweep = run_speed(run, costs)
+    assert sweep.costs.ar_s == 0.010 and "**One ar step** (a one-row target forward) takes **10.00 ms**" \
+        in cost_markdown(sweep)
+    assert timed.expected < sweep.expected, "a cheaper ar step makes the same steps less of a speed-up"

@@ -41,7 +41,7 @@ def _arithmetic(speed: RunSpeed) -> str:
         f"This run's own rate: {speed.happened.said()}.",
         source + (f" This run's own times were taken on another machine ({speed.elsewhere}): they say nothing "
                   "about this one." if speed.elsewhere else ""),
-        f"**One ar step** (a one-row target forward) takes **{costs.ar_s * ms:.2f} ms** here ({ar_kind}). This "
+        f"**One ar step** ({speed.ar_said}) takes **{costs.ar_s * ms:.2f} ms** here ({ar_kind}). This "
         f"run's steps verify **{speed.rows} rows** and run **{speed.draft_forwards} draft forwards** "
         f"({costs.draft_per_forward_s * ms:.2f} ms each, {speed.draft_said}), so the model's step costs "
         f"{speed.draft_forwards} × {costs.draft_per_forward_s * ms:.2f} + "

@@ -111,6 +111,7 @@ class RunSpeed:
     costs_said: str                  # when and how this device's costs were measured; "" when modelled
     again_said: str                  # why they were measured again, in one line ("" when they were not)
     draft_said: str                  # where a draft forward's seconds come from (cost.draft_forward_s)
+    ar_said: str                     # how the ar step was timed
     elsewhere: str                   # the machine the run's times were taken on, when not this one
     rows: int
     draft_forwards: int
@@ -202,6 +203,8 @@ def run_speed(run: RunTrace, measured: MeasuredCosts | None, compared: ComparedS
         again_said=measured.again_said() if measured else "",
         draft_said=(f"measured here beside the target, over {shape.draft_rows:.1f} rows" if draft_here
                     else "this run's own"),
+        ar_said=("a one-row target forward after one-row ones, as ar runs them" if measured and measured.ar_step_s
+                 else "a one-row target forward"),
         elsewhere=elsewhere, rows=n["rows"], draft_forwards=n["draft_forwards"], step_s=n["step_s"],
         free_rows_s=n["free_rows_s"], expected=n["predicted"], expected_free_rows=n["free_rows"],
         own_step_s=shape.tokens_per_step / shape.tokens_per_s if shape.tokens_per_s > 0 else 0.0,
