@@ -126,9 +126,11 @@ def test_the_summary_quotes_compare_first_and_the_runs_own_rate_as_it_happened(r
     assert header.index("speed-up over ar") < header.index("tokens / s, as it happened"), "ratios lead"
 
 
-def test_rows_and_batches_and_where_expect_for_this_run_what_the_cost_model_expects(run, costs):
+@pytest.mark.parametrize("ar_step_s", [None, 0.008])
+def test_rows_and_batches_and_where_expect_for_this_run_what_the_cost_model_expects(run, costs, ar_step_s):
     """One run, one expectation: the batch model for one sequence and Where's row for this device are the Cost
-    model's figure, and Rows and batches quotes Compare beside it."""
+    model's figure (with an ar step timed apart too), and Rows and batches quotes Compare beside it."""
+    costs = replace(costs, ar_step_s=ar_step_s)
     speed = run_speed(run, costs)
     view = batching.rows_and_batches(run, costs)
     assert view.points[0][1] == pytest.approx(speed.expected)

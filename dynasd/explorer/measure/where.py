@@ -171,10 +171,17 @@ def forward_at(timings: dict[int, float], rows: int) -> float:
     return base + max(per_row, 0.0) * rows
 
 
+def verify_at(timings: dict[int, float], rows: int) -> float:
+    """A verify forward over `rows` rows as the Cost model prices it (StepCosts.verify_s): on the line, never below
+    the measured one-row forward."""
+    return max(forward_at(timings, rows), forward_at(timings, 1))
+
+
 def where_row(target: str, device: str, source: str, how: str, target_s, draft_s: float,
-              step: StepShape) -> WhereRow:
-    """`target_s(rows)`: a forward's seconds over `rows` rows there."""
-    ar_s = target_s(1)
+              step: StepShape, ar_s: float | None = None) -> WhereRow:
+    """`target_s(rows)`: a forward's seconds over `rows` rows there; `ar_s`: an ar step timed apart (the Cost
+    model's, cost.AR_STEP), else `target_s(1)`."""
+    ar_s = ar_s or target_s(1)
     step_s = step.draft_forwards * draft_s + target_s(step.rows)
     expected = step.tokens_per_step * ar_s / step_s if step.tokens_per_step is not None else None
     return WhereRow(target, device, source, how, ar_s, draft_s, step_s,
@@ -195,7 +202,7 @@ def where_it_pays(method: str, step: StepShape, draft_per_forward_s: float, devi
     drafts = step.draft_forwards > 0
     rows = [where_row(f"{embedded.name} (this pair's target)", "this CPU", MEASURED_COSTS,
                       "this device's kept costs, as the Cost model reads them",
-                      lambda n: forward_at(device.timings, n), draft_per_forward_s, step)]
+                      lambda n: verify_at(device.timings, n), draft_per_forward_s, step, ar_s=device.ar_step_s)]
     for shape in BIGGER_TARGETS:
         costs = targets.get(shape.name)
         if costs is None:
