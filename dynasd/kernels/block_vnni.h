@@ -29,9 +29,7 @@ namespace vnni {
 
 constexpr int ROWS_PER_PASS = 8;  // 8 accumulators and 8 sums of 16 lanes, the weights and scales in 32 registers
 // Blocks read ahead of the product (7.5 KB of each Q4_1 panel): a one-row forward streams its weights from memory,
-// and 48 blocks ahead (rather than block_int8.h's 8, which the AVX2 code keeps) took the target's products 4.4-4.8
-// -> 3.8-4.0 ms at one row (8, 16, 24, 48 alternated) and ar 113 -> 126 tokens/s (bench, alternated twice; Intel
-// Xeon, 2026-12-07).
+// and 48 ahead beat block_int8.h's 8 (which the AVX2 code keeps) by ~11% of ar's tokens/s (docs/benchmarks.md).
 constexpr int64_t READ_AHEAD_BLOCKS = 48;
 
 inline __m512i two_panels(__m256i first, __m256i second) {

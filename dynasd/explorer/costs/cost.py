@@ -141,9 +141,9 @@ CALIBRATION_CONTEXT = 256  # the run's last tokens the calibration's forwards at
 # count alike instead of on the few measured while it lasted, and the median of 5 outlasts two bad rounds.
 CALIBRATION_ROUNDS = 5
 # The ar step is timed as ar runs it: a one-row forward after AR_STEP_RUN_IN untimed one-row forwards of the same
-# model. The sweep's own one-row forward follows the other row counts' widest forwards and reads ~15% slower (a
-# one-row target forward right after a 64-row one 7.78 ms, after three one-row ones 7.04, after many 6.79: Intel
-# Xeon, 2026-12-07): right for a verify, which follows a step's draft forwards, not for ar.
+# model. The sweep's own one-row forward follows the other row counts' widest forwards and reads ~15% slower
+# (docs/benchmarks.md, best-tree on the Intel Xeon): right for a verify, which follows a step's draft forwards, not
+# for ar.
 AR_STEP_RUN_IN = 3
 AR_STEP = "ar step"  # measure_models' entry for the ar step's timing
 
