@@ -62,6 +62,8 @@ def test_a_step_slower_than_the_kept_line_or_outside_it_says_nothing_a_faster_on
     found = cost.disagreement(timings, [step(2, 4, 0.030), step(3, 2, 0.004)])
     assert found == "step 3's own verify over 2 rows took 4.00 ms where they say one forward over 2 rows takes " \
                     "12.00 ms (3.0x)"
+    assert cost.disagreement(timings, [step(4, 1, 0.004)]).startswith("step 4's own verify over 1 row took 4.00 ms "
+                                                                      "where they say one forward over 1 row takes")
 
 
 def test_the_rounds_are_interleaved_over_the_row_counts_and_their_conditions_recorded(pairs, monkeypatch):

@@ -370,9 +370,9 @@ def disagreement(timings: dict[int, float], steps: list[StepTrace]) -> str:
         kept = kept_forward_s(timings, rows)
         if kept is None or step.verify_seconds <= 0 or kept <= DISAGREEMENT * step.verify_seconds:
             continue
-        return (f"step {step.index}'s own verify over {rows} rows took {step.verify_seconds * 1e3:.2f} ms where "
-                f"they say one forward over {rows} rows takes {kept * 1e3:.2f} ms "
-                f"({kept / step.verify_seconds:.1f}x)")
+        over = f"{rows} row{'s' * (rows != 1)}"
+        return (f"step {step.index}'s own verify over {over} took {step.verify_seconds * 1e3:.2f} ms where "
+                f"they say one forward over {over} takes {kept * 1e3:.2f} ms ({kept / step.verify_seconds:.1f}x)")
     return ""
 
 
