@@ -223,35 +223,32 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
             model.forward(list(context_ids), [], None, [], keep_logits=1)
             bases[name] = model.cached_len
         token = context_ids[-1]
-        masks = {n: torch.tril(torch.ones(n, n, dtype=torch.bool)) for n in rows}
-        masks_one = torch.ones(1, 1, dtype=torch.bool)
+        masks = {n: torch.tril(torch.ones(n, n, dtype=torch.bool)) for n in {*rows, 1}}
+
+        def forward_s(model: CachedModel, base: int, n: int) -> float:
+            """One forward over n new rows behind the cached context, timed, its rows dropped again."""
+            if on_cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            model.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n)
+            if on_cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+            model.keep_path([], base)
+            return seconds
+
         runs: dict[str, dict[int, list[float]]] = {name: {n: [] for n in rows} for name in cached}
         if ar_step_of is not None:
             runs[AR_STEP] = {1: []}
         load_before, cpu_started, wall_started = load(), time.process_time(), time.perf_counter()
         for _ in range(rounds):
             for name, model in cached.items():
-                base = bases[name]
                 for n in rows:
-                    if on_cuda:
-                        torch.cuda.synchronize()
-                    started = time.perf_counter()
-                    model.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n)
-                    if on_cuda:
-                        torch.cuda.synchronize()
-                    runs[name][n].append(time.perf_counter() - started)
-                    model.keep_path([], base)
+                    runs[name][n].append(forward_s(model, bases[name], n))
                 if name == ar_step_of:
-                    for run_in in range(AR_STEP_RUN_IN + 1):
-                        if on_cuda:
-                            torch.cuda.synchronize()
-                        started = time.perf_counter()
-                        model.forward([], [token], masks_one, [base], keep_logits=1)
-                        if on_cuda:
-                            torch.cuda.synchronize()
-                        if run_in == AR_STEP_RUN_IN:
-                            runs[AR_STEP][1].append(time.perf_counter() - started)
-                        model.keep_path([], base)
+                    for _ in range(AR_STEP_RUN_IN):
+                        forward_s(model, bases[name], 1)
+                    runs[AR_STEP][1].append(forward_s(model, bases[name], 1))
         cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
     loads = [x for x in (load_before, load()) if x is not None]
     conditions = Conditions(max(loads) if loads else None, torch.get_num_threads(), cpu_s, wall_s,
