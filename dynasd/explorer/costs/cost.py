@@ -96,27 +96,37 @@ def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
         overhead_s=sum(s.accept_seconds for s in steps) / n, nodes=sum(len(s.nodes) for s in steps) / n)
 
 
+def calibrated_costs(calibration: dict[int, float], ar_step_s: float | None = None) -> StepCosts:
+    """The target's side of the step costs from a calibration (rows -> seconds of one target forward): the verify
+    line through every measured row count, never below its one-row forward, and the ar step (`ar_step_s` where it
+    was timed as ar runs, measure_models' AR_STEP, else that one-row forward); no draft. The one reading of a
+    calibration: the Cost model's (costs_from) and Where would it pay?'s row for this device."""
+    rows = sorted(calibration)
+    base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
+    return _target_line(base, per_row, calibration.get(1, base + per_row), ar_step_s)
+
+
+def _target_line(base: float, per_row: float, one_row: float, ar_step_s: float | None) -> StepCosts:
+    one_row = max(one_row, 1e-9)
+    return StepCosts(ar_s=max(ar_step_s, 1e-9) if ar_step_s else one_row, verify_base_s=base,
+                     verify_per_row_s=max(per_row, 0.0), draft_per_forward_s=0.0, verify_floor_s=one_row)
+
+
 def costs_from(shape: RunShape, calibration: dict[int, float] | None,
                draft_per_forward_s: float | None = None, draft_timings: dict[int, float] | None = None,
                ar_step_s: float | None = None) -> StepCosts:
-    """Step costs from a calibration (rows -> seconds of one target forward) when there is one, else from the
-    run's own verify times (the line through them; with one row count only, a flat line), a verify never below
-    its one-row forward. The ar step: `ar_step_s` where it was timed as ar runs (measure_models' AR_STEP), else
-    that one-row forward. The draft forward: `draft_per_forward_s` where it was measured with the calibration
-    (draft_forward_s), else the run's own; and with `draft_timings` (rows -> seconds of one draft forward, measured
-    with the calibration) those, read the same way, which price trees of other shapes (StepCosts.tree_draft_s)."""
+    """Step costs from a calibration when there is one (calibrated_costs), else from the run's own verify times (the
+    line through them; with one row count only, a flat line) and ar = that line at one row. The draft forward:
+    `draft_per_forward_s` where it was measured with the calibration (draft_forward_s), else the run's own; and
+    with `draft_timings` (rows -> seconds of one draft forward, measured with the calibration) those, read the same
+    way, which price trees of other shapes (StepCosts.tree_draft_s)."""
     if calibration:
-        rows = sorted(calibration)
-        base, per_row = fit_line([float(r) for r in rows], [calibration[r] for r in rows])
-        one_row = calibration.get(1, base + per_row)
+        target = calibrated_costs(calibration, ar_step_s)
     else:
         base, per_row = fit_line([float(r) for r in shape.verify_rows], shape.verify_seconds)
-        one_row = base + per_row
-    one_row = max(one_row, 1e-9)
-    return StepCosts(ar_s=max(ar_step_s, 1e-9) if ar_step_s else one_row, verify_base_s=base,
-                     verify_per_row_s=max(per_row, 0.0),
-                     draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0,
-                     draft_timings=tuple(sorted((draft_timings or {}).items())), verify_floor_s=one_row)
+        target = _target_line(base, per_row, base + per_row, ar_step_s)
+    return replace(target, draft_per_forward_s=draft_per_forward_s or shape.draft_per_forward_s or 0.0,
+                   draft_timings=tuple(sorted((draft_timings or {}).items())))
 
 
 def cost_numbers(shape: RunShape, costs: StepCosts) -> dict:

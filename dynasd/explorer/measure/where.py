@@ -31,6 +31,7 @@ from ..costs.cost import (
     MeasuredCosts,
     RunShape,
     calibrate_context,
+    calibrated_costs,
     costs_file,
     draft_forward_s,
     read_kept_costs,
@@ -171,12 +172,6 @@ def forward_at(timings: dict[int, float], rows: int) -> float:
     return base + max(per_row, 0.0) * rows
 
 
-def verify_at(timings: dict[int, float], rows: int) -> float:
-    """A verify forward over `rows` rows as the Cost model prices it (StepCosts.verify_s): on the line, never below
-    the measured one-row forward."""
-    return max(forward_at(timings, rows), forward_at(timings, 1))
-
-
 def where_row(target: str, device: str, source: str, how: str, target_s, draft_s: float,
               step: StepShape, ar_s: float | None = None) -> WhereRow:
     """`target_s(rows)`: a forward's seconds over `rows` rows there; `ar_s`: an ar step timed apart (the Cost
@@ -200,9 +195,10 @@ def where_it_pays(method: str, step: StepShape, draft_per_forward_s: float, devi
                   embedded: TargetShape = EMBEDDED_SHAPE) -> WhereItPays:
     """The rows for one step shape: (a) this device, (b) the bigger targets measured here, (c) a GPU."""
     drafts = step.draft_forwards > 0
+    here = calibrated_costs(device.timings, device.ar_step_s)  # the Cost model's reading of them
     rows = [where_row(f"{embedded.name} (this pair's target)", "this CPU", MEASURED_COSTS,
-                      "this device's kept costs, as the Cost model reads them",
-                      lambda n: verify_at(device.timings, n), draft_per_forward_s, step, ar_s=device.ar_step_s)]
+                      "this device's kept costs, as the Cost model reads them", here.verify_s, draft_per_forward_s,
+                      step, ar_s=here.ar_s)]
     for shape in BIGGER_TARGETS:
         costs = targets.get(shape.name)
         if costs is None:
