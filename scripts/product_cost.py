@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from dynasd.kernels.block_weights import BlockLinear, FusedBlocks
+from dynasd.kernels.block_weights import BLOCK, BlockLinear, FusedBlocks
 from dynasd.kernels.compile import VARIANT_ENV
 from dynasd.kernels.lean_forward import fused_projections
 from dynasd.models import load_pair
@@ -42,7 +42,7 @@ def products_of(model: torch.nn.Module) -> list:
 
 
 def in_features(product) -> int:
-    return product.in_features if isinstance(product, BlockLinear) else product.panels.shape[1] * 32
+    return product.in_features if isinstance(product, BlockLinear) else product.panels.shape[1] * BLOCK
 
 
 def main() -> int:
