@@ -127,3 +127,26 @@ def test_a_short_runs_cache_reserves_little_empty_room(tiny_pair):
     runner.prefill(list(range(3, 43)))
     layer = runner.cache.layers[0]
     assert layer.key_buffer.shape[-2] == 40 + MIN_ROOM and MIN_ROOM <= 64
+
+
+def test_a_layers_length_moves_in_its_buffers_and_a_tensor_from_elsewhere_takes_their_place():
+    """A compiled forward's `reserve`/`filled_to` and a crop only move the filled length (the keys read are the
+    buffer's prefix, the same bytes); keys and values assigned from elsewhere replace the buffers, and the next
+    update starts new ones holding them."""
+    gen = torch.Generator().manual_seed(0)
+    states = torch.randn(2, 1, 3, 12, 8, generator=gen)
+    layer = InPlaceLayer()
+    layer.update(states[0, :, :, :5], states[1, :, :, :5])
+    buffer = layer.key_buffer
+    assert layer.reserve(4) == 5 and layer.key_buffer is buffer
+    buffer[:, :, 5:9], layer.value_buffer[:, :, 5:9] = states[0, :, :, 5:9], states[1, :, :, 5:9]
+    layer.filled_to(9)
+    assert layer.get_seq_length() == 9 and layer.keys.data_ptr() == buffer.data_ptr()
+    assert torch.equal(layer.keys, states[0, :, :, :9]) and torch.equal(layer.values, states[1, :, :, :9])
+    layer.crop(-3)
+    assert layer.get_seq_length() == 6 and torch.equal(layer.keys, states[0, :, :, :6])
+    layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
+    assert layer.key_buffer is None and layer.value_buffer is None and layer.get_seq_length() == 6
+    keys, values = layer.update(states[0, :, :, 6:7], states[1, :, :, 6:7])
+    assert layer.key_buffer is not None and layer.get_seq_length() == 7
+    assert torch.equal(keys, states[0, :, :, :7]) and torch.equal(values, states[1, :, :, :7])
