@@ -5,6 +5,7 @@ default settings, with how far they agree and the machine's load around each.
     python scripts/compare_agreement.py                               # embedded pair, the page's first example
     python scripts/compare_agreement.py --pair tiny-random --screenshots /tmp/shots
     python scripts/compare_agreement.py --no-browser                  # the two headless Compares only
+    python scripts/compare_agreement.py --landing 7                   # 7 headless Compares, each against the others
 
 The app is served in this process (scripts/browser_bench.py's serve), so the headless Compares run the same code on
 the same model thread as the page's, and the page's result is read from what it kept (measured_here.py). Targets:
@@ -209,12 +210,35 @@ def report(runs: dict, browser: bool, pair: str, prompt: str) -> None:
              if browser else ""))
 
 
+def landing(compares: list[dict]) -> None:
+    """Over several headless Compares, per method: its ratios' spread, its range's mean width, how often one
+    Compare's ratio lies within another's range (the page says a second Compare minutes later mostly does) and how
+    many pairs of Compares have ranges that do not meet."""
+    print(f"{len(compares)} headless Compares; ratio against ar")
+    print("| method | ratios | mean range width | lands in another's range | pairs with disjoint ranges |")
+    print("|---|---|---|---|---|")
+    methods = [m for m in compares[0]["ratios"] if m != "ar"]
+    for method in methods:
+        got = [c["ratios"][method] for c in compares if method in c["ratios"]]
+        pairs = [(a, b) for i, a in enumerate(got) for j, b in enumerate(got) if i != j]
+        lands = sum(a[1] <= b[0] <= a[2] for a, b in pairs) / len(pairs) if pairs else float("nan")
+        disjoint = sum(a[2] < b[1] for a, b in pairs)  # each disjoint pair counted once: the lower one first
+        width = statistics.mean((high - low) / ratio for ratio, low, high, _ in got)
+        print(f"| {method} | {min(r[0] for r in got):.3f}-{max(r[0] for r in got):.3f} | {width:.1%} | {lands:.0%} | "
+              f"{disjoint} of {len(pairs) // 2} |")
+    for i, c in enumerate(compares, 1):
+        print(f"Compare {i}: {c['seconds']:.1f} s, ar {c['ar_tokens_per_s'] or 0:.1f} tokens/s, /proc/loadavg "
+              f"{c['load_before']} before")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="embedded")
     parser.add_argument("--no-browser", action="store_true", help="the two headless Compares only")
     parser.add_argument("--screenshots", default="", help="save screenshots of a run's views here")
     parser.add_argument("--json", default="", help="also write the numbers to this file")
+    parser.add_argument("--landing", type=int, default=0,
+                        help="instead: this many headless Compares, each read against the others' ranges")
     args = parser.parse_args(argv)
     browser = not args.no_browser
     has_chromium = (shutil.which("chromium") or shutil.which("chromium-browser")) and shutil.which("chromedriver")
@@ -225,6 +249,14 @@ def main(argv: list[str] | None = None) -> None:
     from ui.texts import EXAMPLES
 
     settings, prompt = Settings(pair=args.pair), EXAMPLES[0]  # the page's defaults: what its Compare runs
+    if args.landing:
+        compares = [headless_compare(state, settings, prompt) for _ in range(max(args.landing, 2))]
+        landing(compares)
+        if args.json:
+            Path(args.json).write_text(json.dumps(compares, indent=2, default=str))
+        sys.stdout.flush()
+        threading.Timer(0.1, lambda: os._exit(0)).start()
+        return
     runs = {"headless 1": headless_compare(state, settings, prompt),
             "headless 2": headless_compare(state, settings, prompt)}
     driver = chromium(1600, 1800) if browser else None

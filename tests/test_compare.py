@@ -145,6 +145,18 @@ def test_a_paired_ratio_cancels_what_both_rounds_share_and_its_range_comes_from_
     assert paired_ratio([], []) is None
 
 
+def test_a_ratio_over_a_few_pairs_gets_students_t_range_wider_than_their_own_spread():
+    """Three whole peer runs: a bootstrap of three stays within their own ratios; Student's t (two-sided 90%, two
+    degrees of freedom) reaches past them, as a second Compare's ratio does."""
+    own, ar = [(40, 1.0), (41, 1.0), (42, 1.0)], [(100, 1.0)] * 3
+    few = paired_ratio(own, ar)
+    half = 2.920 * 0.01 / 3 ** 0.5
+    assert few.ratio == pytest.approx(0.41) and few.pairs == 3
+    assert (few.low, few.high) == pytest.approx((0.41 - half, 0.41 + half)) and few.low < 0.40 and few.high > 0.42
+    many = paired_ratio(own * 3, ar * 3)  # nine pairs: the seeded bootstrap, within the pairs' own ratios
+    assert 0.40 <= many.low < many.ratio < many.high <= 0.42
+
+
 def test_a_range_is_the_spread_of_the_chunks_rates_seeded():
     parts = [(10, 1.0), (20, 1.0), (30, 1.0), (12, 1.0)]
     low, high = rate_range(parts)

@@ -133,3 +133,18 @@ def test_product_cost_prints_a_row_per_variant_with_its_extra_row():
     assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == list(variants)
     assert all(len(re.findall(r"\d+\.\d+", row)) == 7 for row in rows), rows
     assert "weight products of one forward" in out.stdout
+
+
+@pytest.mark.slow
+def test_compare_agreement_reads_each_compare_against_the_others_ranges(tmp_path):
+    """scripts/compare_agreement.py --landing: several headless Compares of the app served in the process, each
+    method's ratios, range width, how often one Compare lands in another's range, and the numbers as JSON."""
+    out = run_script("compare_agreement.py", "--pair", "tiny-random", "--landing", "2",
+                     "--json", str(tmp_path / "landing.json"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    compares = json.loads((tmp_path / "landing.json").read_text())
+    assert len(compares) == 2 and all("pld" in c["ratios"] for c in compares)
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in out.stdout.splitlines()
+            if line.startswith("| ") and "of 1 |" in line}
+    assert set(rows) == {m for m in compares[0]["ratios"] if m != "ar"}, out.stdout
+    assert all(re.search(r"\| \d+% \| [01] of 1 \|$", row) for row in rows.values()), rows

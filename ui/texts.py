@@ -157,8 +157,10 @@ COMPARE_HELP = f"""
 **What am I seeing?** The same prompt and settings through every method, run in interleaved rounds: each round gives
 every method a short chunk of steps, and ar runs in every round (a method that finishes early runs again from the
 prompt while others run, until {MIN_TIMED_S:g} s of its steps are timed), so each method's **× ar** is its tokens /
-s against ar's in the same rounds, with the range of that ratio over the rounds: a second Compare of the prompt
-lands within that range, not on the same number, while absolute tokens / s move by 15% or more. Tokens / s come
+s against ar's in the same rounds, with the range of that ratio over the rounds (over a few rounds or runs,
+Student's t range): a second Compare of the prompt minutes later mostly lands within that range, not on the same
+number, while absolute tokens / s move by 15% or more. Over longer times a shared machine's own speed drifts and
+every ratio with it, so a kept result names the time it was measured. Tokens / s come
 second, beside **ar in the same rounds**: a method's tokens / s over that is its × ar (ar's own row counts every
 round, so it can read otherwise); **× ar by CPU time** is the same ratio from this process's CPU time, a cross-check
 against other work on the same cores. While it measures, the page shows only its progress: drawing the table at

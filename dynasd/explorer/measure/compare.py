@@ -10,19 +10,21 @@ Why a ratio against ar, paired round by round: absolute tokens / s move with wha
 between two quiet Compares, 3x while a browser drew on the same cores), and both runs of a ratio move together when
 they are timed side by side. So every round also times ar: its own run while it lasts, then ar run again from the
 prompt only as the round's reference (a `Chunk.repeat`), and a method's speed-up is its tokens / s against ar's in
-the same rounds (`paired_ratio`), its range a seeded bootstrap over those rounds: load that came and went widens
-the range instead of crowning a winner. A method finished early with less than MIN_TIMED_S of timed steps runs again
-from the prompt while others are still running (`CompareState.repeats`, timed only, as ar's reference is): a fast
-method's whole run is a few tenths of a second, and two Compares that timed pld over 0.7 s each read 1.09x and
-0.89x. A method's own tokens / s (its steps' own time, never the prefill) and its
-range over its chunks are kept beside it, second. Each chunk also records this process's CPU time over its call, so
-the ratio can be read by CPU time too: a cross-check that other work on the same cores cannot move in the same
-way. The load average is recorded at every round; above the threads the measurement used, the result says it was
-measured on a busy machine.
+the same rounds (`paired_ratio`), its range a seeded bootstrap over those rounds (over fewer than SMALL_SAMPLE,
+Student's t: a bootstrap of a handful of pairs is narrower than their spread warrants): load that came and went
+widens the range instead of crowning a winner. The range is this Compare's: a shared machine's own speed drifts over
+minutes, and every ratio with it, so a later Compare can land outside it (docs/benchmarks.md). A method finished
+early with less than MIN_TIMED_S of timed steps runs again from the prompt while others are still running
+(`CompareState.repeats`, timed only, as ar's reference is): a fast method's whole run is a few tenths of a second,
+and two Compares that timed pld over 0.7 s each read 1.09x and 0.89x. A method's own tokens / s (its steps' own
+time, never the prefill) and its range over its chunks are kept beside it, second. Each chunk also records this
+process's CPU time over its call, so the ratio can be read by CPU time too: a cross-check that other work on the
+same cores cannot move in the same way. The load average is recorded at every round; above the threads the
+measurement used, the result says it was measured on a busy machine.
 
 The peer (transformers' assisted generation, peer.py) is one `generate` call that cannot be cut into steps: whole
 peer runs are interleaved with the rounds instead (PEER_RUNS of them, spread over the rounds), each paired with ar's
-chunks in the rounds on either side of it, and its range is the spread of those runs.
+chunks in the rounds on either side of it, and its range is Student's t over those few pairs.
 
 Everything here is data: `CompareState` goes into a round and comes out of it, so that on a ZeroGPU Space each round
 is one GPU call in a forked process (ui/gpu.py) and elsewhere the same function runs in place; `compare_result`
@@ -30,7 +32,9 @@ turns a state into `CompareRow`s (numbers, not display strings) and `verdict` sa
 """
 from __future__ import annotations
 
+import math
 import random
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
@@ -56,6 +60,9 @@ PEER_RUNS = 3             # whole peer runs, spread over the rounds
 PEER_EVERY = 3            # rounds between two peer runs (the first after the first round)
 RANGE_RESAMPLES = 400
 RANGE_SHARE = 0.90        # a rate's range: the middle 90% of its bootstrap
+SMALL_SAMPLE = 8          # fewer pairs than this: a ratio's range from Student's t, not a bootstrap
+# Student's t, two-sided 90% (its 0.95 quantile), by degrees of freedom (pairs - 1) below SMALL_SAMPLE - 1.
+STUDENT_T_90 = {2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943}
 
 
 @dataclass(frozen=True)
@@ -290,9 +297,12 @@ def rate_range(parts: list[tuple[int, float]], resamples: int = RANGE_RESAMPLES)
 class PairedRatio:
     """A method's speed against ar from chunks paired with ar's in the same rounds (the peer: its whole runs with
     ar's chunks on either side): `ratio` over every pair, `low`-`high` the middle RANGE_SHARE of a seeded
-    bootstrap over the pairs (fewer than 3 pairs: their lowest and highest own ratios, so one pair gives a range of
-    one value, compared by that value), `by_cpu` the same ratio by this process's CPU time over the pairs that
-    have it, at least half of them (a cross-check against other work on the same cores; None elsewhere), and
+    bootstrap over the pairs (from 3 to SMALL_SAMPLE - 1 pairs: `ratio` plus or minus Student's t times the standard
+    error of the pairs' own ratios: a bootstrap of a handful of pairs is narrower than their spread warrants, as
+    the peer's three whole runs showed (docs/benchmarks.md); fewer than 3 pairs: their lowest and highest own
+    ratios, so one pair gives a range of one value, compared by that value), `by_cpu` the same ratio by this
+    process's CPU time over the pairs that have it, at least half of them (a cross-check against other work on the
+    same cores; None elsewhere), and
     `ar_tokens_per_s` ar's rate over the paired chunks: the method's rate over its own is `ratio` times it, where
     ar's rate over all its chunks (of every size and round) need not be."""
 
@@ -330,6 +340,10 @@ def paired_ratio(own: list[tuple[int, float]], ar: list[tuple[int, float]],
     if len(pairs) < 3:
         ratios = [_rate([o]) / _rate([a]) for o, a in pairs]
         low, high = min(ratios + [ratio]), max(ratios + [ratio])
+    elif len(pairs) < SMALL_SAMPLE:
+        ratios = [_rate([o]) / _rate([a]) for o, a in pairs]
+        half = STUDENT_T_90[len(pairs) - 1] * statistics.stdev(ratios) / math.sqrt(len(pairs))
+        low, high = ratio - half, ratio + half
     else:
         draw = random.Random(0)
         ratios = []
