@@ -148,3 +148,18 @@ def test_compare_agreement_reads_each_compare_against_the_others_ranges(tmp_path
             if line.startswith("| ") and "of 1 |" in line}
     assert set(rows) == {m for m in compares[0]["ratios"] if m != "ar"}, out.stdout
     assert all(re.search(r"\| \d+% \| [01] of 1 \|$", row) for row in rows.values()), rows
+
+
+def test_example_traces_writes_runs_the_explorer_can_replay(tmp_path):
+    """scripts/example_traces.py on the tiny-random pair into a temporary folder: each example named is a saved
+    run of its method that loads back as a trace."""
+    from dynasd.trace import load_run
+
+    out = run_script("example_traces.py", "--pair", "tiny-random", "--out", str(tmp_path),
+                     "--only", "pld-copying-pays", "sd-sampled")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pld-copying-pays.json", "sd-sampled.json"]
+    runs = {p.stem: load_run(p) for p in tmp_path.iterdir()}
+    assert runs["pld-copying-pays"].method == "pld" and runs["sd-sampled"].method == "sd"
+    assert all(run.steps and run.new_token_ids for run in runs.values())
+    assert out.stdout.count(" steps, ") == 2
