@@ -132,7 +132,8 @@ class StepTrace:
 
     @property
     def seconds(self) -> float:
-        """The step's own time: draft, verify and accept (the walk, the commit, this record); never the prefill."""
+        """The method's own time for the step: draft, verify and accept (the walk and the commit); never the prefill
+        nor this record's values for the views (p of every node, token strings), read after the step's clock."""
         return self.draft_seconds + self.verify_seconds + self.accept_seconds
 
 

@@ -120,3 +120,27 @@ def test_greedy_p_values_are_the_target_softmax_however_many_rows_at_a_time(tiny
     whole = p_values(10 ** 6)
     assert len(whole) > 45 and all(0.0 <= p <= 1.0 for p in whole)
     assert p_values(1) == whole and p_values(8) == whole
+
+
+@pytest.mark.parametrize("method, temperature", [("mcsd", 0.0), ("mcsd", 0.8), ("ar", 0.0), ("ar", 0.8)])
+def test_a_steps_seconds_leave_out_what_only_the_views_need(tiny_pair, monkeypatch, method, temperature):
+    """A step's draft, verify and accept seconds are the method's time (what Compare pairs against ar's): the p
+    values at T = 0 and the token strings recorded for the views come after its clock stops. Here each softmax and
+    each token-string lookup takes 20 ms."""
+    import time
+
+    import torch
+
+    def slow(function):
+        def wrapped(*args, **kwargs):
+            time.sleep(0.02)
+            return function(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(type(tiny_pair), "token_strings", slow(type(tiny_pair).token_strings))
+    if temperature == 0.0:  # sampling needs its softmax for the draws; at T = 0 only the views read one
+        monkeypatch.setattr(torch, "softmax", slow(torch.softmax))
+    shape = dict(k_config=(2, 1)) if method == "mcsd" else {}
+    options = DecoderOptions(method=method, temperature=temperature, seed=3, **shape)
+    run = make_decoder(tiny_pair, options).generate(tiny_pair.encode_prompt("trace me"), 6)
+    assert run.steps and all(step.seconds < 0.015 for step in run.steps), [step.seconds for step in run.steps]

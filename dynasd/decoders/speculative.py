@@ -206,7 +206,8 @@ class TreeDecoder(Decoder):
         t2 = self._clock()
         walked = self._walk(tree, verified)
         self._commit(tree, verified, walked)
-        return self._trace(tree, verified, walked, context_len, root_token, t1 - t0, t2 - t1, t2)
+        t3 = self._clock()  # what follows records the step for the views (p of every node): not the method's time
+        return self._trace(tree, verified, walked, context_len, root_token, t1 - t0, t2 - t1, t3 - t2)
 
     def _propose(self) -> CandidateTree:
         room = self.max_new_tokens - len(self.run.new_token_ids)
@@ -226,8 +227,6 @@ class TreeDecoder(Decoder):
                         probs=None if greedy else logits_to_probs(logits, self.sampling))
 
     def _walk(self, tree: CandidateTree, verified: Verified) -> Walked:
-        logits = verified.reading.logits
-
         def walk_from(node: int) -> WalkResult:
             if self.sampling.greedy:
                 return greedy_walk(node, tree.children, tree.tokens, lambda c: verified.argmax[verified.row(c)])
@@ -249,7 +248,7 @@ class TreeDecoder(Decoder):
         row = verified.row(walk.final_context)
         if self.sampling.greedy:
             final = verified.argmax[row]
-            final_p = float(torch.softmax(logits[row], -1)[final])
+            final_p = None  # its p is for the views only: _trace reads it after the step's clock
         else:
             final = sample_one(walk.final_probs, self.generator)
             final_p = float(walk.final_probs[final])
@@ -270,7 +269,7 @@ class TreeDecoder(Decoder):
 
     # -- the trace ---------------------------------------------------------------------------------------------
     def _trace(self, tree: CandidateTree, verified: Verified, walked: Walked, context_len: int, root_token: str,
-               draft_seconds: float, verify_seconds: float, verified_at: float) -> StepTrace:
+               draft_seconds: float, verify_seconds: float, accept_seconds: float) -> StepTrace:
         root_rows = verified.root_rows
         nodes = self._node_traces(tree, verified, walked)
         return StepTrace(
@@ -279,13 +278,21 @@ class TreeDecoder(Decoder):
             position_ids=list(range(context_len - root_rows, context_len)) + verified.positions,
             accepted_path=walked.path, committed=walked.committed,
             committed_tokens=self.pair.token_strings(walked.committed), committed_origins=walked.origins,
-            final_parent=walked.final_parent, final_p=walked.final_p, root_token=root_token,
+            final_parent=walked.final_parent, final_p=self._final_p(verified, walked), root_token=root_token,
             stop_policy=self.stop.name if self.dynamic_depth else "none",
             threshold=self.stop.threshold if self.dynamic_depth else None, stop_scores=tree.stop_scores,
             draft_seconds=draft_seconds, verify_seconds=verify_seconds,
-            accept_seconds=self._clock() - verified_at, draft_forwards=tree.draft_forwards, target_forwards=1,
+            accept_seconds=accept_seconds, draft_forwards=tree.draft_forwards, target_forwards=1,
             tested=[t.node for w in walked.walks for t in w.tests],
             residual=self._residual_trace(tree, verified, walked), growth=self._growth_trace(tree))
+
+    def _final_p(self, verified: Verified, walked: Walked) -> float | None:
+        """The committed correction or bonus token's probability: at T = 0 its target row's plain softmax, read here
+        for the views (the walk took the argmax); when sampling, the walk's own."""
+        if walked.final_p is not None or not self.sampling.greedy or walked.final_parent is None:
+            return walked.final_p
+        row = verified.row(walked.final_context)
+        return float(torch.softmax(verified.reading.logits[row], -1)[walked.committed[-1]])
 
     @staticmethod
     def _growth_trace(tree: CandidateTree) -> TreeGrowth | None:
