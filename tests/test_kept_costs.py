@@ -137,6 +137,13 @@ def test_costs_kept_without_their_conditions_are_measured_again(tmp_path):
     del kept["ar_step_s"]
     path.write_text(json.dumps(kept))
     assert cost.read_kept_costs(path) is None, "kept before the ar step was timed apart: measured again"
+    cost.keep_costs(path, cost.MeasuredCosts({1: 0.011}, "2026-12-07 13:00", "x", "y", conditions=QUIET,
+                                             ar_step_s=0.009))
+    assert cost.read_kept_costs(path).ar_step_s == 0.009
+    kept = json.loads(path.read_text())
+    kept["ar_step_run_in"] = cost.AR_STEP_RUN_IN - 3
+    path.write_text(json.dumps(kept))
+    assert cost.read_kept_costs(path) is None, "an ar step timed after another run-in: measured again"
 
 
 def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pairs, monkeypatch):

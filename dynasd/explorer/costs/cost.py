@@ -151,10 +151,10 @@ CALIBRATION_CONTEXT = 256  # the run's last tokens the calibration's forwards at
 # count alike instead of on the few measured while it lasted, and the median of 5 outlasts two bad rounds.
 CALIBRATION_ROUNDS = 5
 # The ar step is timed as ar runs it: a one-row forward after AR_STEP_RUN_IN untimed one-row forwards of the same
-# model. The sweep's own one-row forward follows the other row counts' widest forwards and reads ~15% slower
-# (docs/benchmarks.md, best-tree on the Intel Xeon): right for a verify, which follows a step's draft forwards, not
-# for ar.
-AR_STEP_RUN_IN = 3
+# model, enough for its time to settle where ar's own steps run (docs/benchmarks.md, best-tree on the Intel Xeon).
+# The sweep's own one-row forward follows the other row counts' widest forwards and reads slower: right for a
+# verify, which follows a step's draft forwards, not for ar.
+AR_STEP_RUN_IN = 6
 AR_STEP = "ar step"  # measure_models' entry for the ar step's timing
 
 
@@ -325,6 +325,8 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         ar_step = obj["ar_step_s"]  # absent: kept before the ar step was timed apart, so measured again
         if ar_step is not None and not 0 < float(ar_step) < 3600:
             return None
+        if ar_step is not None and obj.get("ar_step_run_in") != AR_STEP_RUN_IN:
+            return None  # timed after another run-in: measured again as ar runs now
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
                              conditions=conditions, contradicted=str(obj.get("contradicted", "")),
                              draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step))
@@ -341,7 +343,7 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
                                    "measured_at": costs.measured_at, "how": costs.how, "device": costs.device,
                                    "conditions": conditions, "contradicted": costs.contradicted,
                                    "draft_timings": {str(r): s for r, s in costs.draft_timings.items()},
-                                   "ar_step_s": costs.ar_step_s}))
+                                   "ar_step_s": costs.ar_step_s, "ar_step_run_in": AR_STEP_RUN_IN}))
     partial.replace(path)
 
 
