@@ -153,6 +153,7 @@ def test_a_ratio_over_a_few_pairs_gets_students_t_range_wider_than_their_own_spr
     half = 2.920 * 0.01 / 3 ** 0.5
     assert few.ratio == pytest.approx(0.41) and few.pairs == 3
     assert (few.low, few.high) == pytest.approx((0.41 - half, 0.41 + half)) and few.low < 0.40 and few.high > 0.42
+    assert paired_ratio([(5, 1.0), (50, 1.0), (100, 1.0)], ar).low == 0.0, "a wide t range stops at nothing"
     many = paired_ratio(own * 3, ar * 3)  # nine pairs: the seeded bootstrap, within the pairs' own ratios
     assert 0.40 <= many.low < many.ratio < many.high <= 0.42
 

@@ -343,7 +343,7 @@ def paired_ratio(own: list[tuple[int, float]], ar: list[tuple[int, float]],
     elif len(pairs) < SMALL_SAMPLE:
         ratios = [_rate([o]) / _rate([a]) for o, a in pairs]
         half = STUDENT_T_90[len(pairs) - 1] * statistics.stdev(ratios) / math.sqrt(len(pairs))
-        low, high = ratio - half, ratio + half
+        low, high = max(ratio - half, 0.0), ratio + half  # a speed is never below nothing
     else:
         draw = random.Random(0)
         ratios = []
