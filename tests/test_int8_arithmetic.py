@@ -86,6 +86,30 @@ def test_exact_attention_is_attention_and_ignores_masked_keys(kernel):
             assert torch.equal(single[:, 0], out[:, h]), (heads, h)
 
 
+def test_every_variant_gives_bitwise_the_same_attention():
+    """The AVX-512 build sums each output of three query heads over a 64-wide head in 16-float registers
+    (exact_attention.h: weighted_sums_of_three), the AVX2 build in 8-float halves: the same sums in the same key
+    order, so the same bits, with masked keys, rows 1 to 45 and key counts off the register widths."""
+    from dynasd.kernels.block_weights import block_kernel, exact_attention_op
+    from dynasd.kernels.compile import runnable_variants
+
+    variants = runnable_variants()
+    if len(variants) < 2 or any(block_kernel(variant) is None for variant in variants):
+        pytest.skip("this CPU executes one kernel variant at most")
+    attentions = [exact_attention_op(variant) for variant in variants]
+    gen = torch.Generator().manual_seed(6)
+    for heads, kv_heads, head_dim in [(9, 3, 64), (6, 3, 24), (4, 2, 16)]:
+        for rows, keys in [(1, 17), (5, 40), (45, 145), (13, 203)]:
+            q = torch.randn(1, heads, rows, head_dim, generator=gen)
+            k, v = (torch.randn(1, kv_heads, keys, head_dim, generator=gen) for _ in range(2))
+            mask = torch.zeros(1, 1, rows, keys)
+            mask[..., keys - rows:] = float("-inf")
+            mask[0, 0, torch.arange(rows), keys - rows + torch.arange(rows)] = 0  # the context and itself
+            mask[0, 0, :, 3] = float("-inf")  # a masked key inside the context
+            results = [attention(q, k, v, mask, 0.125) for attention in attentions]
+            assert all(torch.equal(results[0], other) for other in results[1:]), (heads, head_dim, rows, keys)
+
+
 def small_model_in_blocks(tmp_path, arithmetic: str):
     model = small_llama(seed=4)
     write_gguf(model, tmp_path / "small.gguf")

@@ -87,14 +87,35 @@ inline void weighted_sum(const float* p, const int64_t* seen, int64_t count, con
 }
 
 // weighted_sum for three query heads of one KV head and a head size of 64 (the embedded target's): each key's
-// values are read once for the three, half the head at a time (3 x 4 accumulators and 3 weights in 16 registers).
-// Every accumulator sums its keys in the same order as weighted_sum, so the results are the same.
+// values are read once for the three, half the head at a time (3 x 4 accumulators and 3 weights in 16 registers),
+// or with AVX-512 the whole head at once (3 x 4 registers of 16 floats). Every output element sums its keys'
+// p_i * v_i[d] one key after another in the same order, with the same fused multiply-adds, then divides by the same
+// total, however its lanes are grouped into registers: the results are weighted_sum's, bit for bit, in every
+// variant (tests/test_int8_arithmetic.py compares them).
 inline void weighted_sums_of_three(const float* p, int64_t padded, const int64_t* seen, int64_t count,
                                    const float* v0, int64_t stride, float* const* o) {
   float total[3] = {0.0f, 0.0f, 0.0f};
   for (int64_t i = 0; i < count; ++i) {
     for (int t = 0; t < 3; ++t) total[t] += p[t * padded + i];
   }
+#if DYNASD_ISA_AVX512
+  __m512 acc[3][4];
+  for (int t = 0; t < 3; ++t)
+    for (int c = 0; c < 4; ++c) acc[t][c] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < count; ++i) {
+    const float* v = v0 + seen[i] * stride;
+    const __m512 values[4] = {_mm512_loadu_ps(v), _mm512_loadu_ps(v + 16), _mm512_loadu_ps(v + 32),
+                              _mm512_loadu_ps(v + 48)};
+    for (int t = 0; t < 3; ++t) {
+      const __m512 weight = _mm512_set1_ps(p[t * padded + i]);
+      for (int c = 0; c < 4; ++c) acc[t][c] = _mm512_fmadd_ps(weight, values[c], acc[t][c]);
+    }
+  }
+  for (int t = 0; t < 3; ++t) {
+    const __m512 sum = _mm512_set1_ps(total[t]);
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o[t] + 16 * c, _mm512_div_ps(acc[t][c], sum));
+  }
+#else
   for (int half = 0; half < 2; ++half) {
     __m256 acc[3][4];
     for (int t = 0; t < 3; ++t)
@@ -111,6 +132,7 @@ inline void weighted_sums_of_three(const float* p, int64_t padded, const int64_t
       for (int c = 0; c < 4; ++c) _mm256_storeu_ps(o[t] + 32 * half + 8 * c, _mm256_div_ps(acc[t][c], sum));
     }
   }
+#endif
 }
 
 constexpr int64_t MAX_HEAD_DIM = 256;
