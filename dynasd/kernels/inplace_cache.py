@@ -100,29 +100,24 @@ class InPlaceLayer(DynamicLayer):
         if not self.buffered:
             return None
         filled = self.filled
-        self._make_room(None, None, filled, filled + new)
+        self._make_room(self.key_buffer, self.value_buffer, filled, filled + new)
         return filled
 
     def filled_to(self, needed: int) -> None:
         """The cached keys/values are the buffers' first `needed` positions (after a compiled forward wrote them)."""
         self.filled = needed
 
-    def _make_room(self, like_keys: torch.Tensor | None, like_values: torch.Tensor | None, filled: int,
-                   needed: int) -> None:
+    def _make_room(self, like_keys: torch.Tensor, like_values: torch.Tensor, filled: int, needed: int) -> None:
         if not self.buffered or needed > self.key_buffer.shape[-2]:
             self._grow(like_keys, like_values, filled, needed + max(needed // 2, MIN_ROOM))
 
-    def _grow(self, key_states: torch.Tensor | None, value_states: torch.Tensor | None, filled: int,
-              capacity: int) -> None:
-        old_keys, old_values = self.keys, self.values
-        like_keys = old_keys if key_states is None else key_states
-        like_values = old_values if value_states is None else value_states
-        batch, heads, _, key_dim = like_keys.shape
-        keys = like_keys.new_empty(batch, heads, capacity, key_dim)
-        values = like_values.new_empty(batch, heads, capacity, like_values.shape[-1])
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, filled: int, capacity: int) -> None:
+        batch, heads, _, key_dim = key_states.shape
+        keys = key_states.new_empty(batch, heads, capacity, key_dim)
+        values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
         if filled:
-            keys[:, :, :filled] = old_keys[:, :, :filled]
-            values[:, :, :filled] = old_values[:, :, :filled]
+            keys[:, :, :filled] = self.keys
+            values[:, :, :filled] = self.values
         self.key_buffer, self.value_buffer, self.filled = keys, values, filled
 
     def reset(self) -> None:
