@@ -337,12 +337,11 @@ def paired_ratio(own: list[tuple[int, float]], ar: list[tuple[int, float]],
     if not pairs:
         return None
     ratio = _rate([o for o, _ in pairs]) / _rate([a for _, a in pairs])
+    each = [_rate([o]) / _rate([a]) for o, a in pairs]  # every pair's own ratio
     if len(pairs) < 3:
-        ratios = [_rate([o]) / _rate([a]) for o, a in pairs]
-        low, high = min(ratios + [ratio]), max(ratios + [ratio])
+        low, high = min(each + [ratio]), max(each + [ratio])
     elif len(pairs) < SMALL_SAMPLE:
-        ratios = [_rate([o]) / _rate([a]) for o, a in pairs]
-        half = STUDENT_T_90[len(pairs) - 1] * statistics.stdev(ratios) / math.sqrt(len(pairs))
+        half = STUDENT_T_90[len(pairs) - 1] * statistics.stdev(each) / math.sqrt(len(pairs))
         low, high = max(ratio - half, 0.0), ratio + half  # a speed is never below nothing
     else:
         draw = random.Random(0)
