@@ -323,10 +323,9 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         if any(not 0 < s < 3600 for s in draft.values()):
             return None
         ar_step = obj["ar_step_s"]  # absent: kept before the ar step was timed apart, so measured again
-        if ar_step is not None and not 0 < float(ar_step) < 3600:
+        # timed after another run-in: measured again as ar runs now
+        if ar_step is not None and (not 0 < float(ar_step) < 3600 or obj.get("ar_step_run_in") != AR_STEP_RUN_IN):
             return None
-        if ar_step is not None and obj.get("ar_step_run_in") != AR_STEP_RUN_IN:
-            return None  # timed after another run-in: measured again as ar runs now
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
                              conditions=conditions, contradicted=str(obj.get("contradicted", "")),
                              draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step))
