@@ -77,7 +77,7 @@ def main() -> int:
         if is_feature_draft(draft):
             head = getattr(draft.lm_head, "rows", draft.lm_head).weight
             vocab = getattr(draft.lm_head, "token_ids", torch.arange(head.shape[0]))
-            states = {category: target_features(pair.target, seqs, pad, topk=1) for category, seqs in answered.items()}
+            states = {category: target_features(pair.target, seqs, topk=1) for category, seqs in answered.items()}
             every_states = [s for seqs in states.values() for s in seqs]
             for depth in (0, 1):
                 cells = [f"{feature_agreement(draft, seqs, head, vocab, pad)[depth]:.3f}" for seqs in states.values()]

@@ -1,10 +1,11 @@
 """`train-feature-draft --stage features`: what a feature draft learns from, the target's own states.
 
-The target reads the token sequences of a `train-draft` data folder (its own greedy answers to training prompts,
-`python -m dynasd train-draft --stage generate`) once, teacher-forced, and keeps its final normed hidden state at
-every position plus, at every answer position, its argmax and top-k log-probabilities: a `FeatureSequence`,
-stored per shard as `features/<shard>.pt` (fp16 states). Why stored: training reads every sequence many times, and
-one target forward per sequence costs more than many draft steps.
+The target reads the committed training text (token shards, `--stage text`; or a `train-draft` data folder with
+`--data`) once, teacher-forced through the engine's kernels, and keeps its final hidden state at every position
+(what its output layer reads, and what a verify hands the feature draft) plus, at every answer position, its argmax
+and top-k log-probabilities: a `FeatureSequence`, stored per shard as `features/<shard>.pt` (fp16 states) in the
+working folder, never committed (recomputed from the ids in minutes). Why stored: training reads every sequence
+many times, and one target forward per sequence costs more than many draft steps.
 """
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..cache import CachedModel
+from ..decoders import make_decoder
 from ..models import load_pair
-from .batches import make_batches
-from .sequences import load_sequences
+from ..options import DecoderOptions
+from ..prompts import select_prompts
+from .sequences import Sequence, load_sequences
+from .token_store import load_token_shards, token_shards
 
 
 @dataclass
@@ -34,44 +39,74 @@ class FeatureSequence:
 
 
 @torch.inference_mode()
-def target_features(target, seqs, pad_id: int, topk: int, batch_tokens: int = 2048) -> list[FeatureSequence]:
-    """One teacher-forced target forward per batch of `seqs` (`Sequence`s): states, argmax and top-k per answer."""
-    out: list[FeatureSequence | None] = [None] * len(seqs)
-    for batch in make_batches(seqs, batch_tokens):
-        width = max(len(seqs[i].ids) for i in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        for r, i in enumerate(batch):  # right padding: causal attention never reads it
-            ids[r, :len(seqs[i].ids)] = torch.tensor(seqs[i].ids)
-        states = target.model(input_ids=ids).last_hidden_state
-        for r, i in enumerate(batch):
-            s = seqs[i]
-            answer = states[r, s.answer_start - 1:len(s.ids) - 1]
-            logp = target.lm_head(answer).float().log_softmax(-1)
-            top = logp.topk(topk, dim=-1)
-            out[i] = FeatureSequence(list(s.ids), s.answer_start, states[r, :len(s.ids)].to(torch.float16).clone(),
-                                     logp.argmax(-1), top.indices.to(torch.int32), top.values.to(torch.float16))
+def target_features(target, seqs, topk: int) -> list[FeatureSequence]:
+    """The target reads each of `seqs` (`Sequence`s) teacher-forced, one sequence a forward through its runtime
+    (the engine's kernels where the pair has them: every row of a sequence in one forward, ~1,100 tokens/s on 2
+    cores, twice transformers' padded batches), so the states are exactly those a verify hands the feature draft:
+    states, argmax and top-k per answer position."""
+    model = CachedModel(target, need_hidden=True)
+    out = []
+    for s in seqs:
+        model.reset()
+        # logits from position answer_start - 1 (it predicts the first answer token); the last one predicts nothing
+        answers = len(s.ids) - s.answer_start
+        logits, states = model.forward(list(s.ids), [], None, [], keep_logits=answers + 1, keep_hidden=len(s.ids))
+        logp = logits[:answers].log_softmax(-1)
+        top = logp.topk(topk, dim=-1)
+        out.append(FeatureSequence(list(s.ids), s.answer_start, states.to(torch.float16).clone(), logp.argmax(-1),
+                                   top.indices.to(torch.int32), top.values.to(torch.float16)))
     return out
 
 
+def sequence_shards(args) -> list[tuple[str, list]]:
+    """(name, sequences) of every shard to label: the token shards of `--text` (draft_text.py), or, with `--data`,
+    the JSON Lines shards of a `train-draft` working folder."""
+    if args.data:
+        shards = sorted((Path(args.data) / "data").glob("*.jsonl"))
+        return [(shard.stem, lambda shard=shard: load_sequences([shard])) for shard in shards]
+    return [(shard.stem, lambda shard=shard: load_token_shards([shard])) for shard in token_shards(Path(args.text))]
+
+
+SELECT_PREFIX = "select-"  # features/select-<category>.pt: the selection set, one file per benchmark category
+
+
+@torch.inference_mode()
+def selection_sequences(pair, prompts: list[dict], max_new_tokens: int) -> dict[str, list[Sequence]]:
+    """Per category, each prompt followed by the target's greedy answer written by the engine's `ar` (the text a
+    benchmark run of this pair verifies): what a draft is selected on, never trained on."""
+    answered: dict[str, list[Sequence]] = {}
+    for prompt in prompts:
+        ids = pair.encode_prompt(prompt["text"])
+        run = make_decoder(pair, DecoderOptions(method="ar").validate()).generate(ids, max_new_tokens)
+        answered.setdefault(prompt["category"], []).append(Sequence(ids + list(run.new_token_ids), len(ids)))
+    return answered
+
+
 def features_stage(args, log) -> None:
-    data_dir, feature_dir = Path(args.data) / "data", Path(args.out) / "features"
+    feature_dir = Path(args.out) / "features"
     feature_dir.mkdir(parents=True, exist_ok=True)
-    shards = sorted(data_dir.glob("*.jsonl"))
+    shards = sequence_shards(args)
     if not shards:
-        raise FileNotFoundError(f"no generated data in {data_dir} (run `train-draft --stage generate` first)")
-    pair = load_pair(args.pair, device="cpu", dtype="fp32")  # inference only: the fast kernels are welcome
+        raise FileNotFoundError(f"no training text in {args.data or args.text} (run --stage text first)")
+    pair = load_pair(args.pair, device="cpu")  # the engine's kernels and arithmetic: the states a verify gives
     start, tokens = time.time(), 0
-    for shard in tqdm(shards, desc="features", unit="shard"):
-        path = feature_dir / f"{shard.stem}.pt"
+    for name, read in tqdm(shards, desc="features", unit="shard"):
+        path = feature_dir / f"{name}.pt"
         if path.is_file():
             continue
-        seqs = [s for s in load_sequences([shard]) if len(s.ids) > s.answer_start]
-        feats = target_features(pair.target, seqs, pair.pad_id, args.topk)
+        seqs = [s for s in read() if len(s.ids) > s.answer_start]
+        feats = target_features(pair.target, seqs, args.topk)
         torch.save([vars(f) for f in feats], path.with_suffix(".tmp"))
         path.with_suffix(".tmp").replace(path)
         tokens += sum(len(s.ids) for s in seqs)
-        log({"stage": "features", "shard": shard.stem, "sequences": len(seqs), "tokens": tokens,
+        log({"stage": "features", "shard": name, "sequences": len(seqs), "tokens": tokens,
              "tokens_per_s": round(tokens / (time.time() - start), 1)})
+    if args.select_prompts and not list(feature_dir.glob(f"{SELECT_PREFIX}*.pt")):
+        prompts = select_prompts(args.select_prompts, None, args.select_limit)
+        for category, seqs in selection_sequences(pair, prompts, args.select_max_new_tokens).items():
+            torch.save([vars(f) for f in target_features(pair.target, seqs, args.topk)],
+                       feature_dir / f"{SELECT_PREFIX}{category}.pt")
+        log({"stage": "features", "selection_prompts": len(prompts), "source": str(args.select_prompts)})
 
 
 def load_features(paths) -> list[FeatureSequence]:

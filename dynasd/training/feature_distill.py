@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .draft_text import text_stage
 from .export import export_best
 from .feature_data import FeatureSequence, features_stage  # noqa: F401 (FeatureSequence: re-exported, see below)
 from .feature_training import build_feature_draft, initial_state_scale, train_stage  # noqa: F401 (re-exported)
@@ -28,16 +29,34 @@ from .run_log import open_log
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default="embedded", help="model pair whose target the draft serves")
-    p.add_argument("--data", default="runs/distill",
-                   help="a train-draft working folder whose data/ holds generated sequences (heldout*.jsonl are "
-                        "kept for measuring agreement)")
+    p.add_argument("--data", default=None,
+                   help="instead of --text: a train-draft working folder whose data/ holds generated sequences "
+                        "(heldout*.jsonl are kept for measuring agreement)")
     p.add_argument("--out", default="runs/feature-draft", help="working folder: features, checkpoint, log, best")
-    p.add_argument("--stage", default="all", choices=["all", "features", "train", "export"])
+    p.add_argument("--stage", default="all", choices=["all", "text", "features", "train", "export"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     p.add_argument("--export", default=None, help="folder to write the best draft to (e.g. "
                                                   "assets/draft-smollm2-features)")
     p.add_argument("--topk", type=int, default=8, help="features: top-k log-probabilities kept per position")
+    p.add_argument("--select-prompts", default=None,
+                   help="features: benchmark prompts (Spec-Bench JSON Lines) whose greedy answers select the "
+                        "checkpoint, per category; never trained on")
+    p.add_argument("--select-limit", type=int, default=3, help="selection prompts per category")
+    p.add_argument("--select-max-new-tokens", type=int, default=64)
+    w = p.add_argument_group("text (draft_text.py: the token draft answers training prompts; ids kept compressed)")
+    w.add_argument("--text", default="data/feature-draft-text",
+                   help="folder of the committed token shards (written by --stage text, read by --stage features)")
+    w.add_argument("--prompts", nargs="*", default=[], help="TriviaQA/PIQA-style prompt files or folders")
+    w.add_argument("--heldout", type=int, default=64, help="prompts kept apart (the heldout shard)")
+    w.add_argument("--text-shards", type=int, default=40, help="training shards to write in all")
+    w.add_argument("--shard-prompts", type=int, default=256)
+    w.add_argument("--text-writer", default="target", choices=["target", "draft"],
+                   help="who answers: the target (greedy: what ar writes) or its token draft (~6x faster, poorer)")
+    w.add_argument("--text-batch", type=int, default=64, help="prompts the draft answers at once")
+    w.add_argument("--text-max-new-tokens", type=int, default=128)
+    w.add_argument("--text-temperature", type=float, default=0.0, help="0: greedy")
+    w.add_argument("--text-minutes", type=float, default=0, help="stop starting shards after this long (0: no limit)")
     t = p.add_argument_group("train")
     t.add_argument("--layers", default="last", help="target layers the draft starts from ('last' or e.g. 0,29)")
     t.add_argument("--state-scale", default="auto",
@@ -73,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open_log(out)
+    if args.stage == "text":
+        text_stage(args, log)
     if args.stage in ("all", "features"):
         features_stage(args, log)
     if args.stage in ("all", "train"):

@@ -21,7 +21,7 @@ from ..feature_draft import add_feature_input, draft_inputs
 from ..models import load_pair
 from .batches import make_batches, vocabulary_rows
 from .export import keep_if_best
-from .feature_data import FeatureSequence, batch_of, load_features
+from .feature_data import SELECT_PREFIX, FeatureSequence, batch_of, load_features
 from .layer_draft import draft_from_export, draft_from_target, parse_layers
 from .train_loop import TrainClock, batch_for_step, run_steps, save_checkpoint
 
@@ -84,7 +84,9 @@ def train_stage(args, log) -> dict:
         args.lr = 3e-5 if args.init_from else 1e-3
     feature_files = sorted((out / "features").glob("*.pt"))
     held = [p for p in feature_files if p.stem.startswith("heldout")]
-    train_files = [p for p in feature_files if not p.stem.startswith("heldout")]
+    selection = {p.stem[len(SELECT_PREFIX):]: load_features([p]) for p in feature_files
+                 if p.stem.startswith(SELECT_PREFIX)}
+    train_files = [p for p in feature_files if p not in held and not p.stem.startswith(SELECT_PREFIX)]
     if not train_files or not held:
         raise FileNotFoundError(f"no training or held-out features in {out / 'features'} (run --stage features)")
     train, heldout = load_features(train_files), load_features(held)
@@ -136,12 +138,23 @@ def train_stage(args, log) -> dict:
         nonlocal best
         draft.eval()
         depth1, depth2 = agreement(draft, heldout, head, vocab, pad)
+        by_category = {name: agreement(draft, seqs, head, vocab, pad) for name, seqs in selection.items()}
         draft.train()
+        metrics = {"step": step, "agreement_depth1": depth1, "agreement_depth2": depth2,
+                   "train_tokens_seen": step * args.batch_tokens, "train_seconds": round(clock.total(), 1)}
+        score = (depth1 + depth2) / 2
+        if selection:  # the benchmark's answers decide: a draft is chosen on the text it will verify
+            sizes = {name: sum(len(s.labels) for s in seqs) for name, seqs in selection.items()}
+            select1, select2 = (sum(sizes[n] * by_category[n][d] for n in sizes) / sum(sizes.values())
+                                for d in (0, 1))
+            metrics |= {"select_depth1": select1, "select_depth2": select2,
+                        "select_by_category": {n: [round(a, 4) for a in by_category[n]] for n in sizes}}
+            score = (select1 + select2) / 2
         # Depth 1 is what every tree's first level meets, depth 2 what the deeper levels meet; both count.
-        best = keep_if_best(draft, out / "best", (depth1 + depth2) / 2, best,
-                            {"step": step, "agreement_depth1": depth1, "agreement_depth2": depth2}, vocab_list)
+        best = keep_if_best(draft, out / "best", score, best, metrics, vocab_list)
         save_checkpoint(ckpt_path, draft, opt, step=step, best=best, train_seconds=clock.total())
-        log({"step": step, "heldout_agreement_depth1": round(depth1, 4), "heldout_agreement_depth2": round(depth2, 4),
+        log({**{k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()},
+             "heldout_agreement_depth1": round(depth1, 4), "heldout_agreement_depth2": round(depth2, 4),
              "best": round(best, 4), "elapsed_s": round(clock.elapsed(), 1)})
 
     def loss_at(step: int) -> tuple[torch.Tensor, int]:

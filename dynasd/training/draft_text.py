@@ -1,0 +1,86 @@
+"""`train-feature-draft --stage text`: training text written cheaply, kept as compact token ids (token_store.py).
+
+Why this text: the target writes ~190 tokens/s on 2 cores (one row per sequence a forward), its 3-layer token draft
+~1,200 (batches of 64 in transformers), and the target then reads any text teacher-forced through the engine's own
+kernels at ~1,100 tokens/s (many rows a forward). So the token draft answers the training prompts and the target
+labels every position later (features stage): the labels are the target's argmax wherever the text came from, and
+the draft's text is close to the target's own (it was distilled on it). Prompts: the TriviaQA and PIQA files
+(`--prompts`, in a seeded order; the first `--heldout` kept apart) and, every `--passage-every` shards, passage tasks
+(task_prompts.TASK_TEMPLATES) over answers already written, which carry a long source passage as Spec-Bench's
+summarisation and translation do. No benchmark prompt is ever used here.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from ..models import load_pair
+from .prompt_files import read_train_prompts
+from .self_instruct import TASK_OPENERS, sample_instructions, shard_seed
+from .task_prompts import TASK_TEMPLATES, passage_of, user_message
+from .teacher import generate_answers
+from .token_store import load_token_shards, save_token_shard, token_shards
+
+HELDOUT, FILES, SELF, PASSAGES = "heldout", "prompt files", "self-instruct", "passage tasks"
+SHARD_KINDS = (PASSAGES, FILES, SELF, FILES)  # shard i is SHARD_KINDS[i % 4]: half the prompts from the files
+PASSAGE_TOKENS = (24, 160)  # answers shorter than this are no passage; longer ones are cut to a sentence end
+
+
+def text_stage(args, log) -> None:
+    folder = Path(args.text)
+    # The writer runs on the engine's kernels: the target's text is then what `ar` writes in its default arithmetic.
+    pair = load_pair(args.pair, device="cpu")
+    writer = pair.target if args.text_writer == "target" else pair.draft
+    if writer is None:
+        raise ValueError(f"the pair '{args.pair}' has no token draft to write the text")
+    texts = read_train_prompts(args.prompts)
+    random.Random(args.seed).shuffle(texts)
+    held, train = texts[:args.heldout], iter(texts[args.heldout:])
+    started, written = time.time(), 0
+    for index in range(args.text_shards + 1):
+        kind = HELDOUT if index == 0 else SHARD_KINDS[index % len(SHARD_KINDS)]
+        name = HELDOUT if index == 0 else f"train-{index - 1:04d}"
+        file_prompts = held if index == 0 else \
+            [next(train, None) for _ in range(args.shard_prompts)] if kind == FILES else []
+        path = folder / f"{name}.npz"
+        if path.is_file():
+            continue
+        if args.text_minutes and time.time() - started > 60 * args.text_minutes:
+            break
+        if kind == PASSAGES:
+            prompts = passage_prompts(pair, token_shards(folder, "train-"), args.shard_prompts, args.seed + index)
+        elif kind == SELF:
+            prompts = sample_instructions(pair, pair.target, args.shard_prompts, shard_seed(args.seed, name), set(),
+                                          batch=args.text_batch, openers=TASK_OPENERS)
+        else:
+            prompts = [pair.encode_prompt(t) for t in file_prompts if t is not None]
+        if not prompts:
+            break
+        prompts.sort(key=len)  # similar lengths in one batch waste less padding
+        seqs = []
+        for i in range(0, len(prompts), args.text_batch):
+            seqs += generate_answers(writer, prompts[i:i + args.text_batch], pair.pad_id, set(pair.eos_token_ids),
+                                     args.text_max_new_tokens, temperature=args.text_temperature)
+        save_token_shard(path, seqs)
+        answer_tokens = sum(len(s.ids) - s.answer_start for s in seqs)
+        written += answer_tokens
+        log({"stage": "text", "shard": name, "kind": kind, "prompts": len(seqs), "answer_tokens": answer_tokens,
+             "tokens_per_s": round(written / (time.time() - started), 1)})
+
+
+def passage_prompts(pair, shards: list[Path], count: int, seed: int) -> list[list[int]]:
+    """Up to `count` chat-templated task prompts, each a template of TASK_TEMPLATES over one answer already in
+    `shards` (seeded)."""
+    low, high = PASSAGE_TOKENS
+    sources = [s for s in load_token_shards(shards) if len(s.ids) - s.answer_start >= low]
+    pick = random.Random(seed)
+    pick.shuffle(sources)
+    prompts = []
+    for seq in sources[:count]:
+        template = pick.choice(TASK_TEMPLATES)
+        question = user_message(pair.tokenizer, seq.ids[:seq.answer_start]) if "{question}" in template else ""
+        if question is not None:
+            passage = passage_of(pair.tokenizer, seq.ids[seq.answer_start:], high)
+            prompts.append(pair.encode_prompt(template.format(passage=passage, question=question)))
+    return prompts
