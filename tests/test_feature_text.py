@@ -1,0 +1,75 @@
+"""The feature draft's training text: written once, kept as compact token ids, labelled again through the engine's
+kernels, and a selection set of benchmark answers by category that is never trained on."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dynasd.cache import CachedModel
+from dynasd.cli import main
+from dynasd.models import load_pair
+from dynasd.training.feature_data import load_features, target_features
+from dynasd.training.sequences import Sequence
+from dynasd.training.token_store import load_token_shards, save_token_shard, token_shards
+
+
+def test_token_shards_keep_ids_and_answer_starts_exactly(tmp_path):
+    seqs = [Sequence([1, 2, 3, 65535], 2), Sequence([7], 0), Sequence(list(range(300)), 120)]
+    save_token_shard(tmp_path / "train-0000.npz", seqs)
+    back = load_token_shards(token_shards(tmp_path))
+    assert [(s.ids, s.answer_start) for s in back] == [(s.ids, s.answer_start) for s in seqs]
+    with np.load(tmp_path / "train-0000.npz") as shard:
+        assert shard["ids"].dtype == np.uint16
+    with pytest.raises(ValueError, match="16 bits"):
+        save_token_shard(tmp_path / "big.npz", [Sequence([70000], 0)])
+    assert not (tmp_path / "big.npz").exists()
+
+
+def test_features_are_the_states_and_choices_a_verify_gives():
+    """One teacher-forced forward per sequence: its states are what the target's runtime returns at each position,
+    and its labels the argmax of the logits at the positions before each answer token."""
+    pair = load_pair("tiny-random", device="cpu")
+    ids = pair.encode_prompt("hello there") + [5, 9, 11, 3]
+    seq = Sequence(ids, len(ids) - 4)
+    (feature,) = target_features(pair.target, [seq], topk=3)
+    model = CachedModel(pair.target, need_hidden=True)
+    logits, states = model.forward(ids, [], None, [], keep_logits=len(ids), keep_hidden=len(ids))
+    assert torch.equal(feature.states, states.to(torch.float16))
+    assert feature.labels.tolist() == logits[seq.answer_start - 1:-1].argmax(-1).tolist()
+    assert feature.topk_ids[:, 0].tolist() == feature.labels.tolist()
+
+
+def test_text_then_features_then_training_selects_on_the_benchmark_answers(tmp_path):
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([{"question": f"what is {i} plus {i + 1}?"} for i in range(40)]))
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("\n".join(json.dumps({"question_id": i, "category": c, "turns": [f"{c} task {i}"]})
+                               for i, c in enumerate(["writing", "coding", "writing"])))
+    text, out = tmp_path / "text", tmp_path / "work"
+    common = ["train-feature-draft", "--pair", "tiny-random", "--text", str(text), "--out", str(out),
+              "--threads", "1"]
+    args = ["--stage", "text", "--prompts", str(prompts), "--heldout", "4", "--text-shards", "4",
+            "--shard-prompts", "6", "--text-max-new-tokens", "32", "--text-batch", "4"]
+    assert main(common + args) == 0
+    names = [p.name for p in token_shards(text)]
+    assert names == ["heldout.npz", "train-0000.npz", "train-0001.npz", "train-0002.npz", "train-0003.npz"]
+    kinds = [r["kind"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())]
+    assert kinds == ["heldout", "prompt files", "self-instruct", "prompt files", "passage tasks"]
+    before = {p.name: p.read_bytes() for p in token_shards(text)}
+    assert main(common + args) == 0  # a second run finds every shard written and writes none again
+    assert {p.name: p.read_bytes() for p in token_shards(text)} == before
+
+    assert main(common + ["--stage", "features", "--select-prompts", str(bench), "--select-limit", "2"]) == 0
+    features = sorted(p.name for p in (out / "features").iterdir())
+    assert features == ["heldout.pt", "select-coding.pt", "select-writing.pt", "train-0000.pt", "train-0001.pt",
+                        "train-0002.pt", "train-0003.pt"]
+    assert len(load_features([out / "features" / "select-writing.pt"])) == 2
+    assert main(common + ["--stage", "train", "--layers", "1", "--steps", "4", "--eval-every", "2",
+                          "--log-every", "2"]) == 0
+    scores = [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "select_depth1" in r]
+    assert [r["step"] for r in scores] == [0, 2, 4]
+    assert set(scores[-1]["select_by_category"]) == {"writing", "coding"}
+    best = json.loads((out / "best" / "metrics.json").read_text())
+    assert (best["select_depth1"] + best["select_depth2"]) / 2 == pytest.approx(max(
+        (r["select_depth1"] + r["select_depth2"]) / 2 for r in scores), abs=1e-4)
