@@ -34,7 +34,8 @@ class Origin:
 DRAFT = Origin(
     name="draft", source="draft model", label="accepted draft", kind="draft", proposed_by="the draft",
     symbol="circle", glyph="●", tint="#7fd18d", strong="#1f8a33",
-    help="**draft model** (sd, mcsd; ti-mcsd below its roots): drawn from the draft's q, accepted when "
+    help="**draft model** (sd, mcsd; ti-mcsd below its roots): the draft's pick; at temperature 0 accepted when "
+         "it is the target's top token, at temperature > 0 drawn from the draft's q and accepted when "
          "u < min(1, p′/q′).")
 LOOKUP = Origin(
     name="lookup", source="prompt lookup (q = 1)", label="accepted lookup", kind="looked-up",
@@ -42,14 +43,16 @@ LOOKUP = Origin(
                 "text)",
     symbol="square", glyph="■", tint="#e3d36b", strong="#9a8a12",
     help="**prompt lookup** (pld, or sd/mcsd with lookup on): copied from an earlier place in the text, so their q "
-         "is 1 and a node is accepted with probability p.")
+         "is 1; at temperature 0 a node is accepted when it is the target's top token, at temperature > 0 with "
+         "probability p.")
 RECYCLED = Origin(
     name="recycled", source="token recycling (q = 1)", label="accepted recycled", kind="recycled",
     proposed_by="token recycling (the target's own top predictions after these tokens, the last time it read "
                 "them)",
     symbol="triangle-up", glyph="▲", tint="#8fd6bf", strong="#1b8a6b",
     help="**token recycling** (recycle, or sd/mcsd with recycle on): the target's own top-k after the same token, "
-         "the last time it read it, so their q is 1 and a node is accepted with probability p.")
+         "the last time it read it, so their q is 1; at temperature 0 a node is accepted when it is the target's "
+         "top token, at temperature > 0 with probability p.")
 TARGET_ROOT = Origin(
     name="target_root", source="target root", label="target root", kind="target root",
     proposed_by="the target's own top tokens (from the previous verify)",

@@ -10,6 +10,7 @@ varies, so every registered origin is also drawn on a step whose nodes and accep
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import asdict
 
 import pytest
@@ -26,7 +27,7 @@ from ui.views import step_views
 from viz.cost import cost_figure, cost_markdown
 from viz.guided import guided_figure
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
-from viz.style import ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP
+from viz.style import FIGURE_CONFIG, ORIGIN_NAMES, ORIGIN_STRONG, ORIGIN_TINTS, THIS_STEP
 from viz.tree import NODE_ORIGIN_NAMES, NODE_SYMBOLS
 
 # Repeats itself, so that prompt lookup finds a match on the first step.
@@ -55,22 +56,29 @@ def runs(tiny_pair) -> dict[tuple[str, float], RunTrace]:
     return {(case, t): run_of(tiny_pair, case, t) for case in CASES for t in TEMPERATURES}
 
 
-def draw_every_view(run: RunTrace, index: int) -> None:
-    """What the page draws for step `index`: the step's views, then the Learn tab's."""
+def draw_every_view(run: RunTrace, index: int) -> list:
+    """What the page draws for step `index`: the step's views, then the Learn tab's; returns every figure."""
     spans, figures, summary, story = step_views(run, index)
     viz.text_color_map(spans)
     assert figures["tree"] is not None and summary and story
     step = run.steps[index]
     greedy = float(run.config.get("temperature", 0.0)) == 0.0
     root = viz.root_token(run, index)
-    for phase in step_phases(step):
-        guided_figure(shown_at(step, phase), phase, root, lossy=not run.lossless)
-    residual_figure(step, greedy)
+    drawn = [figure for figure in figures.values() if figure is not None]
+    drawn += [guided_figure(shown_at(step, phase), phase, root, lossy=not run.lossless) for phase in step_phases(step)]
+    drawn += [residual_figure(step, greedy), acceptance_figure(step, greedy)]
     residual_explanation(step, greedy)
-    acceptance_figure(step, greedy)
     speed = run_speed(run, None)
-    cost_figure(speed)
+    drawn.append(cost_figure(speed))
     cost_markdown(speed)
+    return drawn
+
+
+def test_every_figure_offers_no_upload_and_no_logo_link(runs):
+    """Gradio hands a figure's JSON `config` to Plotly: every figure carries the one toolbar (viz.style.Figure)."""
+    for figure in draw_every_view(runs[("mcsd", 1.0)], 0):
+        config = json.loads(figure.to_json())["config"]
+        assert config == FIGURE_CONFIG and not any(config.values()), type(figure)
 
 
 def test_every_step_of_every_method_draws_every_view(runs):

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from dynasd.explorer.sessions.classroom import Question, RoundSummary
 
-from .style import STATUS_COLORS, STATUS_GLYPHS, base_layout
+from .style import STATUS_COLORS, STATUS_GLYPHS, Figure, base_layout
 
 ANSWER_BAR = "#4a5a70"             # every bar before the reveal (white count inside it: 7:1)
 WRONG_BAR = STATUS_COLORS["not_reached"]  # after the reveal: light grey, the count in dark ink
@@ -18,7 +18,7 @@ RIGHT_BAR = STATUS_COLORS["accepted"]     # dark green, and the ✓ in its label
 def answers_figure(question: Question | None, tally: Counter, revealed: bool, learners: int) -> go.Figure:
     """Bars of how many chose each answer (the answers given; after the reveal the right one too, marked ✓)."""
     if question is None:
-        figure = go.Figure(layout=base_layout("Answers: waiting for the lecturer's first step", 180))
+        figure = Figure(layout=base_layout("Answers: waiting for the lecturer's first step", 180))
         figure.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False))
         return figure
     shown = [(label, value) for label, value in question.choices
@@ -29,7 +29,7 @@ def answers_figure(question: Question | None, tally: Counter, revealed: bool, le
     answered = sum(tally.values())
     verdict = f": the right answer is {question.label(question.answer)}" if revealed else " (the right one stays " \
               "hidden until the reveal)"
-    figure = go.Figure(go.Bar(
+    figure = Figure(go.Bar(
         x=counts, y=labels, orientation="h", text=[str(c) for c in counts], textposition="inside",
         insidetextanchor="start", textfont=dict(size=16, color=["white" if ok or not revealed else "#111"
                                                                 for ok in right]),

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 
 from dynasd.explorer.measure.compare import CompareResult, CompareRow
 
-from .style import STATUS_COLORS, base_layout
+from .style import STATUS_COLORS, Figure, base_layout
 from .timeline import CONDITIONAL, LEVEL_RATE, PER_POSITION, TOKENS_PER_S, _two_panels, rates_text
 
 SPREAD = "tokens / s, 90% range"  # over the method's chunks of steps (the peer: its whole runs)
@@ -110,4 +110,4 @@ def compare_figure(result: CompareResult) -> go.Figure:
     if paired:
         layout["shapes"] = [dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1, y1=1,
                                  line=dict(color="#666", dash="dot"))]
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from dynasd.explorer.costs.best_trees import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
 from dynasd.explorer.measure.speed import RunSpeed
 
-from .style import STATUS_COLORS, TOP_LEGEND, base_layout
+from .style import STATUS_COLORS, TOP_LEGEND, Figure, base_layout
 from .timeline import rates_text
 
 
@@ -120,7 +120,7 @@ def cost_figure(speed: RunSpeed) -> go.Figure:
                   xaxis=dict(title=dict(text="acceptance rate (per draft level)", standoff=6), range=[0, 1],
                              gridcolor="#eee", automargin=True),
                   yaxis=dict(title="speed-up over ar (×)", range=[0, top], gridcolor="#eee", automargin=True))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 
 
 def budget_figure(best: BestTrees) -> go.Figure:
@@ -129,7 +129,7 @@ def budget_figure(best: BestTrees) -> go.Figure:
     static one: how far today's shape is from the best this draft allows here. Every expectation is drawn cut by
     `best.scale`."""
     if not best.p:
-        figure = go.Figure(layout=base_layout("Best static tree by node budget", height=200))
+        figure = Figure(layout=base_layout("Best static tree by node budget", height=200))
         figure.add_annotation(text=f"This run tested no draft candidate {BUDGET_MIN_TESTS} times at any rank: "
                               "run a drafting method (sd, mcsd, dynamic) for more steps.", showarrow=False,
                               x=0.5, y=0.5, xref="paper", yref="paper")
@@ -159,5 +159,5 @@ def budget_figure(best: BestTrees) -> go.Figure:
                              range=[0, BUDGET_NODES + 1], gridcolor="#eee", automargin=True),
                   yaxis=dict(title="expected speed-up over ar (×)", rangemode="tozero", gridcolor="#eee",
                              automargin=True))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 

@@ -18,6 +18,7 @@ from .style import (
     STATUS_PATTERNS,
     STATUS_SHORT,
     TOP_LEGEND,
+    Figure,
     base_layout,
     fmt,
     show_token,
@@ -85,7 +86,7 @@ def pq_figure(step: StepTrace) -> go.Figure:
                              range=[-0.6, max(n, 1) - 0.4],
                              title=dict(text="" if angle else "candidate node id", font=dict(size=11), standoff=4)),
                   yaxis=dict(title="probability", range=[0, 1.05], gridcolor="#eee"))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 
 
 def stop_figure(step: StepTrace) -> go.Figure:
@@ -131,7 +132,7 @@ def stop_figure(step: StepTrace) -> go.Figure:
                   xaxis=dict(title="after draft level", tickmode="array", tickvals=list(range(1, depth + 1)),
                              range=[0.5, depth + 0.5], automargin=True),
                   yaxis=dict(title="score", range=[0, 1.05], automargin=True, gridcolor="#eee"))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 
 
 def no_scores_reason(step: StepTrace) -> str:

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from dynasd.explorer.lessons.phases import Phase
 from dynasd.trace import StepTrace
 
-from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, base_layout, show_token
+from .style import MASK_ACCEPTED, MASK_ATTENDS, MASK_BLOCKED, Figure, base_layout, show_token
 from .tree import tree_figure
 
 
@@ -30,7 +30,7 @@ def mask_phase_figure(step: StepTrace, root: str | None) -> go.Figure:
          for i, row in enumerate(step.verify_mask)]
     labels = [show_token(root or "root", 8)] + [f"{i}·{show_token(n.token, 6)}" for i, n in enumerate(step.nodes)]
     show = len(labels) <= 48
-    figure = go.Figure(go.Heatmap(
+    figure = Figure(go.Heatmap(
         z=z, x=list(range(len(labels))), y=list(range(1, len(labels))), zmin=0, zmax=2, showscale=False,
         colorscale=[[0.0, MASK_BLOCKED], [0.33, MASK_BLOCKED], [0.34, MASK_ATTENDS], [0.66, MASK_ATTENDS],
                     [0.67, MASK_ACCEPTED], [1.0, MASK_ACCEPTED]],

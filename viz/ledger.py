@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from dynasd.explorer.lessons.ledger import CacheRows, StepLedger, draft_fed_nodes
 from dynasd.trace import RunTrace
 
-from .style import STATUS_COLORS, TOP_LEGEND, base_layout, show_token
+from .style import STATUS_COLORS, TOP_LEGEND, Figure, base_layout, show_token
 
 WRITTEN = "tree rows (kept or cropped: shown with the reveal)"
 SEGMENTS = {  # name -> colour: one legend entry each
@@ -73,7 +73,7 @@ def ledger_figure(run: RunTrace, ledger: list[StepLedger], index: int, verdict: 
                                  insidetextanchor="middle", textangle=-90, showlegend=segment not in shown_in_legend,
                                  hovertemplate=f"{segment}: rows %{{base:.0f}} + %{{x}}<extra></extra>"))
             shown_in_legend.add(segment)
-    figure = go.Figure(traces)
+    figure = Figure(traces)
     left = max(0, min(entry.target.before, entry.draft.before if entry.draft else entry.target.before)
                - CONTEXT_SHOWN)
     # without the verdict the axis ends at the rows written: the committed tokens' end would tell their count

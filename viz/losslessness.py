@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 from dynasd.explorer.lessons.losslessness import LosslessnessCheck
 
-from .style import STATUS_COLORS, TOP_LEGEND, base_layout, show_token
+from .style import STATUS_COLORS, TOP_LEGEND, Figure, base_layout, show_token
 
 METHOD_COLORS = (STATUS_COLORS["accepted"], STATUS_COLORS["correction"], STATUS_COLORS["unchosen"])
 
@@ -35,7 +35,7 @@ def losslessness_figure(checks: dict[str, LosslessnessCheck], labels: dict[int, 
         layout.update(annotations=[dict(text="press Check to sample", showarrow=False, x=0.5, y=0.5,
                                         xref="paper", yref="paper")], xaxis=dict(visible=False),
                       yaxis=dict(visible=False))
-        return go.Figure(layout=layout)
+        return Figure(layout=layout)
     first = next(iter(checks.values()))
     names = [show_token(labels.get(t, str(t)), 8) if t >= 0 else "(all others)" for t in first.token_ids]
     seen: dict[str, int] = {}
@@ -52,4 +52,4 @@ def losslessness_figure(checks: dict[str, LosslessnessCheck], labels: dict[int, 
     layout.update(barmode="group", bargap=0.2, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   xaxis=dict(tickangle=-45, automargin=True),
                   yaxis=dict(title="probability / frequency", gridcolor="#eee", automargin=True))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)

@@ -32,6 +32,7 @@ from .style import (
     MASK_UNUSED,
     SLICE_OUTLINE,
     TOP_LEGEND,
+    Figure,
     base_layout,
     show_token,
 )
@@ -185,7 +186,7 @@ def mask_figure(step: StepTrace, max_rows: list[str] | None = None, show_max: bo
         yaxis=dict(type="category", showticklabels=False, ticks="", autorange="reversed", showgrid=False,
                    zeroline=False),
         hoverlabel=dict(font=dict(family="monospace", size=12), align="left"))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 
 
 def _swatches(view: MaskView) -> list[go.Scatter]:

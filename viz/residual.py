@@ -15,7 +15,7 @@ from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
 from dynasd.trace import StepTrace
 from dynasd.trace_semantics import GREEDY
 
-from .style import STATUS_COLORS, TOP_LEGEND, base_layout, fmt, show_token
+from .style import STATUS_COLORS, TOP_LEGEND, Figure, base_layout, fmt, show_token
 
 P_COLOR = "#4a78c2"
 Q_COLOR = "#999999"
@@ -27,7 +27,7 @@ def _message(title: str, text: str, height: int = 300) -> go.Figure:
     layout.update(xaxis=dict(visible=False), yaxis=dict(visible=False),
                   annotations=[dict(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
                                     font=dict(size=13))])
-    return go.Figure(layout=layout)
+    return Figure(layout=layout)
 
 
 def residual_explanation(step: StepTrace, greedy: bool) -> str:
@@ -98,7 +98,7 @@ def residual_figure(step: StepTrace, greedy: bool) -> go.Figure:
                   xaxis=dict(tickangle=-45, automargin=True, title="the largest tokens of p, q and the residual"),
                   yaxis=dict(title="probability", range=[0, top * 1.2], gridcolor="#eee",
                              automargin=True))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 
 
 def acceptance_rows(step: StepTrace) -> list[dict]:
@@ -142,4 +142,4 @@ def acceptance_figure(step: StepTrace, greedy: bool) -> go.Figure:
     layout.update(bargap=0.6 if len(rows) < 4 else 0.25, legend=TOP_LEGEND, margin=dict(l=10, r=10, b=10, t=110),
                   xaxis=dict(title="tested candidates, in test order", tickangle=-45, automargin=True),
                   yaxis=dict(range=[0, 1.05], gridcolor="#eee", automargin=True))
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)

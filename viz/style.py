@@ -11,9 +11,28 @@ stay apart in greyscale and for deuteranopes and protanopes (tests/test_colour_v
 """
 from __future__ import annotations
 
+import json
+
+import plotly.graph_objects as go
+
 from dynasd.explorer.labels import MAX_LABEL_CHARS, show_token, visible_piece  # noqa: F401 - the views read them here
 from dynasd.origins import ORIGINS
 from dynasd.sampling import ACCEPT_RULE, REJECT_RULE, passes
+
+# What every figure's toolbar offers: zoom, pan and a picture of the figure; nothing that sends it elsewhere (Plotly's
+# logo links to its site, its cloud buttons upload the figure's data). A step is shared with the link beside the
+# step slider.
+FIGURE_CONFIG = {"displaylogo": False, "showSendToCloud": False, "showEditInChartStudio": False, "showLink": False}
+
+
+class Figure(go.Figure):
+    """A Plotly figure whose JSON carries FIGURE_CONFIG: Gradio's Plot hands a figure's `config` to Plotly as it is,
+    so every figure of the app gets the same toolbar."""
+
+    def to_json(self, *args, **kwargs) -> str:
+        text = super().to_json(*args, **kwargs)
+        return f'{text[:text.rindex("}")]}, "config": {json.dumps(FIGURE_CONFIG)}}}'
+
 
 # Tree nodes (strong colours; markers on white).
 # Lightness, dark to light: accepted (L* 33), rejected (60), not tested (77), not reached (90).

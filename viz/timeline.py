@@ -10,7 +10,7 @@ from dynasd.explorer.measure.speed import ComparedSpeedup, as_it_happened
 from dynasd.origins import ORIGINS, TARGET_ROOT
 from dynasd.trace import TOKEN_ORIGINS, RunTrace
 
-from .style import LEGEND_ROOM, ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, TOP_LEGEND, base_layout
+from .style import LEGEND_ROOM, ORIGIN_NAMES, ORIGIN_STRONG, STATUS_COLORS, TOP_LEGEND, Figure, base_layout
 
 
 def off_target_roots(run: RunTrace, upto: int | None = None) -> tuple[int, int]:
@@ -157,7 +157,7 @@ def timeline_figure(run: RunTrace, current: int | None = None) -> go.Figure:
     layout.update(barmode="stack", legend=TOP_LEGEND, margin=dict(l=10, r=10, b=LEGEND_ROOM, t=100))
     if acceptance.drafts:
         traces += _acceptance_row(acceptance, layout)
-    return go.Figure(data=traces, layout=layout)
+    return Figure(data=traces, layout=layout)
 
 
 def _acceptance_row(acceptance: Acceptance, layout: dict) -> list[go.Bar]:

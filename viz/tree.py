@@ -34,6 +34,7 @@ from .style import (
     STATUS_NAMES,
     STATUS_SHORT,
     TOP_LEGEND,
+    Figure,
     base_layout,
     fmt,
     show_token,
@@ -243,7 +244,7 @@ def tree_figure(step: StepTrace, root_label: str | None = None, lossy: bool = Fa
             marked.append(([pos[i][0] for i in members], [pos[i][1] for i in members], status))
     if sizes.glyphs_inside and marked:
         traces.append(_glyph_trace(marked, sizes.marker))
-    return go.Figure(data=traces, layout=_tree_layout(step, pos, sizes, lossy, empty=not step.nodes and final is None))
+    return Figure(data=traces, layout=_tree_layout(step, pos, sizes, lossy, empty=not step.nodes and final is None))
 
 
 def _edge_traces(graph: nx.DiGraph, pos: dict, on_path: set) -> tuple[list[go.Scatter], list, list]:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from dynasd.explorer.measure.where import WhereItPays, WhereRow
 
-from .style import STATUS_COLORS, base_layout
+from .style import STATUS_COLORS, Figure, base_layout
 from .timeline import rates_text
 
 PAYS, LOSES = STATUS_COLORS["accepted"], STATUS_COLORS["rejected"]
@@ -68,7 +68,7 @@ def where_figure(view: WhereItPays) -> go.Figure:
         yaxis=dict(automargin=True, tickfont=dict(size=12, color="#222")),
         shapes=[dict(type="line", x0=1, x1=1, yref="paper", y0=0, y1=1, layer="below",
                      line=dict(color="#444", dash="dot"))])
-    return go.Figure(data=[bars], layout=layout)
+    return Figure(data=[bars], layout=layout)
 
 
 def where_markdown(view: WhereItPays, verdict: str) -> str:
