@@ -49,21 +49,20 @@ def test_text_then_features_then_training_selects_on_the_benchmark_answers(tmp_p
     text, out = tmp_path / "text", tmp_path / "work"
     common = ["train-feature-draft", "--pair", "tiny-random", "--text", str(text), "--out", str(out),
               "--threads", "1"]
-    args = ["--stage", "text", "--prompts", str(prompts), "--heldout", "4", "--text-shards", "4",
+    args = ["--stage", "text", "--prompts", str(prompts), "--heldout", "4", "--text-shards", "6",
             "--shard-prompts", "6", "--text-max-new-tokens", "32", "--text-batch", "4"]
     assert main(common + args) == 0
     names = [p.name for p in token_shards(text)]
-    assert names == ["heldout.npz", "train-0000.npz", "train-0001.npz", "train-0002.npz", "train-0003.npz"]
+    assert names == ["heldout.npz"] + [f"train-000{i}.npz" for i in range(6)]
     kinds = [r["kind"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())]
-    assert kinds == ["heldout", "prompt files", "self-instruct", "prompt files", "passage tasks"]
+    assert kinds == ["heldout", "prompt files", "self-instruct"] + ["prompt files"] * 3 + ["passage tasks"]
     before = {p.name: p.read_bytes() for p in token_shards(text)}
     assert main(common + args) == 0  # a second run finds every shard written and writes none again
     assert {p.name: p.read_bytes() for p in token_shards(text)} == before
 
     assert main(common + ["--stage", "features", "--select-prompts", str(bench), "--select-limit", "2"]) == 0
     features = sorted(p.name for p in (out / "features").iterdir())
-    assert features == ["heldout.pt", "select-coding.pt", "select-writing.pt", "train-0000.pt", "train-0001.pt",
-                        "train-0002.pt", "train-0003.pt"]
+    assert features == ["heldout.pt", "select-coding.pt", "select-writing.pt"] + [f"train-000{i}.pt" for i in range(6)]
     assert len(load_features([out / "features" / "select-writing.pt"])) == 2
     assert main(common + ["--stage", "train", "--layers", "1", "--steps", "4", "--eval-every", "2",
                           "--log-every", "2"]) == 0

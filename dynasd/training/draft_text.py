@@ -23,7 +23,9 @@ from .teacher import generate_answers
 from .token_store import load_token_shards, save_token_shard, token_shards
 
 HELDOUT, FILES, SELF, PASSAGES = "heldout", "prompt files", "self-instruct", "passage tasks"
-SHARD_KINDS = (PASSAGES, FILES, SELF, FILES)  # shard i is SHARD_KINDS[i % 4]: half the prompts from the files
+# Shard i is SHARD_KINDS[i % 6]. Self-instruct shards cost ~5x a prompt-file shard's time per token (the target
+# samples its instructions first), so they come once in six.
+SHARD_KINDS = (PASSAGES, FILES, SELF, FILES, FILES, FILES)
 PASSAGE_TOKENS = (24, 160)  # answers shorter than this are no passage; longer ones are cut to a sentence end
 
 
