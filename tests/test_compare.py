@@ -250,3 +250,14 @@ def test_a_finished_compare_is_kept_with_its_prompt_ratios_and_load(rounds, tmp_
     assert kept is not None and kept.row("sd").ratio == sd.ratio and kept.row("sd").pairs == sd.pairs
     assert kept.load == result.load_said() and kept.prompt == "the cat the cat"
     assert compare_for(machine, "tiny-random", "sd", controls, "another prompt") is None
+
+
+def test_the_chart_rounds_a_ratio_as_the_table_does_and_its_hover_gives_a_ratio_range():
+    """0.8149 is "0.81×" in the table; rounded to 0.815 first it read "0.82×" on the bar. The hover's range is the
+    ratio's, not the tokens / s range."""
+    rows = [row("ar", 100.0, 95.0, 105.0), row("pld", 81.49, 75.0, 88.0, ratio=(0.8149, 0.7551, 0.8749))]
+    result = CompareResult(rows, 6, 0.5, 2, True)
+    bars = compare_figure(result).data[0]
+    cell = compare_table(result)[1][AGAINST_AR]
+    assert cell == "0.81× (0.76–0.87)" and list(bars.text) == ["1.00×", "0.81×"]
+    assert bars.customdata[1].startswith("0.81× (0.76–0.87) ar") and "(75.0" not in bars.customdata[1]

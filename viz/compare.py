@@ -72,19 +72,21 @@ def compare_figure(result: CompareResult) -> go.Figure:
     paired = result.paired
     if paired:
         spans = [r.ratio_span for r in rows]
-        speeds = [round(r.speed, 3) for r in rows]
-        labels = [f"{v:.2f}×" for v in speeds]
+        speeds = [r.speed for r in rows]
+        # the table's cell, so bar, label, hover and table give one rounding of one ratio, its range a ratio range
+        labels = [f"{r.speed:.2f}×" for r in rows]
+        hover = [f"{against_ar(r)} ar<br>{r.tokens_per_s:.1f} tokens/s" for r in rows]
         left = "× ar, paired with ar<br>round by round"
     else:
         spans = [(r.low, r.high) for r in rows]
-        speeds = [round(r.tokens_per_s, 1) for r in rows]
-        labels = [f"{v}" for v in speeds]
+        speeds = [r.tokens_per_s for r in rows]
+        labels = [f"{v:.1f}" for v in speeds]
+        hover = [f"{r.tokens_per_s:.1f} tokens/s ({r.low:.1f}–{r.high:.1f})" for r in rows]
         left = "tokens / s, decoding<br>(this machine)"
     spread = dict(type="data", symmetric=False, color="#555", thickness=1, width=3,
                   array=[round(max(high - v, 0.0), 3) for v, (_, high) in zip(speeds, spans)],
                   arrayminus=[round(max(v - low, 0.0), 3) for v, (low, _) in zip(speeds, spans)])
     forward = [round(r.tokens_per_target_forward, 2) for r in rows]
-    hover = [f"{r.tokens_per_s:.1f} tokens/s ({r.low:.1f}–{r.high:.1f})" for r in rows]
     traces = [go.Bar(x=names, y=values, showlegend=False,
                      marker=dict(color=colors, pattern=dict(shape=hatched, fgcolor="#222", solidity=0.3)),
                      error_y=spread if xa == "x" else None, text=text, textposition="outside", cliponaxis=False,
