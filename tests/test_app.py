@@ -680,3 +680,15 @@ def test_every_model_call_runs_on_the_one_model_thread():
         gpu.call(model_call, settings, "fails")
     assert len(seen) == 6 and len({ident for _, ident, _ in seen}) == 1, seen
     assert seen[0][2].startswith("dynasd-model") and threading.get_ident() != seen[0][1]
+
+
+def test_a_finished_compare_redraws_the_summary_that_quotes_it():
+    """The Summary quotes Compare's ratio for the run's settings: when Compare's table comes, the step on show is
+    drawn again (before, the Summary said "not measured" until the step slider moved)."""
+    import app
+
+    demo = app.build_app("tiny-random")
+    table = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "compare-table")
+    redraws = [fn for fn in demo.fns.values() if (table._id, "change") in fn.targets
+               and "summary" in {o.elem_id for o in fn.outputs}]
+    assert [fn.fn.__name__ for fn in redraws] == ["on_show_step"]

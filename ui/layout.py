@@ -320,6 +320,10 @@ def _wire_trace_and_compare(w: SimpleNamespace) -> None:
                         CompareViews(w.compare_table, w.compare_plot, w.compare_status, session_id).outputs(),
                         inputs_kwargs=w.controls, api_name="compare", **queue_place(w.compare_status),
                         **compare_lane())
+    # a finished Compare is kept and quoted by the run's Summary: the step on show is drawn again (the figures the
+    # page shows already are not sent again: only the Summary's speed-up changes)
+    w.compare_table.change(on_show_step, [session_id, w.scrubber], w.views.outputs(), api_visibility="private",
+                           trigger_mode="always_last", show_progress="hidden")
     w.save_btn.click(on_save, [session_id], SaveViews(w.saved_file, w.status, session_id).outputs(),
                      api_name="save_trace", show_progress="hidden")
     w.load_file.upload(on_load, [session_id, w.load_file],
