@@ -13,12 +13,14 @@ from test_browser import WAIT_S, browser  # noqa: F401  (the browser fixture)
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.lessons import predict
 from dynasd.explorer.lessons.ledger import run_ledger
+from dynasd.explorer.lessons.phases import draft_stages
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions.calls import InProcess
 from dynasd.explorer.sessions.controller import Controller
 from dynasd.explorer.sessions.session import Mode, Session
 from dynasd.explorer.sessions.share import example_traces, load_example
 from dynasd.trace import TraceError, load_run, run_from_dict, run_to_dict, save_run
+from ui.learn_views import LearnViews
 from ui.ledger import ledger_views
 from ui.views import FIGURES, step_on_page
 from viz.style import STATUS_NAMES
@@ -118,9 +120,14 @@ def views_of(run, index: int) -> dict:
     session.run, session.mode, session.predict_first = run, Mode.REPLAYING, True
     said = Controller(session, None).show_step(index).said  # a replay runs no model
     shown, ledger = step_on_page(session, index, said), ledger_views(session, index)
+    learn = [LearnViews.of(session, index, at) for at in range(len(run.steps[index].nodes) + 12)]  # past the last
     return {"text": shown["text"].value, **{name: shown[name] or "" for name in FIGURES},
             "summary": shown["summary"], "story": shown["story"], "status": shown["status"],
-            "scrubber": shown["scrubber"].label, "ledger": ledger.figure.to_json(), "ledger words": ledger.text}
+            "scrubber": shown["scrubber"].label, "ledger": ledger.figure.to_json(), "ledger words": ledger.text,
+            "guided": [view.guided.to_json() for view in learn], "phases": [view.phase_text for view in learn],
+            "phase count": sorted({view.phase.maximum for view in learn}),
+            "learn": [[view.residual and view.residual.to_json(), view.residual_text,
+                       view.acceptance and view.acceptance.to_json()] for view in learn]}
 
 
 def answer_patterns(run, index: int) -> dict[str, str]:
@@ -130,7 +137,8 @@ def answer_patterns(run, index: int) -> dict[str, str]:
     step, entry = run.steps[index], run_ledger(run)[index].target
     count = len(step.committed)
     accepted = sum(origin not in ("bonus", "correction", "target") for origin in step.committed_origins)
-    return {"count": rf"\b{count} tokens? committed|\*\*{count} tokens? for", "accepted": rf"\b{accepted} accepted, ",
+    return {"count": rf"\b{count} tokens? committed|\*\*{count} tokens? for|\b{count} token\(s\) committed",
+            "accepted": rf"\b{accepted} accepted, ", "tests": r"Test \d+ of \d+",
             "tokens": r"Committed: |and produced `", "kept": rf"\b{entry.kept} \(the accepted path\) stayed",
             "cropped": rf"\b{entry.cropped} were cropped", "pending": r"wait uncached|nothing is pending",
             "ledger cells": r"kept \(accepted path\)|\"cropped\"|next step starts"}
@@ -151,6 +159,10 @@ def test_before_the_reveal_no_view_of_a_step_tells_its_answer_and_after_it_every
         hidden = views_of(run, index)
         assert not told(hidden, patterns.values()), f"step {index} before the reveal: {told(hidden, patterns.values())}"
         assert not told({"tree": hidden["tree"]}, map(re.escape, VERDICTS)), "every candidate untested"
+        assert not told({"guided": hidden["guided"]}, map(re.escape, VERDICTS)), "the guided step: none tested"
+        sealed = hidden["phase count"]  # the drafting and the verify: as many phases whatever the outcome
+        assert sealed == [max(len(set(draft_stages(run.steps[index]))), 1)], sealed
+        assert all(residual is None and acceptance is None for residual, _, acceptance in hidden["learn"])
         assert len(hidden["text"]) == before, "the text as it stood before the step"
         assert "predict first" in hidden["story"] and not hidden["pq"]
         timeline = json.loads(hidden["timeline"]) if hidden["timeline"] else {"data": []}

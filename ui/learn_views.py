@@ -14,6 +14,7 @@ import viz
 from dynasd.explorer.costs.best_trees import best_trees
 from dynasd.explorer.inputs import UserError
 from dynasd.explorer.lessons import side_by_side
+from dynasd.explorer.lessons.predict import asks_first
 from dynasd.explorer.measure.speed import speed_here
 from dynasd.explorer.sessions import share
 from dynasd.explorer.sessions.session import Session
@@ -31,6 +32,10 @@ from .views import PhaseViews, Views, control_updates, left_out, step_on_show
 def _learn_step(session: Session, index) -> tuple:
     """(run, index, step) of the step on show, or a UserError saying what to do first."""
     return step_on_show(session, index, "nothing to explain yet")
+
+
+WAITS_FOR_THE_GUESS = ("*The residual and each test's draw wait for your guess of this step's commit in Play "
+                       "(Let me predict first): they would answer it.*")
 
 
 def _greedy(run) -> bool:
@@ -56,6 +61,10 @@ class LearnViews(Views):
     def of(cls, session: Session, index, at) -> "LearnViews":
         run, index, step = _learn_step(session, index)
         guided, greedy = PhaseViews.of(session, index, at), _greedy(run)
+        if asks_first(session, index):  # the tests' outcomes would answer Play's question
+            return cls(guided.figure, guided.text, guided.slider, None, WAITS_FOR_THE_GUESS, None,
+                       status_line(f"Explaining step {index} up to its verify: its tests wait for your guess in "
+                                   "Play.", "info"), session.id)
         return cls(guided.figure, guided.text, guided.slider, residual_figure(step, greedy),
                    residual_explanation(step, greedy), acceptance_figure(step, greedy),
                    status_line(f"Explaining step {index}.", "ok"), session.id)

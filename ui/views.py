@@ -222,7 +222,7 @@ class PhaseViews(Views):
     @classmethod
     def of(cls, session: Session, index, at) -> "PhaseViews":
         run, index, _ = step_on_show(session, index, "nothing to explain yet")
-        shown = phases.guided_view(run, index, at)
+        shown = phases.guided_view(run, index, at, sealed=bool(asks_first(session, index)))
         return cls(guided_figure(shown.step, shown.phase, viz.root_token(run, index), lossy=not run.lossless),
                    f"**Phase {shown.at + 1} of {shown.count}: {shown.phase.title}.** {shown.phase.text}",
                    gr.Slider(minimum=0, maximum=max(shown.count - 1, 1), value=shown.at, step=1,

@@ -129,12 +129,29 @@ class GuidedView:
     asks: bool = False  # the phase is a question waiting for the learner's guess
 
 
-def guided_view(run: RunTrace, index: int, at) -> GuidedView:
-    """Phase `at` (kept within the step's phases) of step `index` of `run`, as the guided step shows it."""
+SEALED_NOTE = (" The tests and the commit wait for your guess: make it in Play (Let me predict first), then walk "
+               "them here.")
+
+
+def sealed_phases(step: StepTrace) -> list[Phase]:
+    """The phases a step shows while Play waits for the learner's guess of its commit: the drafting and the Verify,
+    nothing decided yet. Their number depends on the tree only, never on the outcome (the test phases, as many as
+    the walk made, would tell how far it got)."""
+    phases = [phase for phase in step_phases(step) if phase.kind in ("draft", "mask")]
+    verify = phases[-1]
+    return phases[:-1] + [replace(verify, text=verify.text + SEALED_NOTE)]
+
+
+def guided_view(run: RunTrace, index: int, at, sealed: bool = False) -> GuidedView:
+    """Phase `at` (kept within the step's phases) of step `index` of `run`, as the guided step shows it. `sealed`
+    (Play waits for the guess of this step's commit): the sealed phases only, the Verify drawn before the tests."""
     step = run.steps[index]
-    phases = step_phases(step)
+    phases = sealed_phases(step) if sealed else step_phases(step)
     at = max(0, min(int(at or 0), len(phases) - 1))
     phase = phases[at]
+    if sealed:
+        shown = before_the_tests(step) if phase.kind == "mask" else _before_the_answer(step, step_at_phase(step, phase))
+        return GuidedView(shown, phase, at, len(phases))
     pending = pending_test(run, index, phase.tests) if phase.kind == "test" else None
     if pending is None:
         return GuidedView(shown_at(step, phase), phase, at, len(phases))
