@@ -404,13 +404,22 @@ def test_a_shared_link_opens_on_its_step(browser, explorer_url):
 
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.sessions.share import link_query
+    from ui.page_scripts import REPLAYING_LINK_JS
 
     settings = replace(Settings(), pair="tiny-random", max_new_tokens=12).normalised()
     browser.get(f"{explorer_url}?{link_query('hello', settings.controls(), 2)}")
+    # what the status says the moment the page has loaded, before the server has replayed anything
+    assert browser.execute_script(f"return ({REPLAYING_LINK_JS})('→ before');") == "→ Replaying to step 2…"
     wait = WebDriverWait(browser, WAIT_S)
     wait.until(lambda d: "Showing step 2" in d.find_element(By.ID, "status").text)
     wait.until(lambda d: "Step 2" in d.find_element(By.ID, "tree-plot").text)
     assert _shown_step(browser) == 2
+    # the link beside the step slider: this prompt, these settings and the step on show
+    browser.find_element(By.CSS_SELECTOR, "#step-link-btn").click()
+    box = lambda d: d.find_element(By.CSS_SELECTOR, "#step-link textarea, #step-link input")  # noqa: E731
+    wait.until(lambda d: "step=2" in (box(d).get_attribute("value") or ""))
+    assert box(browser).get_attribute("value").startswith(explorer_url.rstrip("/"))
+    assert "Link to this step" in browser.find_element(By.ID, "status").text
 
 
 def test_a_long_new_prompt_is_announced_as_read_before_the_first_step(browser, explorer_url):

@@ -21,10 +21,13 @@ from .classroom import class_section, learner_page
 from .controls import CONTROL_NAMES, CUSTOM_RECIPE, RECIPE_CONTROLS, SHOWN_BY_METHOD, pair_choices
 from .export import export_controls
 from .gpu import on_zero_gpu
+from .learn import on_link
 from .learn_layout import learn_section
+from .learn_views import LinkViews
 from .lecture import STEP_KEYS_HELP, lecture_buttons, lecture_toggle, wire_lecture
 from .ledger import ledger_section
 from .page_scripts import (
+    COPY_LINK_JS,
     NEXT_STEP_JS,
     READING_PROMPT_JS,
     RUN_PRESSED_JS,
@@ -187,6 +190,11 @@ def _play_controls(w: SimpleNamespace) -> None:
         w.status = gr.Markdown(status_line("Press **Step** or **Run** to start."), elem_id="status", label="status")
         w.scrubber = gr.Slider(minimum=0, maximum=1, value=0, step=1, label="Step on show", interactive=False,
                                elem_id="scrubber")
+        with gr.Row(equal_height=True, elem_id="step-link-row"):
+            w.step_link_btn = gr.Button("Copy a link to this step", size="sm", scale=1, min_width=120,
+                                        elem_id="step-link-btn")
+            w.step_link = gr.Textbox(label="Link to this prompt, these settings and this step", buttons=["copy"],
+                                     interactive=False, scale=3, visible=False, elem_id="step-link")
         gr.Markdown(STEP_KEYS_HELP, elem_id="step-keys", elem_classes="explain")
         w.play_predict = predict_ui.play_controls()  # hidden until predictions are on
         w.lecture = lecture_buttons()  # hidden until lecture mode
@@ -312,6 +320,11 @@ def _wire_play(w: SimpleNamespace) -> None:
                      show_progress="hidden")
 
 
+def shown_box() -> gr.Textbox:
+    """A box hidden until it has something to show (the step's link)."""
+    return gr.Textbox(visible=True)
+
+
 def _wire_trace_and_compare(w: SimpleNamespace) -> None:
     session_id, shown = w.session_id, tuple(w.controls[name] for name in CONTROL_NAMES)
     w.compare_btn.click(None, None, [w.compare_status], js=saying("Comparing the methods on this prompt…"),
@@ -324,6 +337,13 @@ def _wire_trace_and_compare(w: SimpleNamespace) -> None:
     # page shows already are not sent again: only the Summary's speed-up changes)
     w.compare_table.change(on_show_step, [session_id, w.scrubber], w.views.outputs(), api_visibility="private",
                            trigger_mode="always_last", show_progress="hidden")
+    # the link comes from the server (the prompt, the settings and the step on show), becomes whole in the page and
+    # is copied where the browser allows it; the box shows it in any case
+    w.step_link_btn.click(on_link, [session_id, w.prompt, w.scrubber],
+                          LinkViews(w.step_link, w.status, session_id).outputs(), inputs_kwargs=w.controls,
+                          api_visibility="private", show_progress="hidden").then(
+        shown_box, None, [w.step_link], queue=False, api_visibility="private", show_progress="hidden").then(
+        None, [w.step_link, w.status], [w.step_link, w.status], js=COPY_LINK_JS, api_visibility="private")
     w.save_btn.click(on_save, [session_id], SaveViews(w.saved_file, w.status, session_id).outputs(),
                      api_name="save_trace", show_progress="hidden")
     w.load_file.upload(on_load, [session_id, w.load_file],

@@ -28,7 +28,7 @@ from .learn import (
 )
 from .learn_views import CostViews, LearnViews, LinkViews, LosslessViews, SideBySideViews
 from .misconceptions import misconception_lab
-from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, saying
+from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, REPLAYING_LINK_JS, saying
 from .quiz import quiz_section
 from .texts import LEARN_HELP
 from .views import LoadViews, PhaseViews, StepViews
@@ -212,6 +212,7 @@ def _wire_share(demo: gr.Blocks, w: SimpleNamespace) -> None:
     # A shared link opens on its step: the controls are set first, then the run goes to the step like the
     # "Run to the linked step" button (which stays, to go there again after a change).
     link_opened = gr.State(False)
+    demo.load(None, [w.status], [w.status], js=REPLAYING_LINK_JS, queue=False, api_visibility="private")
     demo.load(on_open_link, None, [w.prompt, *shown, w.linked_step, w.status, link_opened],
               api_visibility="private", show_progress="hidden").then(
         on_linked_step, [w.session_id, w.prompt, w.linked_step, link_opened], views, inputs_kwargs=w.controls,

@@ -167,7 +167,7 @@ def opened_link(query: dict) -> tuple:
     if prompt is None and settings is None:
         return (*_flat(control_updates()), gr.update(), gr.update(), False)
     return (*_flat(control_updates(prompt, settings)), gr.update(value=step or 0),
-            status_line(f"Opened a shared link: running to its step {step or 0}…", "ok"), True)
+            status_line(f"Replaying to step {step or 0}…", "info"), True)
 
 
 def _flat(updates: tuple) -> tuple:

@@ -257,6 +257,26 @@ LEARN_FOLLOWS_JS = """
 """ % json.dumps(status_line(RUNNING))
 
 # The link box receives "?query" from Python; the browser knows the page's own address and completes it.
+# The step's link made whole, shown, and copied where the page may write the clipboard (a secure context: https
+# or this machine's own address); elsewhere the status says to copy it from the box.
+COPY_LINK_JS = """
+async (query, status) => {
+  if (typeof query !== 'string' || !query.startsWith('?')) return [query, status];
+  const link = window.location.origin + window.location.pathname + query;
+  let said = '✓ Link to this step ready: copy it from the box.';
+  try { await navigator.clipboard.writeText(link); said = '✓ Link to this step copied.'; } catch (error) {}
+  return [link, said];
+}
+"""
+
+# While an opened link replays to its step (the model may first have to load), the status says so at once.
+REPLAYING_LINK_JS = """
+(status) => {
+  const step = new URLSearchParams(window.location.search).get('step');
+  return /^[0-9]+$/.test(step || '') ? `→ Replaying to step ${step}…` : status;
+}
+"""
+
 FULL_LINK_JS = """
 (query) => (typeof query === 'string' && query.startsWith('?'))
   ? window.location.origin + window.location.pathname + query : query
