@@ -25,6 +25,9 @@ from .feature_draft import draft_inputs, is_feature_draft
 # forward(model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden, inputs_embeds,
 #         hidden_to_keep) -> (logits of the last `logits_to_keep` inputs, final hidden states or None)
 ForwardFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+# direct_forward(model, cache, tokens, positions, past, n_chain, tree_mask, keep_logits, need_hidden, features,
+#                keep_hidden) -> CachedModel.forward's (logits, hidden states or None), or None where it does not run
+DirectForwardFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None] | None]
 
 
 def stock_forward(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -73,6 +76,11 @@ class Runtime:
 
     forward: ForwardFunction = stock_forward
     new_cache: Callable[[torch.nn.Module], Cache] = stock_cache
+    # A forward from CachedModel.forward's own arguments (token and position lists, the tree mask, a feature
+    # draft's rows) that makes the mask, ids, positions and a feature draft's input mix itself, as CachedModel
+    # would; None where it does not run a call (then CachedModel makes them and calls `forward`). Why: a compiled
+    # forward makes them inside its one call, where from Python they cost a dozen small operations.
+    direct_forward: DirectForwardFunction | None = None
 
 
 STOCK_RUNTIME = Runtime()
@@ -88,6 +96,26 @@ def attach_runtime(model: torch.nn.Module, runtime: Runtime) -> torch.nn.Module:
     """Make every CachedModel of `model` run on `runtime` from now on."""
     setattr(model, _RUNTIME_ATTRIBUTE, runtime)
     return model
+
+
+def step_mask(past: int, n_chain: int, q_len: int, tree_mask: torch.Tensor | None, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """The additive attention mask (q_len, past + q_len) of a forward that feeds `n_chain` committed tokens, then
+    tree nodes, after `past` cached positions.
+
+    Chain rows see the committed tokens and the chain causally; tree rows see every committed token and, among
+    tree nodes (the last tree_mask.shape[1] columns: the tree nodes cached this step plus the new ones), only those
+    `tree_mask` names: their ancestors and themselves. A chain is only fed before any tree node of the step is
+    cached: the layout is [committed | tree]. Built as one bool mask, made additive once (a compiled forward makes
+    it the same way: block_forward.h)."""
+    kv_len = past + q_len
+    visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
+    if n_chain:
+        visible[:n_chain, past:].tril_()
+    if q_len > n_chain:
+        visible[n_chain:, kv_len - tree_mask.shape[1]:] = tree_mask
+    mask = torch.full((q_len, kv_len), float("-inf"), dtype=dtype, device=device)
+    return mask.masked_fill_(visible, 0.0)  # additive: a bool mask is silently wrong with eager attention
 
 
 class CachedModel:
@@ -126,28 +154,29 @@ class CachedModel:
             raise ValueError("a feature draft needs one feature row per input, and only a feature draft takes them")
         past = self.cached_len + self.tree_len
         n_chain, n_nodes = len(chain), len(nodes)
-        q_len = n_chain + n_nodes
-        kv_len = past + q_len
-        # Chain rows see the committed tokens and the chain causally; tree rows see every committed token and, among
-        # tree nodes, only their ancestors and themselves. A chain is only fed before any tree node of the step is
-        # cached: the layout is [committed | tree]. Built as one bool mask, made additive once.
-        visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=self.device)
-        if n_chain:
-            visible[:n_chain, past:].tril_()
-        if n_nodes:
-            visible[n_chain:, kv_len - tree_mask.shape[1]:] = tree_mask
-        mask = torch.full((q_len, kv_len), float("-inf"), dtype=self.dtype, device=self.device)
-        mask.masked_fill_(visible, 0.0)  # additive: a bool mask is silently wrong with eager attention
+        tokens = chain + nodes
         positions = list(range(self.cached_len, self.cached_len + n_chain)) + list(node_positions)
-        ids = torch.tensor([chain + nodes], dtype=torch.long, device=self.device)
+        direct = self.runtime.direct_forward
+        outputs = direct(self.model, self.cache, tokens, positions, past, n_chain, tree_mask, keep_logits,
+                         self.need_hidden, features, keep_hidden) if direct is not None else None
+        if outputs is None:
+            outputs = self._forward(tokens, positions, past, n_chain, tree_mask, keep_logits, features, keep_hidden)
+        self.forwards += 1
+        self.cached_len += n_chain
+        self.tree_len += n_nodes
+        return outputs
+
+    def _forward(self, tokens: list[int], positions: list[int], past: int, n_chain: int,
+                 tree_mask: torch.Tensor | None, keep_logits: int, features: torch.Tensor | None,
+                 keep_hidden: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """forward() through the runtime's `forward`: the mask, ids and positions as tensors."""
+        mask = step_mask(past, n_chain, len(tokens), tree_mask, self.dtype, self.device)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         position_ids = torch.tensor([positions], device=self.device)
         embeds = draft_inputs(self.model, ids, features[None]) if features is not None else None
         logits, hidden = self.runtime.forward(self.model, ids, mask[None, None], position_ids, self.cache,
                                               keep_logits, self.need_hidden, inputs_embeds=embeds,
                                               hidden_to_keep=keep_hidden)
-        self.forwards += 1
-        self.cached_len += n_chain
-        self.tree_len += n_nodes
         hidden = hidden[0, -max(keep_hidden, keep_logits):] if hidden is not None else None
         logits = logits[0, -keep_logits:]
         return logits if logits.dtype == torch.float32 else logits.float(), hidden

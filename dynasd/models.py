@@ -95,6 +95,8 @@ class ModelPair:
     # feature_draft=True. Same tokenizer, shares the target's embedding.
     feature_draft: torch.nn.Module | None = None
     feature_draft_label: str = ""
+    # what draft_kind "default" runs: "features" where the pair ships a trained feature draft that measured faster
+    default_draft_kind: str = "tokens"
     # token id -> its text, filled as token_strings meets ids (at most the vocabulary)
     _token_text: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 

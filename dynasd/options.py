@@ -25,7 +25,9 @@ METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic")
 DRAFTING = ("sd", "mcsd", "ti-mcsd")        # methods that read the draft options
 LOOKING_UP = ("sd", "mcsd", "pld", "recycle", "dynamic")  # methods with prompt lookup (draft-rooted trees)
 RECYCLING = ("sd", "mcsd", "pld", "recycle", "dynamic")   # methods that can join Token Recycling (sources/recycling.py)
-DRAFT_KINDS = ("tokens", "features")
+# "default": the pair's own choice (ModelPair.default_draft_kind), resolved when a decoder is made, so that a
+# trace records the draft that ran
+DRAFT_KINDS = ("default", "tokens", "features")
 DEFAULT_PLD_TOKENS = 8                      # pld's chain when its lookup is 0
 DEFAULT_RECYCLE = (4, 2, 1)                 # the recycle method's tree when its recycle option is unset
 MCSD_TREE = (4, 2, 2, 1)                    # MCSD's static tree (Yang et al. 2024): the default k_config, and the
@@ -247,7 +249,8 @@ class DecoderOptions:
         f"uses {','.join(map(str, DEFAULT_RECYCLE))} when empty)", RECYCLING, "token recycling",
         "Token Recycling tree (empty = off)", "advanced", "textbox", "recycle")
     draft_kind: str = option(
-        "tokens", Choice(DRAFT_KINDS), "tokens (the pair's draft) or features (its feature draft, which also reads "
+        "default", Choice(DRAFT_KINDS), "default (the pair's own: its feature draft where it ships a trained one, "
+        "else its token draft), tokens (the pair's token draft) or features (its feature draft, which also reads "
         "the target's hidden state of the previous token, EAGLE-style; dynasd/feature_draft.py); lossless either way",
         DRAFTING, "draft kind", "Draft (sd, mcsd, ti-mcsd)", "method", "radio", "draft")
     dynamic_depth: bool = option(

@@ -17,9 +17,9 @@ from pathlib import Path
 from .options import MCSD_TREE, OPTIONS, Shape
 from .stopping import DEFAULT_THRESHOLD  # DynaSD's hard decision threshold
 
-# What every recipe starts from: full depth, no stop policy, no prompt lookup, the token draft; each sets what makes
-# it the recipe it is.
-BASE = dict(dynamic_depth=False, stop="none", lookup=0, draft_kind="tokens")
+# What every recipe starts from: full depth, no stop policy, no prompt lookup, the pair's default draft; each sets
+# what makes it the recipe it is.
+BASE = dict(dynamic_depth=False, stop="none", lookup=0, draft_kind="default")
 
 
 @dataclass(frozen=True)

@@ -235,3 +235,18 @@ def test_auto_state_scale_starts_the_mixer_with_inputs_of_equal_length():
     mixer = build_feature_draft(target, [1], state_scale=scale).model.feature_fc.weight
     assert torch.allclose(mixer[:, width:], scale * torch.eye(width))
     assert torch.equal(mixer[:, :width], torch.eye(width))
+
+
+def test_the_default_draft_is_the_pairs_own_and_the_trace_records_the_one_that_ran(tiny_pair):
+    from dataclasses import replace
+
+    from dynasd.options import drafts_with_features, options_of_run
+
+    ids = tiny_pair.encode_prompt("hello there")
+    for kind in ("tokens", "features"):
+        pair = replace(tiny_pair, default_draft_kind=kind)
+        run = make_decoder(pair, DecoderOptions(method="sd", gamma=2)).generate(ids, 6)
+        assert options_of_run(run.method, run.config).draft_kind == kind
+        assert drafts_with_features(run.method, run.config) == (kind == "features")
+    dynamic = make_decoder(replace(tiny_pair, default_draft_kind="features"), DecoderOptions(method="dynamic"))
+    assert dynamic.options.draft_kind == "default", "a method that reads no draft kind keeps the default"

@@ -6,8 +6,9 @@
     target), the drafts sharing that embedding,
   - packed grouped-query attention for tree verifies (gqa_attention.py),
   - KV caches that grow in place (inplace_cache.py) and the lean forward (lean_forward.py; the layers of a model
-    in blocks as one compiled call), attached as the model's runtime (dynasd/cache.py), which every CachedModel of
-    it then uses,
+    in blocks as one compiled call, and its whole forward, from the mask on, where its embedding, output layer and
+    a feature draft's mixer are blocks too), attached as the model's runtime (dynasd/cache.py), which every
+    CachedModel of it then uses,
   - on CPU only, linear layers with few-row weight layouts and, where it pays, the compiled kernel
     (fast_linear.py); the drafts' layers in 8-bit blocks, their output layer in 4-bit ones, where a kernel
     variant runs (block_weights.py), their other layers in half-precision panels;
@@ -52,7 +53,7 @@ from .exact_attention import use_exact_attention
 from .fast_linear import PretransposedLinear, pretranspose_linears
 from .gqa_attention import use_packed_gqa
 from .inplace_cache import in_place_cache
-from .lean_forward import fused_projections, lean_forward, supports
+from .lean_forward import direct_forward, fused_projections, lean_forward, supports
 from .memory import return_freed_memory
 
 _PLAN_ATTRIBUTE = "dynasd_kernel_plan"
@@ -117,7 +118,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
                              variant=plan.variant)
     # Decided after the attention switch: the lean forward knows "sdpa", "eager" and the packed attention.
     forward = lean_forward if plan.lean_forward and supports(model) else stock_forward
-    attach_runtime(model, Runtime(forward=forward, new_cache=in_place_cache if plan.in_place_cache else stock_cache))
+    attach_runtime(model, Runtime(forward=forward, new_cache=in_place_cache if plan.in_place_cache else stock_cache,
+                                  direct_forward=direct_forward if forward is lean_forward else None))
     if forward is lean_forward:
         fused_projections(model)
     setattr(model, _PLAN_ATTRIBUTE, plan)

@@ -19,9 +19,11 @@
 // (Q8_0: 5), so that accumulators, scales and the expanded weights fit in 16 registers.
 //
 // Formats 2 and 3 multiply the same weights in 8-bit activations instead (block_int8.h), and the library also
-// holds the decoder layers over these products (block_layers.h) and the exact attention (exact_attention.h).
+// holds the decoder layers over these products (block_layers.h), a model's whole forward over them
+// (block_forward.h) and the exact attention (exact_attention.h).
 #include "kernel_common.h"
 #include "block_int8.h"
+#include "block_forward.h"
 #include "block_layers.h"
 #include "exact_attention.h"
 
@@ -197,11 +199,19 @@ DYNASD_LIBRARY(dynasd_blocks, m) {
         "int[] formats, Tensor(a!)[] key_buffers, Tensor(b!)[] value_buffers, int filled, int heads, int kv_heads, "
         "int head_dim, int intermediate, float eps, float scaling) -> Tensor");
   m.def("block_embedding(Tensor ids, Tensor panels, int format) -> Tensor");
+  // The call's own arguments first, then the model's (lean_forward.CompiledForward passes those as one tuple).
+  m.def("block_forward(int[] tokens, int[] positions, int past, int chain, Tensor? tree_mask, Tensor? features, "
+        "Tensor(a!)[] key_buffers, Tensor(b!)[] value_buffers, int keep_logits, int keep_hidden, Tensor embedding, "
+        "int embedding_format, Tensor? mixer, int mixer_format, Tensor cos_table, Tensor sin_table, Tensor[] norms, "
+        "Tensor[] panels, int[] formats, int heads, int kv_heads, int head_dim, int intermediate, float eps, "
+        "float scaling, Tensor final_norm, float final_eps, Tensor head, int head_format, Tensor? head_ids, "
+        "int vocab_size) -> (Tensor, Tensor, Tensor)");
   m.def("exact_attention(Tensor query, Tensor keys, Tensor values, Tensor mask, float scaling) -> Tensor");
 }
 DYNASD_LIBRARY_IMPL(dynasd_blocks, m) {
   m.impl("block_linear", dynasd_kernels::block_linear);
   m.impl("block_layers", dynasd_kernels::block_layers);
   m.impl("block_embedding", dynasd_kernels::block_embedding);
+  m.impl("block_forward", dynasd_kernels::block_forward);
   m.impl("exact_attention", exact_attention_impl::attention);
 }

@@ -17,10 +17,13 @@ from __future__ import annotations
 import threading
 
 import torch
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from .block_weights import BlockLinear, FusedBlocks, kernel_library
+from ..feature_draft import is_feature_draft
+from ..shared_module import SharedModule
+from .block_weights import BlockEmbedding, BlockLinear, FusedBlocks, kernel_library
 from .exact_attention import NAME as EXACT_ATTENTION
 from .fast_linear import FusedProjections
 from .gqa_attention import NAME as PACKED_GQA
@@ -63,7 +66,8 @@ class CompiledLayers:
 
     def __init__(self, model: torch.nn.Module, fused: list[tuple]) -> None:
         config, layers = model.config, model.model.layers[: model.config.num_hidden_layers]
-        self.op = kernel_library(fused[0][0].kernel).block_layers  # AttributeError: a library built before it existed
+        self.kernel = fused[0][0].kernel
+        self.op = kernel_library(self.kernel).block_layers  # AttributeError: a library built before it existed
         self.norms, self.panels, self.formats = [], [], []
         for layer, (qkv, gate_up) in zip(layers, fused):
             self.norms += [layer.input_layernorm.weight, layer.post_attention_layernorm.weight]
@@ -79,7 +83,22 @@ class CompiledLayers:
                  cache) -> torch.Tensor | None:
         """The last layer's hidden states, with every layer's new keys/values cached; None where the cache cannot
         take them in place (its first forward, another kind of cache), and then nothing was computed or written."""
-        layers, new = cache.layers, hidden.shape[1]
+        new = hidden.shape[1]
+        past = self.reserve(cache, new)
+        if past is None:
+            return None
+        layers = cache.layers
+        hidden = self.op(hidden, cos, sin, attention_mask, self.norms, self.panels, self.formats,
+                         [layer.key_buffer for layer in layers], [layer.value_buffer for layer in layers],
+                         past, self.heads, self.kv_heads, self.head_dim, self.intermediate, self.eps, self.scaling)
+        for layer in layers:
+            layer.filled_to(past + new)
+        return hidden
+
+    def reserve(self, cache, new: int) -> int | None:
+        """Room for `new` positions in every layer's buffers: the positions they hold so far, or None where the cache
+        cannot take them in place (its first forward, another kind of cache)."""
+        layers = cache.layers
         if getattr(cache, "offloading", False) or len(layers) * 2 != len(self.norms) \
                 or not all(type(layer) is InPlaceLayer for layer in layers):
             return None
@@ -87,12 +106,12 @@ class CompiledLayers:
         if len(filled) != 1 or None in filled:
             return None
         (past,) = filled
-        hidden = self.op(hidden, cos, sin, attention_mask, self.norms, self.panels, self.formats,
-                         [layer.key_buffer for layer in layers], [layer.value_buffer for layer in layers],
-                         past, self.heads, self.kv_heads, self.head_dim, self.intermediate, self.eps, self.scaling)
-        for layer in layers:
-            layer.filled_to(past + new)
-        return hidden
+        return past
+
+    def model_arguments(self) -> tuple:
+        """The layers' part of block_forward's arguments (norms to scaling, block_forward.h)."""
+        return (self.norms, self.panels, self.formats, self.heads, self.kv_heads, self.head_dim, self.intermediate,
+                self.eps, self.scaling)
 
 
 def compiled_layers(model: torch.nn.Module, fused: list[tuple]) -> CompiledLayers | None:
@@ -121,6 +140,136 @@ def _compiled_layers_of(model: torch.nn.Module, fused: list[tuple]) -> CompiledL
     try:
         return CompiledLayers(model, fused)
     except AttributeError:  # a kernel library built before block_layers existed
+        return None
+
+
+class CompiledForward:
+    """A model's whole forward as one call of the compiled `block_forward` (block_forward.h), from
+    CachedModel.forward's own arguments: the mask, ids and positions as cache.py makes them, the embedding lookup
+    (and a feature draft's input mixer, feature_draft.draft_inputs), the layers as CompiledLayers runs them, the
+    final norm and the output layer (a SubsetHead's rows and their scatter into the full vocabulary), op for op, so
+    the values are bitwise those of CachedModel on lean_forward. Made by `compiled_forward` where the layers compile
+    and the embedding, the mixer and the output layer are block layers of the same kernel.
+
+    The modules it stands in for are not called, as CompiledLayers' layers are not; but the input embedding's
+    forward pre-hooks and the output layer's forward hooks are, around the call, with what the modules would be
+    given and give: the bench's ForwardClock times a forward between the two. Where those modules hold hooks of
+    other kinds, the forward runs in Python."""
+
+    def __init__(self, model: torch.nn.Module, layers: CompiledLayers, embedding: BlockEmbedding,
+                 mixer: BlockLinear | None, head: BlockLinear, head_ids: torch.Tensor | None, vocab_size: int,
+                 tables: tuple[torch.Tensor, torch.Tensor]) -> None:
+        self.op = kernel_library(head.kernel).block_forward.default  # AttributeError: a library built before it
+        self.layers, self.mixes_features = layers, mixer is not None
+        self.first, self.last = model.get_input_embeddings(), model.get_output_embeddings()
+        norm = model.model.norm
+        # block_forward's arguments from `embedding` on: the model's, the same for every call
+        self.model_arguments = (embedding.head.panels, embedding.head.format,
+                                mixer.panels if mixer is not None else None, mixer.format if mixer is not None else 0,
+                                *tables, *layers.model_arguments(), norm.weight, float(norm.variance_epsilon),
+                                head.panels, head.format, head_ids, vocab_size)
+
+    def __call__(self, cache, tokens: list[int], positions: list[int], past: int, n_chain: int,
+                 tree_mask: torch.Tensor | None, keep_logits: int, need_hidden: bool, features: torch.Tensor | None,
+                 keep_hidden: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """CachedModel.forward's (logits, hidden states or None), with every layer's new keys/values cached; None
+        where this call cannot run compiled (see the class and CompiledLayers.__call__; a cache that holds other
+        than `past` positions), and then nothing was computed, written or called."""
+        if (features is not None) != self.mixes_features or not _hooks_it_calls(self.first, self.last):
+            return None
+        new = len(tokens)
+        if self.layers.reserve(cache, new) != past:
+            return None
+        pre_hooks, hooks = self.first._forward_pre_hooks, self.last._forward_hooks
+        if pre_hooks:
+            tokens = _call_pre_hooks(self.first, pre_hooks, tokens)
+        layers = cache.layers
+        logits, hidden, head_input = self.op(tokens, positions, past, n_chain, tree_mask, features,
+                                             [layer.key_buffer for layer in layers],
+                                             [layer.value_buffer for layer in layers], keep_logits, keep_hidden,
+                                             *self.model_arguments)
+        for layer in layers:
+            layer.filled_to(past + new)
+        if hooks:
+            logits = _call_hooks(self.last, hooks, head_input, logits)
+        return logits, (hidden if need_hidden else None)
+
+
+def _call_pre_hooks(module: torch.nn.Module, hooks: dict, tokens: list[int]) -> list[int]:
+    """The tokens after `module`'s forward pre-hooks, called as its own call would call them on the ids tensor."""
+    args = (torch.tensor([tokens], dtype=torch.long),)
+    for hook in list(hooks.values()):
+        replaced = hook(module, args)
+        if replaced is not None:
+            args = replaced if isinstance(replaced, tuple) else (replaced,)
+    return args[0].reshape(-1).tolist()
+
+
+def _call_hooks(module: torch.nn.Module, hooks: dict, head_input: torch.Tensor, logits: torch.Tensor
+                ) -> torch.Tensor:
+    """The logits after `module`'s forward hooks, called as its own call would call them (on the batch's rows)."""
+    output = logits[None]
+    for hook in list(hooks.values()):
+        replaced = hook(module, (head_input,), output)
+        if replaced is not None:
+            output = replaced
+    return output[0]
+
+
+def _hooks_it_calls(first: torch.nn.Module, last: torch.nn.Module) -> bool:
+    """Whether the only hooks on the input embedding and the output layer are those CompiledForward calls: plain
+    forward pre-hooks on the one, plain forward hooks on the other, and no global ones."""
+    return not (first._forward_hooks or first._forward_pre_hooks_with_kwargs or last._forward_pre_hooks
+                or last._forward_hooks_with_kwargs or last._forward_hooks_always_called
+                or _global_forward_pre_hooks or _global_forward_hooks)
+
+
+def direct_forward(model: torch.nn.Module, cache, tokens: list[int], positions: list[int], past: int, n_chain: int,
+                   tree_mask: torch.Tensor | None, keep_logits: int, need_hidden: bool,
+                   features: torch.Tensor | None, keep_hidden: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """cache.Runtime's direct_forward: the model's compiled forward where it has one and it runs this call, else
+    None (CachedModel then runs lean_forward). CachedModel.forward calls it in inference mode."""
+    whole = model.__dict__.get(_COMPILED_FORWARD, _NOT_YET)
+    if whole is _NOT_YET:
+        whole = compiled_forward(model)
+    if whole is None:
+        return None
+    return whole(cache, tokens, positions, past, n_chain, tree_mask, keep_logits, need_hidden, features, keep_hidden)
+
+
+_COMPILED_FORWARD = "_dynasd_compiled_forward"
+_NOT_YET = object()
+
+
+def compiled_forward(model: torch.nn.Module) -> CompiledForward | None:
+    """The model's whole forward as one compiled call, or None where lean_forward runs its parts (decided once per
+    model, at its first forward: a draft's shared embedding is set after its layers are made blocks)."""
+    layers = compiled_layers(model, fused_projections(model))
+    with _fuse_lock:
+        if not hasattr(model, _COMPILED_FORWARD):
+            setattr(model, _COMPILED_FORWARD, _compiled_forward_of(model, layers) if layers is not None else None)
+        return getattr(model, _COMPILED_FORWARD)
+
+
+def _compiled_forward_of(model: torch.nn.Module, layers: CompiledLayers) -> CompiledForward | None:
+    inner = model.model
+    embedding = inner.embed_tokens
+    embedding = embedding.shared if isinstance(embedding, SharedModule) else embedding
+    mixer = getattr(inner, "feature_fc", None) if is_feature_draft(model) else None
+    head, head_ids, vocab_size = model.lm_head, None, getattr(model.lm_head, "out_features", 0)
+    if type(head).__name__ == "SubsetHead":  # dynasd.models.SubsetHead (which imports this package)
+        head, head_ids, vocab_size = head.rows, head.token_ids, head.vocab_size
+    if not isinstance(embedding, BlockEmbedding) or not isinstance(head, BlockLinear) \
+            or (is_feature_draft(model) and not isinstance(mixer, BlockLinear)) \
+            or inner.norm.weight.dtype != torch.float32:
+        return None
+    kernels = {embedding.head.kernel, head.kernel, layers.kernel} | ({mixer.kernel} if mixer is not None else set())
+    tables = _rotary_tables(inner.rotary_emb, inner.norm.weight.new_zeros(1))
+    if len(kernels) != 1 or tables is None:
+        return None
+    try:
+        return CompiledForward(model, layers, embedding, mixer, head, head_ids, vocab_size, tables)
+    except AttributeError:  # a kernel library built before block_forward existed
         return None
 
 
