@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     shape = _shape(measuring, steps)
     # The target's and the draft's forwards over 1..64 rows timed in the same interleaved rounds: the verify line,
     # and the draft's, which prices each level of a shape by its rows.
-    timings, _ = cost_model.measure_models({"target": pair.target, "draft": pair.draft},
+    timings, _ = cost_model.measure_models({"target": pair.target, "draft": pair.default_draft()},
                                            cost_model.calibration_context(measuring[-1]), ar_step_of="target")
     costs = cost_model.costs_from(shape, timings["target"], draft_timings=timings["draft"],
                                   ar_step_s=timings[cost_model.AR_STEP][1])

@@ -100,6 +100,10 @@ class ModelPair:
     # token id -> its text, filled as token_strings meets ids (at most the vocabulary)
     _token_text: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
+    def default_draft(self) -> torch.nn.Module | None:
+        """The draft model that draft_kind "default" runs."""
+        return self.feature_draft if self.default_draft_kind == "features" else self.draft
+
     @property
     def vocab_size(self) -> int:
         return int(self.target.config.vocab_size)

@@ -230,7 +230,7 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
     with torch.inference_mode():
         bases = {}
         for name, model in cached.items():
-            model.forward(list(context_ids), [], None, [], keep_logits=1)
+            model.forward(list(context_ids), [], None, [], keep_logits=1, features=_features(model, len(context_ids)))
             bases[name] = model.cached_len
         token = context_ids[-1]
         masks = {n: torch.tril(torch.ones(n, n, dtype=torch.bool)) for n in {*rows, 1}}
@@ -240,7 +240,8 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
             if on_cuda:
                 torch.cuda.synchronize()
             started = time.perf_counter()
-            model.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n)
+            model.forward([], [token] * n, masks[n], list(range(base, base + n)), keep_logits=n,
+                          features=_features(model, n))
             if on_cuda:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - started
@@ -265,6 +266,14 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
                             on_cpu=devices == {"cpu"})
     return ({name: {n: sorted(times)[len(times) // 2] for n, times in per_rows.items()}
              for name, per_rows in runs.items()}, conditions)
+
+
+def _features(model: CachedModel, rows: int) -> torch.Tensor | None:
+    """What a feature draft reads beside its tokens (zeros: its cost does not depend on the values); None for
+    any other model."""
+    if not model.reads_features:
+        return None
+    return torch.zeros(rows, model.model.config.hidden_size, dtype=model.dtype, device=model.device)
 
 
 def calibration_context(run: RunTrace) -> list[int]:
@@ -415,7 +424,8 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     kept = None if again or under_emulation else read_kept_costs(path)
     if kept is not None and not kept.contradicted:
         return kept
-    models = {"target": pair.target, **({"draft": pair.draft} if getattr(pair, "draft", None) is not None else {})}
+    draft = pair.default_draft()  # what the default draft kind runs: the draft the Cost model prices
+    models = {"target": pair.target, **({"draft": draft} if draft is not None else {})}
     with pairs.lock_for(pair):
         timings, conditions = measure_models(models, list(context_ids)[-CALIBRATION_CONTEXT:], ar_step_of="target")
     measured = MeasuredCosts(

@@ -296,8 +296,8 @@ class WhereCosts:
 
 
 def draft_shape_of(pair) -> TargetShape | None:
-    """The draft's shape, with the rows its output layer really has (a reduced head: models.SubsetHead)."""
-    draft = getattr(pair, "draft", None)
+    """The default draft's shape, with the rows its output layer really has (a reduced head: models.SubsetHead)."""
+    draft = pair.default_draft()
     if draft is None or getattr(draft, "config", None) is None:
         return None
     shape = shape_of_config("the draft", draft.config)
