@@ -67,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--head-tokens", default=None,
                    help="head_tokens.json of the training softmax (default: the --vocab-max most frequent labels)")
     t.add_argument("--vocab-max", type=int, default=16384)
+    t.add_argument("--vocab-fill", default=None,
+                   help="a head_tokens.json made from more text: the head takes the --vocab-top most frequent labels, "
+                        "then this file's tokens in id order, up to --vocab-max")
+    t.add_argument("--vocab-top", type=int, default=2048)
     t.add_argument("--soft-weight", type=float, default=0.5, help="weight of the top-k cross-entropy")
     t.add_argument("--state-weight", type=float, default=1.0, help="weight of the state regression")
     t.add_argument("--state-noise", type=float, default=0.05,
