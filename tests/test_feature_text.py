@@ -72,3 +72,19 @@ def test_text_then_features_then_training_selects_on_the_benchmark_answers(tmp_p
     best = json.loads((out / "best" / "metrics.json").read_text())
     assert (best["select_depth1"] + best["select_depth2"]) / 2 == pytest.approx(max(
         (r["select_depth1"] + r["select_depth2"]) / 2 for r in scores), abs=1e-4)
+
+
+def test_the_head_takes_the_most_frequent_labels_then_a_larger_heads_tokens_in_id_order(tmp_path):
+    from argparse import Namespace
+
+    from dynasd.training.feature_data import FeatureSequence
+    from dynasd.training.feature_training import read_vocab
+
+    labels = torch.tensor([7, 7, 7, 30, 30, 5])
+    seq = FeatureSequence([1] * 7, 1, torch.zeros(7, 2), labels, labels[:, None], torch.zeros(6, 1))
+    fill = tmp_path / "head_tokens.json"
+    fill.write_text(json.dumps({"token_ids": [40, 3, 30, 9, 2]}))
+    args = Namespace(head_tokens=None, vocab_fill=str(fill), vocab_top=2, vocab_max=5)
+    # 7 and 30 (the two most frequent), then 2 and 3 from the file in id order; 0 is end-of-sequence
+    assert read_vocab(args, [seq], {0}, 64) == [0, 2, 3, 7, 30]
+    assert read_vocab(Namespace(**{**vars(args), "vocab_fill": None, "vocab_max": 3}), [seq], {0}, 64) == [0, 7, 30]
