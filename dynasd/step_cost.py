@@ -72,16 +72,28 @@ def nearest_forward_s(timings: dict[int, float], rows: float) -> float:
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope); a single distinct x gives a flat line through the mean."""
+    """The (intercept, slope) of a cost line through forward times `ys` over row counts `xs`: least squares on the
+    times made non-decreasing in the rows (a forward over more rows never costs less: a smaller time after a larger
+    one is noise, read as the larger), with a base and a per-row cost that are never negative (a negative base,
+    which load on the few-row forwards gave, is refitted through zero; a falling line is flat at the mean). A single
+    distinct x gives a flat line through the mean."""
     if not xs or len(xs) != len(ys):
         raise ValueError("fit_line needs as many y values as x values, at least one")
+    pairs = sorted(zip(xs, ys))
+    xs, ys, highest = [x for x, _ in pairs], [], float("-inf")
+    for _, y in pairs:
+        highest = max(highest, y)
+        ys.append(highest)
     n = len(xs)
     mean_x, mean_y = sum(xs) / n, sum(ys) / n
     spread = sum((x - mean_x) ** 2 for x in xs)
     if spread == 0:
         return mean_y, 0.0
     slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
-    return mean_y - slope * mean_x, slope
+    base = mean_y - slope * mean_x
+    if base < 0:  # through zero: the least-squares slope of y = slope * x
+        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return base, slope
 
 
 def expected_speedup(tokens_per_step: float, step_s: float, ar_s: float) -> float:

@@ -26,27 +26,40 @@ LEAN = Runtime(forward=lean_forward, new_cache=in_place_cache)
 STOCK = Runtime(forward=stock_forward, new_cache=in_place_cache)
 
 
-def _calls(model: torch.nn.Module, runtime: Runtime, need_hidden: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """A prefill, a one-token step, a chain + tree verify, a path kept, another verify: the engine's calls."""
+def forward_calls(model: torch.nn.Module, runtime: Runtime, need_hidden: bool
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A prefill, a one-token step, a chain + tree verify, a path kept, another verify, a one-node step: the
+    engine's calls (a feature draft's with seeded feature rows, the same for every runtime)."""
     cached = CachedModel(model, need_hidden=need_hidden, runtime=runtime)
+    rows = torch.Generator().manual_seed(0)
+    width = model.config.hidden_size
+
+    def features(count: int) -> dict:
+        return {"features": torch.randn(count, width, generator=rows)} if cached.reads_features else {}
+
     tree = TreeShape((2, 2, 1))
     mask = ancestor_mask(tree.parents)
-    outputs = [cached.forward(list(range(3, 40)), [], None, [], keep_logits=4)]
-    outputs.append(cached.forward([41], [], None, [], keep_logits=1))
+    outputs = [cached.forward(list(range(3, 40)), [], None, [], keep_logits=4, **features(37))]
+    outputs.append(cached.forward([41], [], None, [], keep_logits=1, **features(1)))
     positions = [41 + level for level in tree.levels]
     nodes = list(range(5, 5 + tree.num_nodes))
-    outputs.append(cached.forward([42, 43], nodes, mask, positions, keep_logits=2 + tree.num_nodes))
+    outputs.append(cached.forward([42, 43], nodes, mask, positions, keep_logits=2 + tree.num_nodes,
+                                  **features(2 + tree.num_nodes)))
     first = tree.children[ROOT][1]  # an accepted path of two nodes, not the first ones: keys/values move down
     path = [first, tree.children[first][0]]
     cached.keep_path(path, 44 + len(path))
-    outputs.append(cached.forward([60], [61, 62], mask[:2, :2], [47, 47], keep_logits=3))
+    outputs.append(cached.forward([60], [61, 62], mask[:2, :2], [47, 47], keep_logits=2, keep_hidden=3,
+                                  **features(3)))
+    # a draft's usual step: one node, a child of the second node cached this step (it sees it and itself only)
+    outputs.append(cached.forward([], [63], torch.tensor([[False, True, True]]), [48], keep_logits=1,
+                                  **features(1)))
     return outputs
 
 
 def assert_lean_is_bitwise_stock(model: torch.nn.Module) -> None:
-    """Logits, and hidden states where asked for, equal in every call of `_calls`."""
+    """Logits, and hidden states where asked for, equal in every call of `forward_calls`."""
     for need_hidden in (False, True):
-        lean, stock = _calls(model, LEAN, need_hidden), _calls(model, STOCK, need_hidden)
+        lean, stock = forward_calls(model, LEAN, need_hidden), forward_calls(model, STOCK, need_hidden)
         for (lean_logits, lean_hidden), (logits, hidden) in zip(lean, stock):
             assert torch.equal(lean_logits, logits)
             if need_hidden:
@@ -73,6 +86,17 @@ def test_lean_forward_with_fused_projections_is_bitwise_transformers_forward(mon
     assert_lean_is_bitwise_stock(model)
 
 
+def with_drawn_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with its RMSNorms' weights drawn in [0.5, 1.5): at their initial ones, an operation moved across a
+    norm's weight would round the same, and a comparison would not see it."""
+    draws = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if name.endswith("norm.weight"):
+                weight.copy_(torch.rand(weight.shape, generator=draws) + 0.5)
+    return model
+
+
 def block_llama(kv_heads: int, variant: str) -> torch.nn.Module:
     """A small Llama on the packed attention whose layers are 8-bit blocks (as a draft's are), in `variant`."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -82,7 +106,7 @@ def block_llama(kv_heads: int, variant: str) -> torch.nn.Module:
                          tie_word_embeddings=False)
     config._attn_implementation = "sdpa"
     torch.manual_seed(kv_heads)
-    model = use_packed_gqa(LlamaForCausalLM(config).eval())
+    model = use_packed_gqa(with_drawn_norms(LlamaForCausalLM(config).eval()))
     kernel = block_kernel(variant)
     if kernel is None:
         pytest.skip(f"no {variant} block kernel here (no compiler)")
@@ -105,8 +129,8 @@ def test_the_compiled_layers_are_bitwise_transformers_forward(variant, kv_heads)
     op = compiled.op
     compiled.op = lambda *args: calls.append(args[0].shape[1]) or op(*args)
     assert_lean_is_bitwise_stock(model)
-    verify = 2 + TreeShape((2, 2, 1)).num_nodes  # _calls' chain and tree
-    assert calls == [1, verify, 3] * 2, "the one-token step, the chain + tree verify and the last verify, twice"
+    verify = 2 + TreeShape((2, 2, 1)).num_nodes  # forward_calls' chain and tree
+    assert calls == [1, verify, 3, 1] * 2, "the one-token step, the verifies and the one-node step, twice"
 
 
 def test_lean_forward_with_eager_attention_is_bitwise_transformers_forward():

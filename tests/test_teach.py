@@ -291,3 +291,13 @@ def test_the_shipped_examples_are_small_valid_traces():
     with pytest.raises(UserError, match="no example"):
         share.load_example("nope")
     assert viz.tree_figure(run.steps[0]) is not None
+
+
+def test_a_cost_line_never_has_a_negative_base_nor_a_cost_that_falls_with_more_rows():
+    """Load on the few-row forwards gave "-49.36 + 45 × 9.910 ms" (a negative base); a forward over more rows read
+    faster than one over fewer is noise and counts as the larger."""
+    base, per_row = step_cost.fit_line([1, 2, 4, 8], [30.0, 2.0, 3.0, 5.0])
+    assert base >= 0 and per_row >= 0
+    assert step_cost.fit_line([1, 8, 16], [0.5, 0.1, 0.1]) == pytest.approx((0.5, 0.0)), "never falling: flat"
+    base, per_row = step_cost.fit_line([8, 16, 32, 64], [1.0, 10.0, 30.0, 70.0])  # a negative intercept
+    assert base == 0.0 and per_row == pytest.approx((8 * 1 + 16 * 10 + 32 * 30 + 64 * 70) / (64 + 256 + 1024 + 4096))
