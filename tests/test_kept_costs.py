@@ -22,7 +22,10 @@ QUIET = cost.Conditions(load_average=0.2, threads=1, cpu_s=1.0, wall_s=1.0)
 
 @pytest.fixture()
 def pairs(tmp_path, monkeypatch):
+    """A pair cache in a temporary folder; the other processes' CPU time is not read (the other test worker's would
+    make every measurement busy): a test that wants a busy machine plants a load average or other processes' cores."""
     monkeypatch.setenv("DYNASD_CACHE", str(tmp_path))
+    monkeypatch.setattr(cost, "cpu_counters", lambda: None)
     return PairCache(device="cpu")
 
 
@@ -178,3 +181,36 @@ def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pai
     unmeasured = run_speed(run, replace(kept, draft_timings={}))
     assert unmeasured.costs.draft_per_forward_s == pytest.approx(shape.draft_per_forward_s)
     assert unmeasured.draft_said == "this run's own"
+
+
+def test_other_processes_cores_meanwhile_make_a_measurement_busy():
+    """A busy loop on one core beside a measurement: the kernel's counters over exactly its time say so, where a
+    one-minute load average lags behind."""
+    assert cost.Conditions(0.3, 2, 2.0, 1.0, others=0.9).busy_because() == (
+        "measured on a busy machine: other processes kept 0.9 cores busy meanwhile, beside its 2 threads")
+    assert cost.Conditions(0.3, 2, 2.0, 1.0, others=0.05).busy_because() == ""
+    assert cost.others_between((10.0, 4.0), (13.0, 5.0), 2.0) == pytest.approx(1.0), "3 s busy, 1 its own, in 2 s"
+    counters = cost.cpu_counters()
+    assert counters is None or (counters[0] > 0 and counters[1] >= 0)
+
+
+def test_a_busy_measurement_never_replaces_kept_quiet_costs(pairs, monkeypatch):
+    """Measured again on a busy machine: the quiet costs kept earlier stay and are what the page reads, with a line
+    saying the new measurement was refused; nothing is written."""
+    pair = pairs.get(SETTINGS)
+    planted = {"conditions": QUIET, "seconds": 0.010}
+
+    def measure_models(models, context_ids, ar_step_of=None, **_):
+        timings = {name: {n: planted["seconds"] * n for n in cost.CALIBRATION_ROWS} for name in models}
+        return {**timings, cost.AR_STEP: {1: planted["seconds"]}}, planted["conditions"]
+
+    monkeypatch.setattr(cost, "measure_models", measure_models)
+    quiet = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    assert quiet.conditions.busy_because() == "" and cost.costs_file(pair).exists()
+    kept_text = cost.costs_file(pair).read_text()
+    planted.update(conditions=cost.Conditions(27.0, 1, 1.0, 1.0), seconds=0.030)  # 3x slower under the load
+    again = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    assert again.timings == quiet.timings and again.measured_at == quiet.measured_at and again.kept
+    assert again.refused.startswith("a new measurement at ") and "load 27.0" in again.refused
+    assert again.again_said().startswith(f"Kept costs of {quiet.measured_at} UTC used: a new measurement at ")
+    assert cost.costs_file(pair).read_text() == kept_text

@@ -114,7 +114,8 @@ def test_a_shapes_costs_are_measured_once_kept_in_the_cache_and_not_kept_when_bu
     # busy or not as the load handed in says: the other work on the machine (this process's CPU time against its
     # wall time) is not what is tested here, and on a loaded machine it made a quiet measurement busy
     busy_because = Conditions.busy_because
-    monkeypatch.setattr(Conditions, "busy_because", lambda self: busy_because(replace(self, cpu_s=self.wall_s)))
+    monkeypatch.setattr(Conditions, "busy_because",
+                        lambda self: busy_because(replace(self, cpu_s=self.wall_s, others=None)))
     measure = lambda shapes, load: targets.measure_targets(shapes, rows=(1, 4), rounds=2, context=8,  # noqa: E731
                                                            load=load)
     path = targets.target_costs_file(TINY)

@@ -10,7 +10,13 @@ own 4D mask and positions. Here the layers run as the plain sequence of the same
 Where every projection is a block layer (the embedded target's GGUF blocks, a draft's blocks), the layer loop
 runs as one compiled call (`CompiledLayers`: block_linear.cpp's block_layers, the same ATen operations in the same
 order, so again bitwise the same): the ~45 small operations of each layer cost ~5 us each from Python, about as much
-as the layer's weight products for one token (docs/benchmarks.md, History).
+as the layer's weight products for one token (docs/benchmarks.md, History). Where the embedding, the output layer
+and a feature draft's input mixer are block layers too, the whole forward, from CachedModel.forward's token lists
+on, is one compiled call (`CompiledForward`: block_forward.h, attached as the runtime's `direct_forward`): what
+was left around the layers (mask, ids, positions, lookup, mixer, norm, head, ~20 operations) cost a one-layer
+feature draft's one-row forward about a quarter of its time (0.76 -> 0.56 ms against a 10 ms target forward on
+one Xeon thread), more than the operations' own cost: the weights a forward streams push the interpreter out of
+the core's caches.
 """
 from __future__ import annotations
 

@@ -169,14 +169,20 @@ class Conditions:
     cpu_s: float
     wall_s: float
     on_cpu: bool = True
+    others: float | None = None  # cores other processes kept busy on average meanwhile (None: not known here)
 
     def busy_because(self) -> str:
         """Why the machine was too busy for the measurement to stand for this device, or "" when it was not.
 
-        More runnable threads than the measurement's own (the load average above its threads) means other work
-        shared its cores; a CPU measurement whose process ran less than half of its wall time waited for them.
-        (Its CPU time can exceed the wall time: torch's threads add up.)"""
+        Other processes that kept cores busy while it ran (read from the kernel's counters over exactly its own
+        time: a load that started a second before is caught, where the one-minute load average lags behind);
+        more runnable threads than the measurement's own (the load average above its threads); a CPU measurement
+        whose process ran less than half of its wall time waited for them. (Its CPU time can exceed the wall time:
+        torch's threads add up.)"""
         plural = "s" if self.threads != 1 else ""
+        if self.others is not None and self.others > OTHERS_BUSY:
+            return (f"measured on a busy machine: other processes kept {self.others:.1f} cores busy meanwhile, "
+                    f"beside its {self.threads} thread{plural}")
         if self.load_average is not None and self.load_average > self.threads:
             return f"measured on a busy machine: load {self.load_average:.1f} on {self.threads} thread{plural}"
         if self.on_cpu and self.wall_s > 0 and self.cpu_s < 0.5 * self.wall_s:
@@ -188,6 +194,30 @@ class Conditions:
         load = f"load {self.load_average:.1f}" if self.load_average is not None else "load unknown"
         return (f"{load} on {self.threads} thread{'s' if self.threads != 1 else ''}, process CPU "
                 f"{self.cpu_s:.2f} s in {self.wall_s:.2f} s")
+
+
+# Cores other processes may keep busy during a measurement before it counts as busy: a quiet machine's own daemons
+# use a few hundredths of a core; one busy loop beside it, a whole core.
+OTHERS_BUSY = 0.25
+
+
+def cpu_counters() -> tuple[float, float] | None:
+    """(seconds every CPU of the machine spent busy, seconds this process spent) so far, from /proc (Linux);
+    None elsewhere. Two readings give the cores other processes used in between (others_between)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        busy = sum(int(v) for i, v in enumerate(fields[:8]) if i not in (3, 4))  # all but idle and iowait
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return busy / tick, time.process_time()
+
+
+def others_between(before, after, wall_s: float) -> float | None:
+    """The cores other processes kept busy on average between two cpu_counters readings, `wall_s` apart."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall_s)
 
 
 def load_average() -> float | None:
@@ -252,6 +282,7 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
         if ar_step_of is not None:
             runs[AR_STEP] = {1: []}
         load_before, cpu_started, wall_started = load(), time.process_time(), time.perf_counter()
+        counters_before = cpu_counters()
         for _ in range(rounds):
             for name, model in cached.items():
                 for n in rows:
@@ -261,9 +292,10 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
                         forward_s(model, bases[name], 1)
                     runs[AR_STEP][1].append(forward_s(model, bases[name], 1))
         cpu_s, wall_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
+        others = others_between(counters_before, cpu_counters(), wall_s)
     loads = [x for x in (load_before, load()) if x is not None]
     conditions = Conditions(max(loads) if loads else None, torch.get_num_threads(), cpu_s, wall_s,
-                            on_cpu=devices == {"cpu"})
+                            on_cpu=devices == {"cpu"}, others=others)
     return ({name: {n: sorted(times)[len(times) // 2] for n, times in per_rows.items()}
              for name, per_rows in runs.items()}, conditions)
 
@@ -297,6 +329,7 @@ class MeasuredCosts:
     again_because: str = ""     # why this measurement replaced kept costs
     draft_timings: dict[int, float] = field(default_factory=dict)  # the pair's draft, in the same rounds
     ar_step_s: float | None = None  # the target's ar step, timed as ar runs (AR_STEP_RUN_IN); None: kept before it
+    refused: str = ""           # a measurement made now on a busy machine, refused: these kept costs stay
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page; a measurement that replaced kept costs says why in
@@ -307,7 +340,9 @@ class MeasuredCosts:
                                                                   if self.not_kept else ""))
 
     def again_said(self) -> str:
-        """Why these costs replaced the kept ones, in one line ("" when they did not)."""
+        """Why these costs replaced the kept ones, or why a new measurement did not, in one line ("" when neither)."""
+        if self.refused:
+            return f"Kept costs of {self.measured_at} UTC used: {self.refused}."
         return f"Measured again: {self.again_because}." if self.again_because else ""
 
 
@@ -327,7 +362,8 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         seen = obj["conditions"]
         conditions = Conditions(None if seen["load_average"] is None else float(seen["load_average"]),
                                 int(seen["threads"]), float(seen["cpu_s"]), float(seen["wall_s"]),
-                                bool(seen.get("on_cpu", True)))
+                                bool(seen.get("on_cpu", True)),
+                                None if seen.get("others") is None else float(seen["others"]))
         draft = {int(rows): float(seconds) for rows, seconds in obj.get("draft_timings", {}).items()}
         if any(not 0 < s < 3600 for s in draft.values()):
             return None
@@ -421,8 +457,8 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     pair = pairs.get(settings)
     path = costs_file(pair)
     under_emulation = emulated(pair.device)  # its times are this CPU's under a GPU's name: never kept, never read
-    kept = None if again or under_emulation else read_kept_costs(path)
-    if kept is not None and not kept.contradicted:
+    kept = None if under_emulation else read_kept_costs(path)
+    if kept is not None and not kept.contradicted and not again:
         return kept
     draft = pair.default_draft()  # what the default draft kind runs: the draft the Cost model prices
     models = {"target": pair.target, **({"draft": draft} if draft is not None else {})}
@@ -439,6 +475,8 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     if under_emulation:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
     busy = conditions.busy_because()
+    if busy and kept is not None and not kept.contradicted:  # never replaces quiet costs, nor feeds a conclusion
+        return replace(kept, refused=f"a new measurement at {measured.measured_at} UTC was refused: {busy}")
     if busy:
         return replace(measured, not_kept=busy)
     try:
