@@ -163,3 +163,13 @@ def test_example_traces_writes_runs_the_explorer_can_replay(tmp_path):
     assert runs["pld-copying-pays"].method == "pld" and runs["sd-sampled"].method == "sd"
     assert all(run.steps and run.new_token_ids for run in runs.values())
     assert out.stdout.count(" steps, ") == 2
+
+
+def test_cost_under_load_prints_the_table_quiet_loaded_and_quiet_again():
+    done = run_script("cost_under_load.py", "--pair", "tiny-random", "--busy", "1", "--rounds", "1", "--threads", "1",
+                      "--settle", "0.2")
+    out = done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "ms)" not in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| quiet", "| 1 busy loop(s)", "| quiet again"], out
+    assert rows[0].split(" | ")[2] == "1.00x" and all(("busy: refused" in r) or ("quiet: kept" in r) for r in rows)
