@@ -69,10 +69,11 @@ _EMPTY_CACHES: weakref.WeakKeyDictionary[torch.nn.Module, Cache] = weakref.WeakK
 
 @dataclass(frozen=True)
 class Runtime:
-    """How CachedModel runs one model: its forward function and a factory for the KV cache it fills.
+    """How CachedModel runs one model: its forward function (and, optionally, a direct one that takes its calls
+    as they come) and a factory for the KV cache it fills.
 
-    Both must compute what stock transformers computes (same logits, same cache contents); they may differ in
-    speed only, which is why the decoders need not know which one runs."""
+    Every runtime must compute what stock transformers computes (same logits, same cache contents); they may differ
+    in speed only, which is why the decoders need not know which one runs."""
 
     forward: ForwardFunction = stock_forward
     new_cache: Callable[[torch.nn.Module], Cache] = stock_cache

@@ -13,10 +13,10 @@ order, so again bitwise the same): the ~45 small operations of each layer cost ~
 as the layer's weight products for one token (docs/benchmarks.md, History). Where the embedding, the output layer
 and a feature draft's input mixer are block layers too, the whole forward, from CachedModel.forward's token lists
 on, is one compiled call (`CompiledForward`: block_forward.h, attached as the runtime's `direct_forward`): what
-was left around the layers (mask, ids, positions, lookup, mixer, norm, head, ~20 operations) cost a one-layer
-feature draft's one-row forward about a quarter of its time (0.76 -> 0.56 ms against a 10 ms target forward on
-one Xeon thread), more than the operations' own cost: the weights a forward streams push the interpreter out of
-the core's caches.
+was left around the layers (mask, ids, positions, lookup, mixer, norm, head, ~20 operations) took a one-layer
+feature draft's one-row forward a quarter of its time (~0.65 -> ~0.5 ms on a Xeon thread, interleaved with the
+target's forwards), far more than the operations cost on their own: the weights a forward streams push the
+interpreter out of the core's caches (~35 us of Python then costs ~130).
 """
 from __future__ import annotations
 
@@ -267,7 +267,7 @@ def _compiled_forward_of(model: torch.nn.Module, layers: CompiledLayers) -> Comp
         head, head_ids, vocab_size = head.rows, head.token_ids, head.vocab_size
     if not isinstance(embedding, BlockEmbedding) or not isinstance(head, BlockLinear) \
             or (is_feature_draft(model) and not isinstance(mixer, BlockLinear)) \
-            or inner.norm.weight.dtype != torch.float32:
+            or any(parameter.dtype != torch.float32 for parameter in model.parameters()):  # the mask's dtype too
         return None
     kernels = {embedding.head.kernel, head.kernel, layers.kernel} | ({mixer.kernel} if mixer is not None else set())
     tables = _rotary_tables(inner.rotary_emb, inner.norm.weight.new_zeros(1))
