@@ -28,6 +28,8 @@ RECYCLING = ("sd", "mcsd", "pld", "recycle", "dynamic")   # methods that can joi
 # "default": the pair's own choice (ModelPair.default_draft_kind), resolved when a decoder is made, so that a
 # trace records the draft that ran
 DRAFT_KINDS = ("default", "tokens", "features")
+# Defaults an option had before: records written then carry them for every method, also those that read none.
+FORMER_DEFAULTS = {"draft_kind": "tokens"}
 DEFAULT_PLD_TOKENS = 8                      # pld's chain when its lookup is 0
 DEFAULT_RECYCLE = (4, 2, 1)                 # the recycle method's tree when its recycle option is unset
 MCSD_TREE = (4, 2, 2, 1)                    # MCSD's static tree (Yang et al. 2024): the default k_config, and the
@@ -309,6 +311,10 @@ class DecoderOptions:
         if not isinstance(record, dict):
             raise OptionsError(["the recorded options are not an object"])
         options = cls.parse(record)
+        # an option a method does not read, recorded at a default it has since changed from, is that default
+        stale = [name for name, former in FORMER_DEFAULTS.items()
+                 if getattr(options, name) == former and not OPTIONS[name].read_by(options.method)]
+        options = replace(options, **{name: OPTIONS[name].default for name in stale})
         options.validate()
         return options
 
@@ -417,11 +423,19 @@ def options_of_run(method: str, config: dict) -> DecoderOptions:
     return DecoderOptions.from_record(record)
 
 
-def drafts_with_features(method: str, config: dict) -> bool:
+def drafts_with_features(options: DecoderOptions, default_kind: str = "tokens") -> bool:
+    """Whether these options run the pair's feature draft: "features", or "default" on a pair whose default draft
+    kind (ModelPair.default_draft_kind) is "features"; no shipped pair's is today, so a trace of "default" read
+    without its pair counts as the token draft."""
+    kind = default_kind if options.draft_kind == "default" else options.draft_kind
+    return OPTIONS["draft_kind"].read_by(options.method) and kind == "features"
+
+
+def run_drafts_with_features(method: str, config: dict) -> bool:
     """Whether a run's draft forwards were the feature draft's (it reads the target's hidden states), not the
     pair's token draft's; a trace whose options cannot be read counts as a token draft (the only kind it had)."""
     try:
-        return options_of_run(method, config).draft_kind == "features"
+        return drafts_with_features(options_of_run(method, config))
     except OptionsError:
         return False
 

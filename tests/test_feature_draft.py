@@ -237,16 +237,24 @@ def test_auto_state_scale_starts_the_mixer_with_inputs_of_equal_length():
     assert torch.equal(mixer[:, :width], torch.eye(width))
 
 
-def test_the_default_draft_is_the_pairs_own_and_the_trace_records_the_one_that_ran(tiny_pair):
+def test_the_default_draft_is_the_pairs_own_and_the_trace_records_the_options_as_given(tiny_pair):
     from dataclasses import replace
 
-    from dynasd.options import drafts_with_features, options_of_run
+    from dynasd.options import options_of_run
 
     ids = tiny_pair.encode_prompt("hello there")
     for kind in ("tokens", "features"):
         pair = replace(tiny_pair, default_draft_kind=kind)
-        run = make_decoder(pair, DecoderOptions(method="sd", gamma=2)).generate(ids, 6)
-        assert options_of_run(run.method, run.config).draft_kind == kind
-        assert drafts_with_features(run.method, run.config) == (kind == "features")
-    dynamic = make_decoder(replace(tiny_pair, default_draft_kind="features"), DecoderOptions(method="dynamic"))
-    assert dynamic.options.draft_kind == "default", "a method that reads no draft kind keeps the default"
+        decoder = make_decoder(pair, DecoderOptions(method="sd", gamma=2))
+        run = decoder.generate(ids, 6)
+        assert (decoder.draft_model is pair.feature_draft) == (kind == "features")
+        assert run.draft_label == (pair.feature_draft_label if kind == "features" else pair.draft_label)
+        assert options_of_run(run.method, run.config).draft_kind == "default", "the settings it was made with"
+
+
+def test_a_trace_recorded_when_the_token_draft_was_the_default_still_loads():
+    from dynasd.options import DecoderOptions as Options
+
+    record = {**Options(method="pld").to_record(), "draft_kind": "tokens"}
+    assert Options.from_record(record).draft_kind == "default"
+    assert Options.from_record({**Options(method="sd").to_record(), "draft_kind": "tokens"}).draft_kind == "tokens"

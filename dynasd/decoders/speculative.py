@@ -34,7 +34,7 @@ from ..cache import CachedModel
 from ..decision import DecisionModel
 from ..feature_draft import is_feature_draft
 from ..models import ModelPair
-from ..options import OPTIONS, DecoderOptions
+from ..options import DecoderOptions, drafts_with_features
 from ..sampling import (
     WalkResult,
     argmax_rows,
@@ -105,10 +105,8 @@ class TreeDecoder(Decoder):
     `decision_model`: one already loaded for the stop policy (make_decoder says why)."""
 
     def __init__(self, pair: ModelPair, options: DecoderOptions, decision_model: DecisionModel | None = None) -> None:
-        if options.draft_kind == "default" and OPTIONS["draft_kind"].read_by(options.method):
-            options = replace(options, draft_kind=pair.default_draft_kind)  # the pair's own, recorded as what ran
         super().__init__(pair, options)
-        feature_draft = options.draft_kind == "features"
+        feature_draft = drafts_with_features(options, pair.default_draft_kind)
         if feature_draft and pair.feature_draft is None:
             raise ValueError(f"the pair '{pair.name}' has no feature draft")
         self.method = options.method

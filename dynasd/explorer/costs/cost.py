@@ -22,7 +22,7 @@ import torch
 from ...cache import CachedModel
 from ...device_info import device_key, device_line, emulated
 from ...embedded import cache_dir
-from ...options import drafts_with_features
+from ...options import run_drafts_with_features
 from ...origins import DRAFT
 from ...step_cost import (
     StepCosts,
@@ -72,7 +72,7 @@ def run_shape(run: RunTrace) -> RunShape:
     """The averages of a run's warm steps. A feature draft's forwards have no rows on the token draft's measured
     line (draft_forward_s), so its shape says none."""
     shape = steps_shape(warm_steps(run), run.summary()["acceptance_rate"])
-    return replace(shape, draft_rows=None) if drafts_with_features(run.method, run.config) else shape
+    return replace(shape, draft_rows=None) if run_drafts_with_features(run.method, run.config) else shape
 
 
 def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
