@@ -1,13 +1,15 @@
-"""`train-feature-draft --stage text`: training text written cheaply, kept as compact token ids (token_store.py).
+"""`train-feature-draft --stage text`: the feature draft's training text, written once and kept as compact token ids
+(token_store.py) in a committed folder, so that no later run has to write it again.
 
-Why this text: the target writes ~190 tokens/s on 2 cores (one row per sequence a forward), its 3-layer token draft
-~1,200 (batches of 64 in transformers), and the target then reads any text teacher-forced through the engine's own
-kernels at ~1,100 tokens/s (many rows a forward). So the token draft answers the training prompts and the target
-labels every position later (features stage): the labels are the target's argmax wherever the text came from, and
-the draft's text is close to the target's own (it was distilled on it). Prompts: the TriviaQA and PIQA files
-(`--prompts`, in a seeded order; the first `--heldout` kept apart) and, every `--passage-every` shards, passage tasks
-(task_prompts.TASK_TEMPLATES) over answers already written, which carry a long source passage as Spec-Bench's
-summarisation and translation do. No benchmark prompt is ever used here.
+Why the target writes it (`--text-writer target`): its greedy answers are the text a feature draft meets when the
+target verifies, and the engine's kernels make them in the arithmetic `ar` runs. The 3-layer token draft writes ~6x
+faster (`--text-writer draft`), but its greedy answers fall into loops, text the target never writes. Everything
+derived from the text (the target's states, argmax and top-k) is recomputed by the features stage, many rows a
+forward. Prompts cycle through SHARD_KINDS: the TriviaQA and PIQA files (`--prompts`, in a seeded order; the first
+`--heldout` kept apart), instructions the target writes itself (self_instruct.py) and passage tasks
+(task_prompts.TASK_TEMPLATES) over answers already written, which carry a source passage as Spec-Bench's
+summarisation and translation do. No benchmark prompt is ever used here. Each shard's prompts follow from its index
+and the seed, so a stopped run resumes where it stopped (finished shards are skipped) and writes the same text.
 """
 from __future__ import annotations
 
