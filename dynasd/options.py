@@ -25,8 +25,8 @@ METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic")
 DRAFTING = ("sd", "mcsd", "ti-mcsd")        # methods that read the draft options
 LOOKING_UP = ("sd", "mcsd", "pld", "recycle", "dynamic")  # methods with prompt lookup (draft-rooted trees)
 RECYCLING = ("sd", "mcsd", "pld", "recycle", "dynamic")   # methods that can join Token Recycling (sources/recycling.py)
-# "default": the pair's own choice (ModelPair.default_draft_kind), resolved when a decoder is made, so that a
-# trace records the draft that ran
+# "default": the pair's own choice (ModelPair.default_draft_kind), resolved when a decoder is made; the trace keeps
+# the option as given, so that a saved run gives back its settings
 DRAFT_KINDS = ("default", "tokens", "features")
 # Defaults an option had before: records written then carry them for every method, also those that read none.
 FORMER_DEFAULTS = {"draft_kind": "tokens"}

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..models import load_pair
 from .prompt_files import read_train_prompts
 from .self_instruct import TASK_OPENERS, sample_instructions, shard_seed
-from .task_prompts import TASK_TEMPLATES, passage_of, user_message
+from .task_prompts import passage_prompts_over
 from .teacher import generate_answers
 from .token_store import load_token_shards, save_token_shard, token_shards
 
@@ -74,17 +74,7 @@ def text_stage(args, log) -> None:
 
 
 def passage_prompts(pair, shards: list[Path], count: int, seed: int) -> list[list[int]]:
-    """Up to `count` chat-templated task prompts, each a template of TASK_TEMPLATES over one answer already in
-    `shards` (seeded)."""
+    """Up to `count` passage-task prompts over the answers already in `shards` (task_prompts.passage_prompts_over)."""
     low, high = PASSAGE_TOKENS
     sources = [s for s in load_token_shards(shards) if len(s.ids) - s.answer_start >= low]
-    pick = random.Random(seed)
-    pick.shuffle(sources)
-    prompts = []
-    for seq in sources[:count]:
-        template = pick.choice(TASK_TEMPLATES)
-        question = user_message(pair.tokenizer, seq.ids[:seq.answer_start]) if "{question}" in template else ""
-        if question is not None:
-            passage = passage_of(pair.tokenizer, seq.ids[seq.answer_start:], high)
-            prompts.append(pair.encode_prompt(template.format(passage=passage, question=question)))
-    return prompts
+    return passage_prompts_over(pair, sources, count, seed, high)

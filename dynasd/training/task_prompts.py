@@ -65,6 +65,12 @@ def passage_task_prompts(pair, data_dir: Path, count: int, seed: int, min_passag
     if not sources:
         raise FileNotFoundError(f"no answers of {min_passage_tokens}+ tokens in the training shards of {data_dir} "
                                 "to build passage tasks from (run the generate stage first)")
+    return passage_prompts_over(pair, sources, count, seed, max_passage_tokens)
+
+
+def passage_prompts_over(pair, sources: list, count: int, seed: int, max_passage_tokens: int = 160) -> list[list[int]]:
+    """Up to `count` distinct chat-templated prompts, each a task template over one answer of `sources` (Sequences
+    whose answers are long enough to be passages). Seeded: the same seed and sources give the same prompts."""
     pick = random.Random(seed)
     pick.shuffle(sources)
     prompts, seen = [], set()
