@@ -14,9 +14,8 @@ as the layer's weight products for one token (docs/benchmarks.md, History). Wher
 and a feature draft's input mixer are block layers too, the whole forward, from CachedModel.forward's token lists
 on, is one compiled call (`CompiledForward`: block_forward.h, attached as the runtime's `direct_forward`): what
 was left around the layers (mask, ids, positions, lookup, mixer, norm, head, ~20 operations) took a one-layer
-feature draft's one-row forward a quarter of its time (~0.65 -> ~0.5 ms on a Xeon thread, interleaved with the
-target's forwards), far more than the operations cost on their own: the weights a forward streams push the
-interpreter out of the core's caches (~35 us of Python then costs ~130).
+feature draft's one-row forward about a quarter of its time (docs/benchmarks.md), far more than the operations cost
+on their own: the weights a forward streams push the interpreter out of the core's caches.
 """
 from __future__ import annotations
 
