@@ -24,6 +24,7 @@ import gradio as gr
 from dynasd.explorer.inputs import CUSTOM, Settings, known_pairs
 from dynasd.explorer.sessions.memory import start_heap_trimmer
 from ui import state
+from ui.class_address import listening
 from ui.classroom import CLASS_CSS
 from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, block: bool = True) -> gr.Blocks:
     """Launch with the server settings the app relies on (the tests launch in-process with block=False)."""
     gr.set_static_paths([PLOTLY_JS])  # the page's figures are drawn by it (figure_view)
+    listening(host, port)  # the class's link carries an address learners can reach (ui/class_address.py)
     start_heap_trimmer()  # abandoned sessions' freed memory goes back to the OS (flat RSS in the soak)
     demo.queue(default_concurrency_limit=QUEUE_CONCURRENCY)
     _poll_the_idle_queue_less(demo)

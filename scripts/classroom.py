@@ -21,23 +21,29 @@ gives the Step latency of a learner alone).
 arguments and results pickled) and counts the GPU calls (per learner: the calls over the learners).
 
 --class-mode measures a class instead (ui/classroom.py): one lecturer (a gradio_client session, as the lecturer's
-page) starts a class and takes --rounds steps, each revealed once the answers are in; N learners (soak.ClassLearner:
-plain HTTP, as the learner's page talks, each polling at the page's interval from its own thread) join, answer each
-step after a think of up to --think seconds, and a third of them reload their page once and rejoin by name. It
-writes (to --json) how long a Step or a Reveal took to reach each learner's page, from the moment the class changed
-on the server (`step_to_learner_*`: the lecturer's key, watched without the queue every WATCH_S) and from the
-lecturer's click (`click_to_learner_*`: with the model's step and the lecturer's gradio_client round trip), the
-answers acknowledged (`answers_expected`) and those the class's summary counts (`answers_counted`), `lost` (answers
-not counted, or not found after a rejoin), the server's memory per learner and its CPU time.
+page) starts a class and takes --rounds steps; once a step's answers are in the lecturer opens a second vote (peer
+instruction; --no-second-vote: none), and once those are in reveals it. N learners (soak.ClassLearner: plain HTTP,
+as the learner's page talks, each polling at the page's interval from its own thread) join, answer each vote after
+a think of up to --think seconds, and a third of them reload their page once and come back with the rejoin token
+their browser kept; each round an impostor tries a classmate's name and a forger a made-up token. It writes (to
+--json) how long a Step, a second vote or a Reveal took to reach each learner's page, from the moment the class
+changed on the server (`step_to_learner_*`: the lecturer's key, watched without the queue every WATCH_S) and from
+the lecturer's click (`click_to_learner_*`: with the model's step and the lecturer's gradio_client round trip), the
+answers acknowledged in each vote (`answers_expected`) and those the class's CSV results hold (`answers_counted`),
+`lost` (answers not counted, or not found after a rejoin), `impostors_refused` of `impostors`, the server's memory
+per learner and its CPU time.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import csv
+import io
 import json
 import os
 import random
 import re
+import secrets
 import statistics
 import subprocess
 import sys
@@ -182,6 +188,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=4, help="--class-mode: steps the lecturer shows and reveals")
     parser.add_argument("--think", type=float, default=2.0, help="--class-mode: a learner answers within this many s")
     parser.add_argument("--json", default="", help="--class-mode: write the figures to this file as JSON")
+    parser.add_argument("--no-second-vote", dest="second_vote", action="store_false",
+                        help="--class-mode: reveal after the first vote (no peer-instruction second vote)")
     args = parser.parse_args(argv)
     if args.class_mode:
         return class_mode(args)
@@ -287,14 +295,15 @@ CLASS_PROMPT = "Explain what a binary search tree is."
 
 
 class Pupil(ClassLearner):
-    """A learner of the measured class: polls at the page's interval in its own thread, answers each new round after
-    a think, reloads its page once (when `reloads`) after answering the second round, and keeps what it saw."""
+    """A learner of the measured class: polls at the page's interval in its own thread, answers each new round and
+    each second vote after a think, reloads its page once (when `reloads`) after answering the second round, and
+    keeps what it saw."""
 
     def __init__(self, url, code, name, poll_s, think_s, seed, reloads) -> None:
         super().__init__(url, code, name, poll_s)
         self.rng = random.Random(seed)
         self.think_s, self.reloads, self.reloaded = think_s, reloads, False
-        self.acked: dict[int, int] = {}     # round -> the answer the page acknowledged
+        self.acked: dict[tuple[int, int], int] = {}     # (round, vote) -> the answer the page acknowledged
         self.problems: list[str] = []
         self.lost: list[str] = []
         self.stop = threading.Event()
@@ -307,7 +316,7 @@ class Pupil(ClassLearner):
             time.sleep(max(0.0, next_tick - time.monotonic()))
             next_tick += self.poll_s
             try:
-                if self.poll() and self.frame()[1] == "asking" and self.round not in self.acked:
+                if self.poll() and self.frame()[1] == "asking" and (self.round, self.vote()) not in self.acked:
                     answer_at = time.monotonic() + self.rng.uniform(0.2, self.think_s)
                 if answer_at is not None and time.monotonic() >= answer_at:
                     answer_at = None
@@ -316,12 +325,12 @@ class Pupil(ClassLearner):
                 self.problems.append(f"{type(exc).__name__}: {str(exc)[:160]}")
 
     def answer_once(self) -> None:
-        number, value = self.round, self.rng.choice(self.choices)
+        number, vote, value = self.round, self.vote(), self.rng.choice(self.choices)
         if self.answer(value).startswith("✓"):
-            self.acked[number] = value
+            self.acked[number, vote] = value
         elif "closed at its reveal" not in self.status:
             self.problems.append(f"round {number}: {self.status[:160]!r}")
-        if self.reloads and number == 2 and not self.reloaded:
+        if self.reloads and number == 2 and vote == 1 and not self.reloaded:
             self.reloaded = True
             self.reload()
             self.poll()
@@ -353,19 +362,29 @@ def class_mode(args) -> int:
             thread.start()
         wait_for(lambda: answers_key(watch, code, token)[1] == args.learners, 60, "every learner joined", problems)
         class_start = time.monotonic()
+        impostors = []
         for r in range(1, args.rounds + 1):
-            events.append(timed(lecturer, watch, "step", r, "asking", code, token, CLASS_PROMPT, **controls,
+            events.append(timed(lecturer, watch, "step", r, "asking", 1, code, token, CLASS_PROMPT, **controls,
                                 api_name="/class_step"))
-            wait_for(lambda r=r: all(p.shown.get((r, "asking")) for p in pupils), 30, f"round {r} shown", problems)
-            wait_for(lambda r=r: sum(r in p.acked for p in pupils) == args.learners, 30 + args.think,
-                     f"round {r}'s answers", problems)
-            if r == 1:
-                held = probe_server(server, probe_dir, 1)  # every learner joined, polling, one answer each
-            events.append(timed(lecturer, watch, "reveal", r, "revealed", code, token, api_name="/class_reveal"))
-            wait_for(lambda r=r: all(p.shown.get((r, "revealed")) for p in pupils), 30, f"round {r} revealed",
+            wait_for(lambda r=r: all(p.shown.get((r, "asking", 1)) for p in pupils), 30, f"round {r} shown",
                      problems)
+            impostors.append(impostor_refused(url, code, pupils[r % len(pupils)].name, r))
+            votes = (1, 2) if args.second_vote else (1,)
+            for vote in votes:
+                if vote == 2:
+                    events.append(timed(lecturer, watch, "second vote", r, "asking", 2, code, token,
+                                        api_name="/class_second_vote"))
+                wait_for(lambda r=r, v=vote: sum((r, v) in p.acked for p in pupils) == args.learners,
+                         30 + args.think, f"round {r}'s answers (vote {vote})", problems)
+            if r == 1:
+                held = probe_server(server, probe_dir, 1)  # every learner joined, polling, answered
+            events.append(timed(lecturer, watch, "reveal", r, "revealed", votes[-1], code, token,
+                                api_name="/class_reveal"))
+            wait_for(lambda r=r, v=votes[-1]: all(p.shown.get((r, "revealed", v)) for p in pupils), 30,
+                     f"round {r} revealed", problems)
         class_s = time.monotonic() - class_start
         cpu_s = process_cpu_s(server.pid) - cpu_before
+        results = downloaded(lecturer.predict(code, token, False, api_name="/class_results")[-1])
         summary = lecturer.predict(code, token, api_name="/class_end")[2]
         for pupil in pupils:
             pupil.stop.set()
@@ -373,11 +392,36 @@ def class_mode(args) -> int:
             thread.join(10)
     finally:
         stop_server(server)
-    return class_report(args, pupils, events, summary, (before, held), cpu_s, class_s, problems,
-                        time.monotonic() - started)
+    return class_report(args, pupils, events, summary, results, impostors, (before, held), cpu_s, class_s,
+                        problems, time.monotonic() - started)
 
 
-def timed(lecturer, watch: ClassLearner, action: str, number: int, phase: str, *args, api_name: str,
+def impostor_refused(url: str, code: str, classmate: str, number: int) -> bool:
+    """Whether the class refuses both ways of answering as another learner: joining under their name (any case)
+    and answering with a made-up rejoin token."""
+    impostor = ClassLearner(url, code, classmate.upper())
+    named = impostor.join()
+    forger = ClassLearner(url, code, "forger")
+    forger.token, forger.round = secrets.token_urlsafe(16), number
+    forged = forger.answer(1)
+    return named.startswith("⚠") and "already goes by" in named and forged.startswith("⚠") and \
+        "join the class first" in forged
+
+
+def downloaded(file) -> str:
+    """The text of a file the lecturer's page offers (gradio_client gives the file's update, or its path)."""
+    while isinstance(file, dict):
+        file = file.get("value") or file.get("path")
+    return Path(file).read_text(encoding="utf-8")
+
+
+def counted_answers(results_csv: str) -> int:
+    """Every answer of both votes the class's CSV results hold."""
+    rows = [row for row in csv.DictReader(io.StringIO(results_csv)) if row["kind"] == "answer"]
+    return sum(bool(row["first_vote"]) + bool(row["second_vote"]) for row in rows)
+
+
+def timed(lecturer, watch: ClassLearner, action: str, number: int, phase: str, vote: int, *args, api_name: str,
           **kwargs) -> dict:
     """The lecturer's action, timed: its click, the moment the class changed on the server (the lecturer's key,
     watched without the queue every WATCH_S from the click) and the lecturer's answer."""
@@ -393,7 +437,7 @@ def timed(lecturer, watch: ClassLearner, action: str, number: int, phase: str, *
             time.sleep(WATCH_S)
     said = str(job.result()[-3])
     answered = time.monotonic()
-    return dict(action=action, round=number, phase=phase, clicked=clicked, changed=changed or answered,
+    return dict(action=action, round=number, phase=phase, vote=vote, clicked=clicked, changed=changed or answered,
                 answered=answered, said=said)
 
 
@@ -415,20 +459,24 @@ def wait_for(done, timeout_s: float, what: str, problems: list[str]) -> None:
         time.sleep(0.05)
 
 
-def class_report(args, pupils, events, summary, probes, cpu_s, class_s, problems, wall_s) -> int:
+def class_report(args, pupils, events, summary, results, impostors, probes, cpu_s, class_s, problems, wall_s) -> int:
     before, held = probes
     delays, clicks, by_action = [], [], collections.defaultdict(list)
     for event in events:
         for pupil in pupils:
-            seen = pupil.shown.get((event["round"], event["phase"]))
+            seen = pupil.shown.get((event["round"], event["phase"], event["vote"]))
             if seen is None:
                 continue
             delays.append(seen - event["changed"])
             clicks.append(seen - event["clicked"])
             by_action[event["action"]].append(seen - event["changed"])
     expected = sum(len(p.acked) for p in pupils)
-    counted = sum(int(n) for n in re.findall(r"\d+ of (\d+) right", summary))
-    missing = sum(1 for event in events for p in pupils if (event["round"], event["phase"]) not in p.shown)
+    counted = counted_answers(results)
+    scored = sum(int(n) for n in re.findall(r"\d+ of (\d+) right", summary))
+    if scored != len({(number, p.name) for p in pupils for number, _ in p.acked}):
+        problems = problems + [f"the summary scores {scored} answers, not one per learner and round answered"]
+    missing = sum(1 for event in events for p in pupils
+                  if (event["round"], event["phase"], event["vote"]) not in p.shown)
     lost = [f"{p.name}: {line}" for p in pupils for line in p.lost]
     if missing:
         lost.append(f"{missing} time(s) a learner's page never showed a step or a reveal")
@@ -441,11 +489,13 @@ def class_report(args, pupils, events, summary, probes, cpu_s, class_s, problems
         "step_to_learner_max_s": round(max(delays, default=float("nan")), 3),
         "step_only_to_learner_p95_s": round(percentile(by_action["step"], 0.95), 3),
         "reveal_only_to_learner_p95_s": round(percentile(by_action["reveal"], 0.95), 3),
+        "second_vote_to_learner_p95_s": round(percentile(by_action["second vote"], 0.95), 3),
         "click_to_learner_p95_s": round(percentile(clicks, 0.95), 3),
         "lecturer_request_p50_s": round(percentile(lecturer_s, 0.5), 3),
         "click_to_class_p50_s": round(percentile([e["changed"] - e["clicked"] for e in events], 0.5), 3),
         "answers_expected": expected, "answers_counted": counted,
         "lost": len(lost) + abs(expected - counted),
+        "impostors": len(impostors), "impostors_refused": sum(impostors),
         "server_rss_mb_before": round(before["rss_mb"], 1), "server_rss_mb_with_learners": round(held["rss_mb"], 1),
         "memory_per_learner_mb": round((held["rss_mb"] - before["rss_mb"]) / max(1, len(pupils)), 3),
         "server_cpu_cores": round(cpu_s / class_s, 3) if class_s else None,
@@ -462,7 +512,7 @@ def class_report(args, pupils, events, summary, probes, cpu_s, class_s, problems
             print(f"  {name:<32} {value}")
     for problem in figures["problems"]:
         print(f"   - {problem}")
-    return 1 if problems or lost or expected != counted else 0
+    return 1 if problems or lost or expected != counted or not all(impostors) else 0
 
 
 if __name__ == "__main__":

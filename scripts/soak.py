@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import gc
 import importlib.util
 import json
@@ -538,13 +539,15 @@ def memory_only(args) -> int:
 class ClassLearner:
     """One learner's page in a class (ui/classroom.py), talking plain HTTP as the page does (its events skip the
     queue): join, then a poll every `poll_s` seconds; a new key asks for the views (the round's choices with them).
-    `shown` keeps when each (round, phase) reached this page."""
+    The rejoin token the class hands out at the join is kept, as the browser keeps it, and goes with every request.
+    `shown` keeps when each (round, phase, vote) reached this page."""
 
     def __init__(self, url: str, code: str, name: str, poll_s: float = 0.5) -> None:
         import httpx
 
         self.http = httpx.Client(base_url=url + "gradio_api/", timeout=60)
         self.code, self.name, self.poll_s = code, name, poll_s
+        self.token = ""  # the rejoin token, once joined
         self.page = os.urandom(8).hex()  # the page's session; a reload gets a new one
         self.key, self.round, self.choices, self.status = "", 0, [], ""
         self.shown: dict[tuple[int, str], float] = {}
@@ -559,48 +562,58 @@ class ClassLearner:
         return body["data"]
 
     def join(self, name: str | None = None) -> str:
-        """Join (or, after a reload, rejoin) by name; the status line's words."""
-        self.status = str(self.call("class_join", self.code, self.name if name is None else name)[1])  # JoinViews
+        """Join (or, after a reload, rejoin with the kept token); the status line's words."""
+        # JoinViews' order: the token, the join box, the status line, ...
+        joined = self.call("class_join", self.code, self.name if name is None else name, self.token)
+        self.status = str(joined[2])
+        if isinstance(joined[0], str) and joined[0]:
+            self.token = joined[0]
         return self.status
 
     def reload(self) -> str:
-        """The page reloaded: a new session, nothing on show, the name typed again."""
+        """The page reloaded: a new session, nothing on show; the browser still holds the token."""
         self.page, self.key, self.round, self.choices = os.urandom(8).hex(), "", 0, []
         return self.join()
 
     def poll(self) -> bool:
         """One tick of the page's timer: whether the view changed (and then it is fetched, as the page does)."""
-        key = self.call("class_poll", self.code, self.name)[0]
+        key = self.call("class_poll", self.code, self.token)[0]
         if key == self.key:
             return False
         self.key = key
         status, _question, _outcome, _text, _story, _tree, _mask, _pq, asked, _round, _box, choice, _button = \
-            self.call("class_show", self.code, self.name)  # ShowViews' order
+            self.call("class_show", self.code, self.token)  # ShowViews' order
         self.status, self.round = str(status), int(asked or 0)
         self.choices = [value for _, value in choice.get("choices", [])] if isinstance(choice, dict) else []
-        self.shown.setdefault(self.frame(), time.monotonic())
+        self.shown.setdefault((*self.frame(), self.vote()), time.monotonic())
         return True
 
     def frame(self) -> tuple[int, str]:
-        """(round, phase) from the key the page holds (LearnerView.key: id.round.phase.question.answer)."""
+        """(round, phase) from the key the page holds (LearnerView.key: id.round.phase.question.vote.answer)."""
         parts = self.key.split(".")
-        return (int(parts[1]), parts[2]) if len(parts) >= 5 and parts[1].isdigit() else (0, "")
+        return (int(parts[1]), parts[2]) if len(parts) >= 6 and parts[1].isdigit() else (0, "")
+
+    def vote(self) -> int:
+        """The vote open in the round on show (1, or 2 once the lecturer opened the second), as the key says."""
+        parts = self.key.split(".")
+        return int(parts[4]) if len(parts) >= 6 and parts[4].isdigit() else 1
 
     def mine(self) -> str:
-        """The learner's own answer to the round on show, as the key says ('None': none)."""
-        return self.key.split(".")[-1] if self.key.count(".") >= 4 else ""
+        """The learner's own answer in the vote on show, as the key says ('None': none)."""
+        return self.key.split(".")[-1] if self.key.count(".") >= 5 else ""
 
     def answer(self, value, number: int | None = None) -> str:
-        status, key = self.call("class_answer", self.code, self.name, self.round if number is None else number,
+        status, key = self.call("class_answer", self.code, self.token, self.round if number is None else number,
                                 value)
         self.status = str(status)
         return self.status
 
 
 def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2) -> None:
-    """A class (ui/classroom.py) on the served app: a lecturer and `learners` learners; every answer must be counted
-    exactly once, a rejoin by name must find its answers, and each kind of bad input must be refused in one line
-    that changes nothing."""
+    """A class (ui/classroom.py) on the served app: a lecturer and `learners` learners; every answer of both votes
+    must be counted exactly once, a rejoin with the kept token must find its answers, no one may join under a
+    classmate's name or answer with a made-up token, and each kind of bad input must be refused in one line that
+    changes nothing."""
     from gradio_client import Client
 
     lecturer = Client(url, verbose=False)
@@ -622,12 +635,17 @@ def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2
             else:
                 figures.fail(f"class: {pupil.name}'s answer to round {r} was refused: {pupil.status[:160]!r}")
         before = class_views(pupils)
+        impostor = ClassLearner(url, code, pupils[1].name.upper())
+        forger = ClassLearner(url, code, "forger")
+        forger.token, forger.round = "A" * 22, r
         bad = {
-            "a second answer": (lambda: pupils[0].answer(pupils[0].choices[-1]), "your first answer stands"),
+            "a second answer": (lambda: pupils[0].answer(pupils[0].choices[-1]), "that answer stands"),
+            "a classmate's name": (impostor.join, "already goes by"),
+            "a made-up token": (functools.partial(forger.answer, pupils[0].choices[0]), "join the class first"),
             "a wrong code": (lambda: ClassLearner(url, "ZZZZZ", "x").join(), "no class has the code ZZZZZ"),
             "a code that is no code": (lambda: ClassLearner(url, "no code!", "x").join(), "is not a class code"),
-            "an empty name": (lambda: pupils[0].join(" "), "type your name first"),
-            "a name too long": (lambda: pupils[0].join("n" * 80), "at most"),
+            "an empty name": (ClassLearner(url, code, " ").join, "type your name first"),
+            "a name too long": (ClassLearner(url, code, "n" * 80).join, "at most"),
             "a learner's reveal": (lambda: Client(url, verbose=False).predict(code, "", api_name="/class_reveal")[-3],
                                    "only the class's lecturer"),
         }
@@ -641,7 +659,17 @@ def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2
         pupils[-1].reload()
         pupils[-1].poll()
         if pupils[-1].mine() != str(pupils[-1].choices[0]):
-            figures.fail(f"class: a rejoin by name lost its answer ({pupils[-1].key!r})")
+            figures.fail(f"class: a rejoin with the kept token lost its answer ({pupils[-1].key!r})")
+        if r == 1:  # peer instruction: a second vote, every learner answers again
+            lecturer.predict(code, token, api_name="/class_second_vote")
+            for pupil in pupils:
+                pupil.poll()
+                if pupil.vote() != 2 or pupil.mine() != "None":
+                    figures.fail(f"class: {pupil.name} does not show the second vote ({pupil.key!r})")
+                elif pupil.answer(pupil.choices[-1]).startswith("✓"):
+                    counted += 1
+                else:
+                    figures.fail(f"class: {pupil.name}'s second answer was refused: {pupil.status[:160]!r}")
         lecturer.predict(code, token, api_name="/class_reveal")
         late = pupils[1].answer(pupils[1].choices[-1], r)
         figures.bad_inputs["class: an answer after the reveal"] += 1
@@ -649,6 +677,7 @@ def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2
             figures.fail(f"class: an answer after the reveal: unclear answer {late[:200]!r}")
     summary = lecturer.predict(code, token, api_name="/class_end")[2]
     answered = sum(int(n) for n in re.findall(r"\d+ of (\d+) right", summary))
+    answered += sum(int(n) for n in re.findall(r"Second vote: (\d+) answered", summary))
     if answered != counted:
         figures.fail(f"class: {counted} answers were acknowledged, the summary counts {answered}")
     with figures.lock:
@@ -659,7 +688,7 @@ def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2
 
 def class_views(pupils: list[ClassLearner]) -> list[str]:
     """What each learner's page should show, as the server says it (the poll's key)."""
-    return [pupil.call("class_poll", pupil.code, pupil.name)[0] for pupil in pupils]
+    return [pupil.call("class_poll", pupil.code, pupil.token)[0] for pupil in pupils]
 
 
 def serve_in_process():

@@ -4,6 +4,7 @@ sets; a reload rejoins by name; the lecturer's link and QR code; a learner canno
 class is the soak's (scripts/soak.py class_phase, tests/test_soak.py) and the classroom script's
 (tests/test_scripts.py)."""
 import dataclasses
+import html
 import json
 
 import gradio as gr
@@ -32,6 +33,14 @@ def classroom(tiny_pair, monkeypatch):
     return session, controller, klass
 
 
+def join(code, name, token=""):
+    """A learner's Join on the page: their rejoin token, as the page keeps it."""
+    from ui.classroom import JoinViews, on_join
+
+    fields = [field.name for field in dataclasses.fields(JoinViews)]
+    return dict(zip(fields, on_join(code, name, token)))["token"]
+
+
 def step(session, controller, klass):
     controller.step(SETTINGS, "hello there")
     klass.follow(session.run)
@@ -52,26 +61,26 @@ def test_the_app_serves_the_learners_page_as_a_route_with_the_class_endpoints():
 
 
 def test_before_the_reveal_a_learners_view_tells_no_verdict(classroom):
-    from ui.classroom import on_join, on_poll, on_show
+    from ui.classroom import on_poll, on_show
 
     session, controller, klass = classroom
-    on_join(klass.code, "Ana")
+    ana = join(klass.code, "Ana")
     step(session, controller, klass)
     assert klass.phase is Phase.ASKING
-    status, question, outcome, text, story, tree, mask, pq, asked, *_ = on_show(klass.code, "Ana")
+    status, question, outcome, text, story, tree, mask, pq, asked, *_ = on_show(klass.code, ana)
     assert pq is None and outcome == "" and asked == 1
     statuses = {str(point) for trace in json.loads(tree)["data"] for point in [trace.get("name")]}
     assert not any("accepted" in s or "rejected" in s for s in statuses), statuses
     assert "Step 0" in question and "How many tokens" in question
-    *_, choice, answer_btn = on_show(klass.code, "Ana")
+    *_, choice, answer_btn = on_show(klass.code, ana)
     assert [value for _, value in choice.choices] == [v for _, v in klass.current.question.choices]
-    key = on_poll(klass.code, "Ana")
-    assert isinstance(key, str) and on_poll(klass.code, "Ana") == key, "one plain value, the same until a change"
+    key = on_poll(klass.code, ana)
+    assert isinstance(key, str) and on_poll(klass.code, ana) == key, "one plain value, the same until a change"
     controller.reveal(0)
     klass.follow(session.run)
-    status, question, outcome, text, story, tree, mask, pq, asked, *_ = on_show(klass.code, "Ana")
+    status, question, outcome, text, story, tree, mask, pq, asked, *_ = on_show(klass.code, ana)
     assert pq is not None and "You did not answer step 0" in outcome and "score" in status
-    assert on_poll(klass.code, "Ana") != key
+    assert on_poll(klass.code, ana) != key
 
 
 def test_the_figures_of_a_round_are_drawn_once_for_the_whole_class(classroom, monkeypatch):
@@ -79,53 +88,58 @@ def test_the_figures_of_a_round_are_drawn_once_for_the_whole_class(classroom, mo
     from ui import classroom as ui_classroom
 
     session, controller, klass = classroom
-    for name in ("Ana", "Ben", "Chi"):
-        ui_classroom.on_join(klass.code, name)
+    tokens = [join(klass.code, name) for name in ("Ana", "Ben", "Chi")]
     step(session, controller, klass)
     drawn = []
     real = viz.tree_figure
     monkeypatch.setattr(viz, "tree_figure", lambda *a, **k: drawn.append(1) or real(*a, **k))
     controller.reveal(0)
     klass.follow(session.run)
-    for name in ("Ana", "Ben", "Chi", "Ana"):
-        ui_classroom.on_show(klass.code, name)
+    for token in (*tokens, tokens[0]):
+        ui_classroom.on_show(klass.code, token)
     assert len(drawn) == 1
 
 
 def test_an_answer_is_counted_once_and_bad_input_is_said_in_one_line(classroom):
-    from ui.classroom import on_answer, on_join, on_poll
+    from ui.classroom import on_answer, on_poll
 
     session, controller, klass = classroom
-    on_join(klass.code, "Ana")
+    ana = join(klass.code, "Ana")
     step(session, controller, klass)
     right = klass.current.question.answer
-    status, key = on_answer(klass.code, "Ana", 1, right)
-    assert status.startswith("✓") and "your answer to step 0 is in" in status and key == on_poll(klass.code, "Ana")
-    for args, said in [(("Ana", 1, right), "your first answer stands"), (("Zed", 1, right), "join the class first"),
-                       (("", 1, right), "type your name first"), (("Ana", 9, right), "closed at its reveal")]:
+    status, key = on_answer(klass.code, ana, 1, right)
+    assert status.startswith("✓") and "your answer to step 0 is in" in status and key == on_poll(klass.code, ana)
+    for args, said in [((ana, 1, right), "that answer stands"), (("Zed" * 8, 1, right), "join the class first"),
+                       (("", 1, right), "join the class first"), (("<Ana>", 1, right), "token is damaged"),
+                       ((ana, 9, right), "closed at its reveal")]:
         status, key = on_answer(klass.code, *args)
         assert status.startswith("⚠") and said in status and "\n" not in status, status
     assert len(klass.current.answers) == 1
-    status, key = on_answer("NPE99", "Ana", 1, right)
+    status, key = on_answer("NPE99", ana, 1, right)
     assert status.startswith("⚠") and "no class has the code NPE99" in status
-    assert on_poll("NPE99", "Ana").startswith("⚠"), "a page whose class is gone shows why, once"
+    assert on_poll("NPE99", ana).startswith("⚠"), "a page whose class is gone shows why, once"
 
 
-def test_a_reload_rejoins_by_the_name_the_browser_kept(classroom):
+def test_a_reload_or_another_tab_is_the_learner_the_browsers_token_names(classroom):
     from types import SimpleNamespace
 
-    from ui.classroom import on_answer, on_join, on_learner_open
+    from ui.classroom import JoinViews, on_answer, on_learner_open
 
     session, controller, klass = classroom
-    on_join(klass.code, "Ana Lima")
+    token = join(klass.code, "Ana Lima")
     step(session, controller, klass)
-    on_answer(klass.code, "Ana Lima", 1, 2)
+    on_answer(klass.code, token, 1, 2)
     request = SimpleNamespace(query_params={"code": klass.code.lower()})
-    code, name, join_box, status, latest, timer, stored = on_learner_open([klass.code, "Ana Lima"],
-                                                                                      request)
-    assert name == "Ana Lima" and latest.endswith(".2") and "your answer to step 0 is in" in status
-    code, name, *rest = on_learner_open(["OTHER", "Ana Lima"], request)
+    fields = ["code", "name", *(field.name for field in dataclasses.fields(JoinViews))]
+    opened = dict(zip(fields, on_learner_open([klass.code, "Ana Lima", token], request)))
+    assert opened["name"] == "Ana Lima" and opened["latest"].endswith(".2") and opened["token"] == token
+    assert "your answer to step 0 is in" in opened["status"] and "another tab" in opened["you"]
+    code, name, *rest = on_learner_open(["OTHER", "Ana Lima", token], request)
     assert code == klass.code.lower() and name == gr.skip(), "another class's name is not typed in for this one"
+    assert all(v == gr.skip() for v in rest), "nor joined with its token"
+    status = dict(zip(fields[2:], __import__("ui.classroom", fromlist=["on_join"]).on_join(klass.code, "ana lima")))
+    assert "already goes by 'Ana Lima'" in status["status"] and status["token"] == gr.skip(), \
+        "a classmate typing the name is refused"
     assert len(klass.learners) == 1
 
 
@@ -141,13 +155,28 @@ def test_only_the_lecturer_steps_reveals_asks_and_ends(classroom):
     assert (klass.version, len(klass.rounds), klass.ended) == before
 
 
-def test_the_link_is_the_pages_own_address_and_a_strange_address_is_not_used():
+def test_the_link_is_an_address_learners_reach_or_says_why_not_and_a_strange_address_is_not_used(monkeypatch):
+    from ui import class_address
     from ui.classroom import class_link, qr_svg
 
-    assert class_link("https://teach.example.org/app/", "K7QX2") == "https://teach.example.org/app/class?code=K7QX2"
-    assert class_link("http://127.0.0.1:7860/", "K7QX2") == "http://127.0.0.1:7860/class?code=K7QX2"
+    monkeypatch.delenv("SPACE_HOST", raising=False)
+    monkeypatch.setattr(class_address, "LISTEN", {"host": "127.0.0.1", "port": 7860})
+    assert class_link("https://teach.example.org/app/", "K7QX2") == \
+        ("https://teach.example.org/app/class?code=K7QX2", ""), "an address the lecturer reached from outside"
+    link, warning = class_link("http://127.0.0.1:7860/", "K7QX2")
+    assert link == "http://127.0.0.1:7860/class?code=K7QX2" and "Phones cannot open this link" in warning
+    assert "--host 0.0.0.0" in warning
     for strange in ("javascript:alert(1)", "https://x\"><script>", "https://" + "a" * 400, None, 12):
-        assert class_link(strange, "K7QX2") == "/class?code=K7QX2"
+        assert class_link(strange, "K7QX2") == ("/class?code=K7QX2", "")
+    monkeypatch.setattr(class_address, "LISTEN", {"host": "0.0.0.0", "port": 7861})
+    monkeypatch.setattr(class_address, "lan_address", lambda: "192.168.1.23")
+    assert class_link("http://localhost:7861/", "K7QX2") == ("http://192.168.1.23:7861/class?code=K7QX2", "")
+    monkeypatch.setattr(class_address, "lan_address", lambda: None)
+    assert "no local network address" in class_link("http://localhost:7861/", "K7QX2")[1]
+    monkeypatch.setattr(class_address, "LISTEN", {"host": "10.0.0.5", "port": 7862})
+    assert class_link("http://127.0.0.1:7862/", "K7QX2") == ("http://10.0.0.5:7862/class?code=K7QX2", "")
+    monkeypatch.setenv("SPACE_HOST", "someone-dynasd.hf.space")
+    assert class_link("http://127.0.0.1:7862/", "K7QX2") == ("https://someone-dynasd.hf.space/class?code=K7QX2", "")
     svg = qr_svg("http://127.0.0.1:7860/class?code=K7QX2")
     assert svg.startswith("<svg") and "QR code: http://127.0.0.1:7860/class?code=K7QX2" in svg
 
@@ -156,13 +185,14 @@ def test_the_lecturers_question_choice_reaches_the_round_on_show(classroom):
     from ui.classroom import ASKS, on_class_ask, on_show
 
     session, controller, klass = classroom
-    klass.join("Ana")
+    ana = klass.join("Ana")
     step(session, controller, klass)
     status, *_ = on_class_ask(session.id, klass.code, klass.token, Ask.FIRST_REJECTED.value, None)
     assert "now asks" in status and klass.current.question.ask is Ask.FIRST_REJECTED
-    _, question, *_, choice, _ = on_show(klass.code, "Ana")
+    _, question, *_, choice, _ = on_show(klass.code, ana)
     assert "reject first" in question, "the learner's page shows the new question"
-    assert choice.choices == [tuple(c) for c in klass.current.question.choices], "and its answers to choose from"
+    assert choice.choices == [(html.unescape(label), value) for label, value in klass.current.question.choices], \
+        "and its answers to choose from, as plain text"
     status, *_ = on_class_ask(session.id, klass.code, klass.token, "why?", None)
     assert status.startswith("⚠") and all(name in status for name in ASKS)
     status, *_ = on_class_ask(session.id, klass.code, klass.token, Ask.NODE.value, "x")

@@ -107,14 +107,17 @@ def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tr
 
 @pytest.mark.slow(seconds=43)
 def test_class_mode_counts_every_answer_and_writes_its_figures(tmp_path):
-    """scripts/classroom.py --class-mode, small: a lecturer and two learners (one reloads and rejoins) over HTTP;
-    every answer acknowledged is in the class's summary, none lost, and the JSON carries the figures it promises."""
+    """scripts/classroom.py --class-mode, small: a lecturer and two learners (one reloads and comes back with its
+    token) over HTTP, two votes a round; every answer acknowledged is in the class's CSV results, none lost, every
+    impostor refused, and the JSON carries the figures it promises."""
     out = run_script("classroom.py", "--class-mode", "--learners", "2", "--rounds", "2", "--think", "0.3",
                      "--pair", "tiny-random", "--json", str(tmp_path / "class.json"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     figures = json.loads((tmp_path / "class.json").read_text())
-    assert figures["answers_expected"] == figures["answers_counted"] == 4 and figures["lost"] == 0
+    assert figures["answers_expected"] == figures["answers_counted"] == 8 and figures["lost"] == 0
+    assert figures["impostors"] == figures["impostors_refused"] == 2
     assert figures["reloads"] == 1 and figures["problems"] == []
+    assert 0 <= figures["second_vote_to_learner_p95_s"]
     assert 0 <= figures["step_to_learner_p50_s"] <= figures["step_to_learner_p95_s"]
     assert figures["memory_per_learner_mb"] is not None
 

@@ -14,9 +14,14 @@ requests (scripts/classroom.py --class-mode measures it).
 """
 from __future__ import annotations
 
+import csv
 import functools
+import html
+import io
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import gradio as gr
@@ -25,12 +30,21 @@ import segno
 import viz
 from dynasd.explorer.inputs import UserError
 from dynasd.explorer.lessons import phases
-from dynasd.explorer.sessions.classroom import Ask, Classroom, LearnerView, Phase, same_run
+from dynasd.explorer.sessions.classroom import (
+    FIRST,
+    SECOND,
+    Ask,
+    Classroom,
+    LearnerView,
+    Phase,
+    same_run,
+)
 from dynasd.explorer.sessions.session import Session
 from viz.classroom import answers_figure, summary_markdown
 from viz.predict import hidden_step_views
 
 from . import state
+from .class_address import learner_address
 from .controls import settings_from
 from .handler import handler, said
 from .page_scripts import figure_view
@@ -47,8 +61,10 @@ ASKS = {ask.value: ask for ask in Ask}
 CLASS_HELP = ("**Teach a class from this run.** Start a class: learners open the link (or scan the code) on their "
               "phones and pick a name. Each **Step** you take, here or with Step and the lecture keys above, shows "
               "on every learner's page with its verdicts hidden; they answer the question, you see the answers "
-              "come in, then **Reveal** shows everyone the outcome and their score. **End class** shows the "
-              "summary. Learners run no model and see no one else's name.")
+              "come in. Peer instruction: let them discuss with their neighbours, open a **Second vote**, and "
+              "they answer again; **Reveal** shows everyone the outcome and their score (on their last answer). "
+              "**End class** shows the summary; **Results as CSV** downloads every answer and score. Learners "
+              "run no model and see no one else's name.")
 
 # The learner's route makes the app multipage, and Gradio's frontend then draws a navbar ("Home") on both pages even
 # where gr.Navbar(visible=False) says not to: hidden here, as the two pages ask.
@@ -62,10 +78,16 @@ CLASS_CSS = """
 #class-page #class-choice label { min-height: 44px; font-size: 1.05em; }
 #class-page #class-learner-status, #class-page #class-outcome { font-size: 1.1em; }
 #class-page .dynasd-figure { min-width: 0; }
+#class-tap-hint { min-height: 1.2em; font-size: 0.95em; color: #3d3d45; }
+#class-address-warning { border-left: 4px solid #8a4b00; padding-left: 8px; }
 @media (max-width: 640px) {
   #class-page { padding: 0; }
-  #class-page #class-tree { overflow-x: auto; width: 0 !important; min-width: 100% !important; }
-  #class-page #class-tree .dynasd-figure { min-width: 520px; }
+  /* the tree keeps room for its labels: it scrolls sideways (and says so above it) rather than squeezing or cutting
+     its deepest levels; !important: Gradio's block sets overflow: visible inline */
+  #class-page #class-tree { overflow-x: auto !important; width: 0 !important; min-width: 100% !important; }
+  #class-page #class-tree::before { content: "Scroll sideways for every level of the tree →"; display: block;
+                                    position: sticky; left: 0; font-size: 0.85em; color: #5c5c66; padding: 2px 0 4px; }
+  #class-page #class-tree .dynasd-figure { min-width: 560px; }
   #class-page .js-plotly-plot .modebar { display: none !important; }
 }
 """
@@ -77,6 +99,37 @@ FOLLOW_PAGE_JS = """
   const code = document.getElementById('class-code-big');
   const button = document.getElementById('class-follow');
   if (button && code && code.innerText.trim()) button.click();
+}
+"""
+# The learner's page: a tap (or click) on a candidate in the tree chooses it, when the question lists it (the "rejected
+# first" question lists the candidates tested while every test passes); another candidate is said in one line. The
+# tree's div is drawn anew each round (figure_view), so the handler is attached to whichever div is on show.
+TAP_JS = """
+() => {
+  const hint = () => document.querySelector('#class-tap-hint');
+  const say = (words) => { const box = hint(); if (box) box.textContent = words; };
+  const attach = () => {
+    const box = document.querySelector('#class-tree .dynasd-figure');
+    if (!box || !box.on || box.dynasdTap === box._fullLayout) return;
+    box.dynasdTap = box._fullLayout;
+    box.on('plotly_click', (event) => {
+      const point = event && event.points && event.points[0];
+      if (!point || point.customdata === undefined || point.customdata === null) return;
+      const node = Number(point.customdata);
+      const labels = [...document.querySelectorAll('#class-choice label')];
+      if (!labels.length) return;
+      const chosen = labels.find((label) => label.textContent.trim().startsWith(`node ${node} ·`));
+      if (chosen) {
+        chosen.click();
+        say(`You chose node ${node}: press Answer to send it.`);
+      } else if (labels.some((label) => label.textContent.trim().startsWith('node '))) {
+        say(`Node ${node} is not on the list: the walk tests the listed candidates before any other.`);
+      } else {
+        say('This question is answered from the list below the question.');
+      }
+    });
+  };
+  setInterval(attach, 400);
 }
 """
 # Start: the page's own address, so that the link and its QR code reach this server as the learners see it.
@@ -115,18 +168,24 @@ class PollViews(LearnerViews):
 
 @dataclass
 class JoinViews(LearnerViews):
-    """Joined: the join box gives way, the page starts asking, the browser keeps code and name."""
+    """Joined: the join box gives way, the page starts asking, the browser keeps the code, the name and the
+    learner's rejoin token (the page's every request carries it)."""
 
+    token: Any = left_out()   # first: the views that `latest` asks for (its .change) go with the token
     join_box: Any = left_out()
     status: Any = left_out()
     latest: Any = left_out()
     timer: Any = left_out()
     stored: Any = left_out()
+    you: Any = left_out()
 
     @classmethod
-    def of(cls, klass: Classroom, view: LearnerView) -> "JoinViews":
-        return cls(gr.Column(visible=False), status_line(learner_status(klass, view)), view.key,
-                   gr.Timer(active=True), [klass.code, view.name])
+    def of(cls, klass: Classroom, token: str) -> "JoinViews":
+        view = klass.view(token)
+        return cls(token, gr.Column(visible=False), status_line(learner_status(klass, view)), view.key,
+                   gr.Timer(active=True), [klass.code, view.name, token],
+                   f"You are **{view.name}** in this browser: a reload, the link again or another tab of it is you "
+                   "too, with your answers.")
 
 
 @dataclass
@@ -165,13 +224,36 @@ class ShowViews(LearnerViews):
     @classmethod
     def of(cls, klass: Classroom, view: LearnerView) -> "ShowViews":
         current = view.round
-        question = f"**{current.question.text}**" if current and view.phase is not Phase.ENDED else ""
-        return cls(status_line(learner_status(klass, view)), question, learner_outcome(view, klass),
-                   **drawn_for_class(klass), asked=current.number if current else 0,
+        drawn = dict(drawn_for_class(klass))
+        drawn["text"] = gr.HighlightedText(drawn["text"], color_map=drawn.pop("colours"))
+        return cls(status_line(learner_status(klass, view)), learner_question(view), learner_outcome(view, klass),
+                   **drawn, asked=current.number if current else 0,
                    round_box=gr.Column(visible=current is not None),
                    answer_box=gr.Column(visible=view.phase is not Phase.ENDED),
-                   choice=gr.Radio(choices=list(current.question.choices) if current else [], value=view.mine),
+                   choice=gr.Radio(choices=plain_choices(current.question.choices) if current else [],
+                                   value=view.mine),
                    answer_btn=gr.Button(interactive=view.phase is Phase.ASKING and view.mine is None))
+
+
+def plain_choices(choices) -> list[tuple[str, int]]:
+    """A question's choices as a radio button shows them: plain text (a label is written for Markdown, with a token
+    such as <s> escaped; a radio button's label is text already)."""
+    return [(html.unescape(label), value) for label, value in choices]
+
+
+def learner_question(view: LearnerView) -> str:
+    """The question on show; in a second vote, what the learner said first and what to do now."""
+    current = view.round
+    if current is None or view.phase is Phase.ENDED:
+        return ""
+    text = f"**{current.question.text}**"
+    if current.vote == SECOND and not current.revealed:
+        first = current.question.label(view.first) if view.first is not None else "no answer"
+        text = (f"**Second vote.** Talk it over with your neighbours, then answer again (your first answer: "
+                f"{first}; the second is the one scored).\n\n{text}")
+    if current.question.ask.name == "FIRST_REJECTED" and not current.revealed:
+        text += "\n\nTap a candidate on the tree, or pick it from the list."
+    return text
 
 
 def learner_status(klass: Classroom, view: LearnerView) -> str:
@@ -183,10 +265,11 @@ def learner_status(klass: Classroom, view: LearnerView) -> str:
         return f"{you}: the class has ended. Your score: **{view.right} of {view.asked}**."
     if view.phase is Phase.REVEALED:
         return f"{you}: step {current.index} revealed. Your score: **{view.right} of {view.asked}**."
+    vote = " in the second vote" if current.vote == SECOND else ""
     if view.mine is None:
-        return f"{you}: step {current.index} is on show. Predict, then press **Answer**, before the reveal!"
-    return (f"{you}: your answer to step {current.index} is in (**{current.question.label(view.mine)}**). Waiting for "
-            "the reveal…")
+        return f"{you}: step {current.index} is on show. Predict, then press **Answer**{vote}, before the reveal!"
+    return (f"{you}: your answer to step {current.index}{vote} is in (**{current.question.label(view.mine)}**). "
+            "Waiting for the reveal…")
 
 
 def learner_outcome(view: LearnerView, klass: Classroom) -> str:
@@ -195,13 +278,13 @@ def learner_outcome(view: LearnerView, klass: Classroom) -> str:
         return summary_markdown(klass.summary(), len(klass.learners))
     if current is None or not current.revealed:
         return ""
-    question = current.question
-    if view.mine is None:
+    question, scored = current.question, current.final(view.learner)
+    if scored is None:
         mark = f"You did not answer step {current.index}"
-    elif view.mine == question.answer:
+    elif scored == question.answer:
         mark = "✓ **Right**"
     else:
-        mark = f"✗ **Not quite** (you said {question.label(view.mine)})"
+        mark = f"✗ **Not quite** (you said {question.label(scored)})"
     moved = " The lecturer moved on before revealing it." if current.moved_on else ""
     return f"{mark}: {question.said}. {question.why}{moved}"
 
@@ -229,7 +312,7 @@ def _draw(klass: Classroom) -> dict:
     timeline, no stop scores); before the reveal the step's verdicts hidden, as Play hides them (viz/predict.py)."""
     current, run = klass.current, klass.run
     if current is None or run is None:
-        return dict(text=[], story="", tree=None, mask=None, pq=None)
+        return dict(text=[], colours={}, story="", tree=None, mask=None, pq=None)
     index, step = current.index, run.steps[current.index]
     if current.revealed:
         root = viz.root_token(run, index)
@@ -241,7 +324,14 @@ def _draw(klass: Classroom) -> dict:
         before = (viz.text_spans(run, index - 1), {}, "", "") if index else None
         spans, figures, _, story = hidden_step_views(run, index, phases.before_the_tests(step), before, "")
     figures = {name: None if figures.get(name) is None else figures[name].to_json() for name in ("tree", "mask", "pq")}
-    return dict(text=spans, story=story, **figures)
+    return dict(text=spans, colours=text_colours(spans), story=story, **figures)
+
+
+def text_colours(spans) -> dict:
+    """The text's colour legend with only the kinds of token this text has (a phone has no room for the rest)."""
+    every = viz.text_color_map()
+    shown = {label for _, label in spans if label}
+    return {label: colour for label, colour in every.items() if label in shown}
 
 
 def learner_handler(views: type[LearnerViews]) -> Callable:
@@ -261,37 +351,38 @@ def learner_handler(views: type[LearnerViews]) -> Callable:
 
 
 @learner_handler(JoinViews)
-def on_join(klass, name):
-    """Join (or rejoin by name): the page starts asking for the class's views."""
-    return JoinViews.of(klass, klass.view(klass.join(name)))
+def on_join(klass, name, token=""):
+    """Join under a name, or come back with the browser's rejoin token (a reload, another tab): the page starts
+    asking for the class's views."""
+    return JoinViews.of(klass, klass.join(name, token))
 
 
 @learner_handler(PollViews)
-def on_poll(klass, name):
+def on_poll(klass, token):
     """A learner's page asking what it should show: the key alone (the views follow only when it changed)."""
-    return PollViews(klass.view(name).key)
+    return PollViews(klass.view(token).key)
 
 
 @learner_handler(ShowViews)
-def on_show(klass, name):
-    return ShowViews.of(klass, klass.view(name))
+def on_show(klass, token):
+    return ShowViews.of(klass, klass.view(token))
 
 
 @learner_handler(AnswerViews)
-def on_answer(klass, name, number, choice):
-    """A learner's answer to round `number` (the round the page shows)."""
-    return AnswerViews.of(klass, klass.answer(name, number, choice))
+def on_answer(klass, token, number, choice):
+    """A learner's answer to round `number` (the round the page shows), in the vote open now."""
+    return AnswerViews.of(klass, klass.answer(token, number, choice))
 
 
 def on_learner_open(stored, request: gr.Request):
-    """Page load: the link's code in the code box; a learner who had joined this class in this browser (a reload)
-    rejoins by their name at once. What the learner may have typed already is kept (a skip) when there is nothing
-    to put in its place."""
+    """Page load: the link's code in the code box; a browser that joined this class before (a reload, another tab,
+    the link again) comes back as the same learner at once, with its rejoin token. What the learner may have typed
+    already is kept (a skip) when there is nothing to put in its place."""
     code = str(dict(request.query_params).get("code", "") if request else "")[:32]
-    known = stored if isinstance(stored, (list, tuple)) and len(stored) == 2 else ["", ""]
+    known = list(stored) if isinstance(stored, (list, tuple)) and len(stored) == 3 else ["", "", ""]
     same = bool(code) and str(known[0]).upper() == code.upper()
-    name = str(known[1]) if same else ""
-    joined = on_join(code, name) if same and name else JoinViews().outputs()
+    name, token = (str(known[1]), str(known[2])) if same else ("", "")
+    joined = on_join(code, name, token) if token else JoinViews().outputs()
     return (code or gr.skip(), name or gr.skip(), *joined)
 
 
@@ -312,6 +403,7 @@ def learner_column(demo: gr.Blocks) -> None:
             join_btn = gr.Button("Join", variant="primary", elem_id="class-join-btn")
         status = gr.Markdown(status_line("Type the class code and your name, then press **Join**."), label="status",
                              elem_id="class-learner-status")
+        you = gr.Markdown("", label="who you are", elem_id="class-you")
         # shown once there is a round: the question, then the lecturer's step (its text, story and figures)
         with gr.Column(visible=False, elem_id="class-round") as round_box:
             with gr.Column(elem_id="class-answer-box") as answer_box:
@@ -320,6 +412,7 @@ def learner_column(demo: gr.Blocks) -> None:
                 # the round's choices change with each round: the answer is checked against them by the class
                 # (Classroom.answer), not by Gradio against the choices the page was built with
                 choice.preprocess = lambda payload: payload
+                gr.HTML("<div id='class-tap-hint' aria-live='polite'></div>", padding=False)
                 answer_btn = gr.Button("Answer", variant="primary", elem_id="class-answer-btn")
             outcome = gr.Markdown("", label="outcome and score", elem_id="class-outcome")
             text = gr.HighlightedText(label="Generated text", color_map=viz.text_color_map(), show_legend=True,
@@ -331,22 +424,25 @@ def learner_column(demo: gr.Blocks) -> None:
         asked = gr.Number(0, visible=False, precision=0, label="round on show")
         latest = gr.Textbox("", visible=False, label="view to show")
         timer = gr.Timer(POLL_S, active=False)
-        stored = gr.BrowserState(["", ""], storage_key="dynasd-class-learner")
+        token = gr.Textbox("", visible=False, label="rejoin token")
+        # code, name and rejoin token: every tab of this browser is one learner (localStorage is shared by its tabs)
+        stored = gr.BrowserState(["", "", ""], storage_key="dynasd-class-learner")
         # No learner event waits in the queue (none runs a model): each is a plain request, as the page's poll
         quiet = dict(show_progress="hidden", queue=False)
         # the page's own plumbing (what a page shows, its timer and browser state): callable, as the measuring
         # scripts call it, but not documented as the app's API
         plumbing = dict(quiet, api_visibility="undocumented")
-        joined = JoinViews(join_box, status, latest, timer, stored).outputs()
-        join_btn.click(on_join, [code, name], joined, api_name="class_join", **plumbing)
-        name.submit(on_join, [code, name], joined, api_visibility="private", **quiet)
-        timer.tick(on_poll, [code, name], [latest], api_name="class_poll", **plumbing)
+        joined = JoinViews(token, join_box, status, latest, timer, stored, you).outputs()
+        join_btn.click(on_join, [code, name, token], joined, api_name="class_join", **plumbing)
+        name.submit(on_join, [code, name, token], joined, api_visibility="private", **quiet)
+        timer.tick(on_poll, [code, token], [latest], api_name="class_poll", **plumbing)
         shown = ShowViews(status, question, outcome, text, story, tree, mask, pq, asked, round_box, answer_box,
                           choice, answer_btn)
-        latest.change(on_show, [code, name], shown.outputs(), api_name="class_show", **plumbing)
-        answer_btn.click(on_answer, [code, name, asked, choice], [status, latest], api_name="class_answer",
+        latest.change(on_show, [code, token], shown.outputs(), api_name="class_show", **plumbing)
+        answer_btn.click(on_answer, [code, token, asked, choice], [status, latest], api_name="class_answer",
                          **plumbing)
         demo.load(on_learner_open, [stored], [code, name, *joined], api_visibility="private", **quiet)
+        demo.load(None, js=TAP_JS, api_visibility="private", queue=False)
 
 
 # -- the lecturer's Class tab -----------------------------------------------------------------------------------------
@@ -408,15 +504,17 @@ class ClassStepViews(StepViews):
 def lecturer_fields(klass: Classroom, said: str | None = None) -> dict:
     current = klass.current
     summary = summary_markdown(klass.summary(), len(klass.learners)) if klass.ended else ""
-    answers = answers_figure(current.question if current else None, current.tally() if current else {},
-                             bool(current and current.revealed), len(klass.learners))
+    answers = answers_figure(current.question if current else None, current.tally(FIRST) if current else {},
+                             bool(current and current.revealed), len(klass.learners),
+                             second=current.tally(SECOND) if current and current.second is not None else None)
     return dict(class_status=status_line(said or lecturer_status(klass), "ok" if said else "info"),
                 answers=answers.to_json(), class_summary=summary)
 
 
 def lecturer_key(klass: Classroom) -> str:
     current = klass.current
-    return f"{klass.id}.{klass.version}.{len(klass.learners)}.{len(current.answers) if current else 0}"
+    answered = len(current.answers) + len(current.second or {}) if current else 0
+    return f"{klass.id}.{klass.version}.{len(klass.learners)}.{answered}"
 
 
 def lecturer_status(klass: Classroom) -> str:
@@ -425,18 +523,26 @@ def lecturer_status(klass: Classroom) -> str:
     if klass.ended:
         return f"{joined}. The class has ended: the summary is below."
     if current is None:
-        return f"{joined}. Press **Step** (here, or above) to show the class a step."
+        return f"{joined}. Press **Step** (here, or above) to show the class a step; it asks: {klass.ask.value}"
     answers = f"{len(current.answers)} of {learners} answered"
+    if current.second is not None:
+        answers += f", {len(current.second)} of {learners} in the second vote"
     if current.revealed:
         return f"{joined}. Step {current.index} revealed ({answers}). Step on for the next question."
-    return f"{joined}. Step {current.index}: {answers}. Press **Reveal** when the class has voted and discussed."
+    if current.second is None:
+        return (f"{joined}. Step {current.index}: {answers}. Let them discuss and open a **Second vote**, or "
+                "press **Reveal**.")
+    return f"{joined}. Step {current.index}: {answers}. Press **Reveal** when the second vote is in."
 
 
-def class_link(address: str, code: str) -> str:
-    """The learner's link: this page's address (as the lecturer's browser sees it) with the class's path."""
-    base = address if isinstance(address, str) and address.startswith(("http://", "https://")) \
+def class_link(address: str, code: str) -> tuple[str, str]:
+    """The learner's link and, when phones cannot open it, the warning that says so (ui/class_address.py): from
+    this page's address (as the lecturer's browser sees it) and how the server listens."""
+    page = address if isinstance(address, str) and address.startswith(("http://", "https://")) \
         and len(address) <= MAX_ADDRESS_CHARS and not any(c in address for c in "\"'<> ") else ""
-    return f"{base.rstrip('/')}/{CLASS_PATH}?code={code}"
+    reach = learner_address(page) if page else None
+    base = reach.base if reach else ""
+    return f"{base.rstrip('/')}/{CLASS_PATH}?code={code}", reach.warning if reach else ""
 
 
 def qr_svg(link: str) -> str:
@@ -469,10 +575,11 @@ def started(session: Session, klass: Classroom, address: str) -> ClassStartViews
 
 
 def shown_to_lecturer(klass: Classroom, address: str, said: str) -> ClassStartViews:
-    link = class_link(address, klass.code)
+    link, warning = class_link(address, klass.code)
+    warned = f"\n\n<div id='class-address-warning'>\n\n⚠ {warning}\n\n</div>" if warning else ""
     return ClassStartViews.of(klass, said, code=klass.code, token=klass.token, qr=qr_svg(link),
                               link=f"<div id='class-code-big'>{klass.code}</div>\n\nLearners open **{link}** (or "
-                                   "scan the code) and pick a name.")
+                                   f"scan the code) and pick a name.{warned}")
 
 
 def on_lecturer_page(code, token) -> tuple:
@@ -531,6 +638,56 @@ def on_class_follow_page(session, code, token):
     """The lecturer's page stepped or revealed with its own buttons or keys: the class follows."""
     klass = state.CLASSES.lecturing(code, token)
     return ClassPanel.of(prime(klass)) if follow(klass, session) else ClassPanel()
+
+
+@handler(ClassPanel)
+def on_class_second_vote(session, code, token):
+    """Peer instruction's second vote: learners talk it over, then answer the round on show again."""
+    klass = state.CLASSES.lecturing(code, token)
+    current = klass.open_second_vote()
+    return ClassPanel.of(prime(klass), f"Second vote on step {current.index} open: learners discuss with their "
+                                       "neighbours, then answer again (their second answer is scored).")
+
+
+@dataclass
+class ClassResultsViews(ClassPanel):
+    """The class's results as a CSV file to download."""
+
+    results: Any = left_out()
+
+
+# A spreadsheet reads a cell that starts with one of these as a formula: a learner's name must stay text
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+RESULT_COLUMNS = ("kind", "round", "step", "question", "right_answer", "learner", "first_vote", "second_vote", "right",
+                  "score", "revealed_rounds")
+
+
+def results_csv(klass: Classroom, names: bool) -> str:
+    """The class's results (Classroom.results) as CSV text: per round and learner the question, the answer in each
+    vote and the right answer; per learner the score. Cells that a spreadsheet would run as formulas are quoted."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, RESULT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in klass.results(names=names):
+        writer.writerow({key: f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+                         for key, value in row.items()})
+    return out.getvalue()
+
+
+@handler(ClassResultsViews)
+def on_class_results(session, code, token, without_names):
+    """The class's results to download as CSV (at most MAX_ROUNDS x MAX_LEARNERS answer rows), names left out when
+    asked. Written to a temporary folder, which Gradio serves to this page only."""
+    klass = state.CLASSES.lecturing(code, token)
+    if not klass.rounds:
+        raise UserError("no step has been shown to the class yet: there are no results")
+    folder = Path(tempfile.mkdtemp(prefix="dynasd-class-"))
+    path = folder / f"class-{klass.code}-results{'-no-names' if without_names else ''}.csv"
+    path.write_text(results_csv(klass, names=not without_names), encoding="utf-8")
+    rows = sum(1 for row in klass.results() if row["kind"] == "answer")
+    return ClassResultsViews.of(klass, f"Results of {len(klass.rounds)} step(s), {rows} answer row(s), "
+                                       f"{'without' if without_names else 'with'} names: download below.",
+                                results=gr.File(str(path), visible=True))
 
 
 @handler(ClassPanel)
@@ -593,11 +750,17 @@ def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: 
                                      elem_id="class-node", scale=1, min_width=120)
                 with gr.Row():
                     step = gr.Button("Step for the class", variant="primary", elem_id="class-step", min_width=100)
+                    second_vote = gr.Button("Second vote", elem_id="class-second-vote", min_width=100)
                     reveal = gr.Button("Reveal to the class", elem_id="class-reveal", min_width=100)
                 class_status = gr.Markdown("", label="class status", elem_id="class-status")
             qr = gr.HTML("", label="QR code", elem_id="class-qr")
         answers = figure_view("Answers (no names)", "class-answers")
         summary = gr.Markdown("", label="class summary", elem_id="class-summary")
+        with gr.Row():
+            without_names = gr.Checkbox(False, label="Leave names out (learner 1, 2, …)", elem_id="class-no-names")
+            export = gr.Button("Results as CSV", elem_id="class-export", min_width=100)
+        results = gr.File(None, label="Class results (CSV)", visible=False, interactive=False,
+                          elem_id="class-results")
         follow_btn = gr.Button("Follow the page's step", elem_id="class-follow", size="sm")
         code = gr.Textbox("", visible=False, label="class code")
         token = gr.Textbox("", visible=False, label="lecturer token")
@@ -620,6 +783,9 @@ def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: 
                                 class_summary=summary).outputs()
     step.click(on_class_step, [*lecturer, prompt], step_views, inputs_kwargs=controls, api_name="class_step", **quiet)
     reveal.click(on_class_reveal, lecturer, step_views, api_name="class_reveal", **quiet)
+    second_vote.click(on_class_second_vote, lecturer, panel, api_name="class_second_vote", **quiet)
+    export.click(on_class_results, [*lecturer, without_names], ClassResultsViews(*panel, results).outputs(),
+                 api_name="class_results", **quiet)
     ask.input(on_class_ask, [*lecturer, ask, node], panel, api_name="class_question", **quiet)
     node.submit(on_class_ask, [*lecturer, ask, node], panel, api_visibility="private", **quiet)
     end.click(on_class_end, lecturer, whole, api_name="class_end", **quiet).then(**page_state)

@@ -10,18 +10,24 @@ class then follows that session's run (`follow`), so the page's Step, Run and le
 The class's life, one phase at a time (`Classroom.phase`):
 
     WAITING  --the lecturer's run gains a step-->  ASKING (a round: the step, its verdicts hidden, a question)
+    ASKING   --second vote-->  ASKING, second vote (peer instruction: learners discuss, then answer again)
     ASKING   --reveal-->  REVEALED (answers closed, every learner sees the outcome and their score)
     ASKING or REVEALED  --a newer step-->  ASKING (an open round the lecturer stepped past is revealed first)
     any      --end-->  ENDED (the summary; learners may still rejoin and read it)
 
 Bounds: names of at most MAX_NAME_CHARS, at most MAX_LEARNERS a class and MAX_ROUNDS rounds, at most
-`max_classes` classes a server (ClassRegistry), each dropped `ttl_s` after its last use. A learner is their name
-(rejoining by name after a reload finds their answers), and sees no one else's. Only the holder of the class's
-lecturer token may step, reveal, ask or end. Bad input is a UserError with one clear sentence, and changes nothing.
+`max_classes` classes a server (ClassRegistry), each dropped `ttl_s` after its last use. A learner is their rejoin
+token, a secret the class hands out at the first join and the learner's browser keeps (a reload, a second tab or
+the link again is the same learner); their name is how they are shown, and a name another token holds is refused,
+so no one answers as a classmate. A learner sees no one else's answers. Only the holder of the class's lecturer
+token may step, reveal, ask, open the second vote or end. Bad input is a UserError with one clear sentence, and
+changes nothing.
 """
 from __future__ import annotations
 
 import collections
+import hashlib
+import html
 import hmac
 import pickle
 import re
@@ -42,9 +48,12 @@ CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a p
 CODE_LENGTH = 5
 MAX_CODE_CHARS = 16        # longer input is refused before any lookup
 MAX_NAME_CHARS = 24
+MAX_TOKEN_CHARS = 64       # a rejoin token as the class hands it out is 22 characters
+TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 MAX_LEARNERS = 50
 MAX_ROUNDS = 500
 NO_REJECTION = -1          # the "first rejected" answer when every test passed
+FIRST, SECOND = 1, 2       # the votes of a round: every round has the first; the lecturer may open a second
 
 
 class Ask(Enum):
@@ -85,17 +94,40 @@ class Question:
 
 @dataclass
 class Round:
-    """One step on show to the class: its question, every learner's answer (by learner key, in arrival order)."""
+    """One step on show to the class: its question and every learner's answer (by learner key, in arrival order),
+    in the first vote and, once the lecturer opened it, the second (peer instruction: after the first answers the
+    learners discuss with their neighbours and answer again; the second answer is the one scored)."""
 
     number: int   # 1, 2, ... in the order the class saw them
     index: int    # the step of the class's run
     question: Question
-    answers: dict[str, int] = field(default_factory=dict)
+    answers: dict[str, int] = field(default_factory=dict)   # the first vote
     revealed: bool = False
     moved_on: bool = False  # revealed because the lecturer stepped past it
+    second: dict[str, int] | None = None                    # the second vote, once opened
 
-    def tally(self) -> collections.Counter:
-        return collections.Counter(self.answers.values())
+    @property
+    def vote(self) -> int:
+        """The vote open now (or the last one, once revealed)."""
+        return FIRST if self.second is None else SECOND
+
+    def votes(self, vote: int) -> dict[str, int]:
+        if vote == FIRST:
+            return self.answers
+        return self.second if self.second is not None else {}
+
+    def tally(self, vote: int | None = None) -> collections.Counter:
+        """How many chose each answer in `vote` (the vote open now when None)."""
+        return collections.Counter(self.votes(vote or self.vote).values())
+
+    def final(self, key: str) -> int | None:
+        """A learner's scored answer: their second vote's, else their first's."""
+        if self.second is not None and key in self.second:
+            return self.second[key]
+        return self.answers.get(key)
+
+    def finals(self) -> dict[str, int]:
+        return {key: self.final(key) for key in {**self.answers, **(self.second or {})}}
 
 
 @dataclass(frozen=True)
@@ -105,9 +137,13 @@ class RoundSummary:
     question: str
     right_answer: str
     answered: int
-    right: int
+    right: int                 # scored answers (the second vote's where given) that were right
     common_wrong: str | None   # the wrong answer given most often (None: no wrong answer)
     common_wrong_count: int
+    first_right: int = 0       # right in the first vote
+    second_answered: int | None = None   # None: no second vote
+    moved_to_right: int = 0    # wrong (or no answer) in the first vote, right in the second
+    moved_from_right: int = 0  # right in the first vote, wrong in the second
 
     @property
     def share_right(self) -> float:
@@ -120,12 +156,14 @@ class LearnerView:
     so a page that holds `key` already needs nothing sent."""
 
     key: str
+    learner: str              # the learner's key
     name: str
     phase: Phase
     round: Round | None
-    mine: int | None          # this learner's answer to the round on show
+    mine: int | None          # this learner's answer in the round's open (or last) vote
     right: int                # this learner's score over the revealed rounds
     asked: int
+    first: int | None = None  # in a second vote: this learner's answer in the first
 
 
 def question_for(run: RunTrace, index: int, ask: Ask = Ask.COMMIT, node: int | None = None) -> Question:
@@ -144,7 +182,7 @@ def question_for(run: RunTrace, index: int, ask: Ask = Ask.COMMIT, node: int | N
         return Question(ask, text, choices, answer, said, why)
     if ask is Ask.FIRST_REJECTED:
         first = next((i for i in tested if step.nodes[i].status == "rejected"), NO_REJECTION)
-        choices = tuple((node_label(step, i), i) for i, n in enumerate(step.nodes) if n.status != "padding")
+        choices = tuple((node_label(step, i), i) for i in first_tests(step))
         if first == NO_REJECTION:
             said = f"no candidate of step {index} was rejected"
             why = "Every candidate the walk tested passed, so the target added its bonus token at the end."
@@ -158,6 +196,27 @@ def question_for(run: RunTrace, index: int, ask: Ask = Ask.COMMIT, node: int | N
     answer, said, why = _node_reveal(step, node)
     return Question(ask, f"Step {index}: will {node_label(step, node)} pass its test?",
                     (("it passes", 1), ("it fails", 0)), answer, said, why, node)
+
+
+def first_tests(step: StepTrace) -> list[int]:
+    """The candidates the walk tests while every test passes: under each node the first candidate drafted from it
+    (the walk tries a level's candidates in order and goes down from the first that passes), and under every
+    target-rooted chain's root (a root is the target's own token, never tested, and the walk tries every chain) the
+    same. So the first rejection, whatever the outcome, is one of them: the "rejected first" question's short list,
+    known before the tests (it says nothing of their outcome)."""
+    children: dict[int, list[int]] = {}
+    for i, n in enumerate(step.nodes):
+        if n.status != "padding":
+            children.setdefault(n.parent, []).append(i)
+
+    def down(parent: int) -> list[int]:
+        kids = children.get(parent, [])
+        roots = [i for i in kids if step.nodes[i].origin == "target_root"]
+        if roots:
+            return [i for root in roots for i in down(root)]
+        return [kids[0], *down(kids[0])] if kids else []
+
+    return down(-1)
 
 
 def node_label(step: StepTrace, i: int) -> str:
@@ -181,8 +240,23 @@ def check_name(name) -> str:
 
 
 def name_key(name: str) -> str:
-    """Who a name is: the same name rejoins, whatever its case."""
+    """A name as the class compares names: two names that differ only in case or spacing are one name."""
     return check_name(name).casefold()
+
+
+def check_token(token) -> str:
+    """A rejoin token as the browser sent it back ("" when it holds none yet), or UserError."""
+    if token is None or token == "":
+        return ""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not set(token) <= TOKEN_CHARS:
+        raise UserError("this page's rejoin token is damaged: reload the page and join again")
+    return token
+
+
+def token_key(token: str) -> str:
+    """A learner's key in the class's answers: a digest of their token (the answers and an export never hold the
+    secret itself)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def check_code(code) -> str:
@@ -219,7 +293,8 @@ class Classroom:
         self.run = run
         self.at = len(run.steps) - 1 if run is not None else -1  # the run's last step the class has seen
         self.rounds: list[Round] = []
-        self.learners: dict[str, str] = {}       # key -> the name as first typed
+        self.learners: dict[str, str] = {}       # learner key (token_key) -> the name as first typed
+        self.names: dict[str, str] = {}          # name_key -> the learner key that holds the name
         self.ask, self.node = Ask.COMMIT, None     # what the next round asks
         self.ended = False
         self.version = 0                          # bumped at every change a page may show
@@ -228,7 +303,7 @@ class Classroom:
 
     # -- the class as data ------------------------------------------------------------------------------------
     STATE = ("id", "code", "token", "lecturer_session", "created", "last_used", "run", "at", "rounds", "learners",
-             "ask", "node", "ended", "version")
+             "names", "ask", "node", "ended", "version")
 
     def state(self) -> bytes:
         with self.lock:
@@ -298,6 +373,23 @@ class Classroom:
             self._changed()
             return current
 
+    def open_second_vote(self) -> Round:
+        """Peer instruction's second vote on the round on show: after the first answers the learners discuss, then
+        answer again (each learner's second answer is scored; the first is kept for the histogram and summary)."""
+        with self.lock:
+            if self.ended:
+                raise UserError("the class has ended: start a new one")
+            current = self._open_round("there is no question yet: step first")
+            if current.revealed:
+                raise UserError(f"step {current.index} is revealed already: a second vote comes before the reveal")
+            if current.second is not None:
+                raise UserError(f"the second vote on step {current.index} is open already")
+            if not current.answers:
+                raise UserError("a second vote follows the first answers: none are in yet")
+            current.second = {}
+            self._changed()
+            return current
+
     def set_question(self, ask: Ask, node: int | None = None) -> str:
         """What the next rounds ask; the round on show is asked again while no one has answered it."""
         with self.lock:
@@ -328,28 +420,40 @@ class Classroom:
             return self.summary()
 
     # -- the learners ------------------------------------------------------------------------------------------
-    def join(self, name) -> str:
-        """A learner joins by name, or rejoins (the same name, any case): their answers are theirs again."""
-        shown, key = check_name(name), name_key(name)
+    def join(self, name, token=None) -> str:
+        """A learner joins under `name` and gets their rejoin token (the browser keeps it), or comes back with it (a
+        reload, another tab): then their answers are theirs again and the name they first chose stays. A name
+        another learner holds is refused. Returns the token."""
+        token = check_token(token)
         with self.lock:
-            if key not in self.learners:
-                if len(self.learners) >= MAX_LEARNERS:
-                    raise UserError(f"this class is full ({MAX_LEARNERS} learners)")
-                self.learners[key] = shown
+            key = token_key(token) if token else ""
+            if key in self.learners:
                 self._touch()
-            return key
+                return token
+            shown, wanted = check_name(name), name_key(name)
+            if wanted in self.names:
+                raise UserError(f"someone in this class already goes by '{self.learners[self.names[wanted]]}': "
+                                "pick another name")
+            if len(self.learners) >= MAX_LEARNERS:
+                raise UserError(f"this class is full ({MAX_LEARNERS} learners)")
+            token = token or secrets.token_urlsafe(16)
+            key = token_key(token)
+            self.learners[key], self.names[wanted] = shown, key
+            self._touch()
+            return token
 
-    def learner(self, name) -> str:
-        """The key of a learner who has joined, or UserError."""
-        key = name_key(name)
+    def learner(self, token) -> str:
+        """The key of the learner holding `token`, or UserError."""
+        token = check_token(token)
+        key = token_key(token) if token else ""
         if key not in self.learners:
             raise UserError("join the class first: type your name and press Join")
         return key
 
-    def answer(self, name, number, value) -> LearnerView:
-        """A learner's answer to round `number` (the round their page shows): one per round, before its reveal.
-        Returns the learner's view with it."""
-        key = self.learner(name)
+    def answer(self, token, number, value) -> LearnerView:
+        """A learner's answer to round `number` (the round their page shows) in the vote open now: one per vote,
+        before the reveal. Returns the learner's view with it."""
+        key = self.learner(token)
         with self.lock:
             if self.ended:
                 raise UserError("the class has ended: your answers are counted in the summary")
@@ -362,51 +466,86 @@ class Classroom:
                 shown = next((r for r in self.rounds if r.number == number), None)
                 step = f"step {shown.index}" if shown else "that step"
                 raise UserError(f"the answers for {step} closed at its reveal: this one was not counted")
-            if key in current.answers:
-                raise UserError(f"you answered step {current.index} already "
-                                f"({current.question.label(current.answers[key])}): your first answer stands")
+            votes = current.votes(current.vote)
+            if key in votes:
+                which = "in the second vote " if current.vote == SECOND else ""
+                raise UserError(f"you answered step {current.index} {which}already "
+                                f"({current.question.label(votes[key])}): that answer stands")
             try:
                 value = int(value)
             except (TypeError, ValueError):
                 value = None
             if value not in {v for _, v in current.question.choices}:
                 raise UserError("pick one of the answers first")
-            current.answers[key] = value
+            votes[key] = value
             self._changed()
-            return self.view(name)
+            return self.view(token)
 
-    def view(self, name) -> LearnerView:
-        key = self.learner(name)
+    def view(self, token) -> LearnerView:
+        key = self.learner(token)
         with self.lock:
             current = self.current
-            mine = current.answers.get(key) if current else None
+            mine = current.votes(current.vote).get(key) if current else None
+            first = current.answers.get(key) if current and current.vote == SECOND else None
             right, asked = self.score(key)
             number, phase = self.frame()
-            asked_about = f"{current.question.ask.name}{current.question.node}" if current else ""
-            return LearnerView(f"{self.id}.{number}.{phase}.{asked_about}.{mine}", self.learners[key], self.phase,
-                               current, mine, right, asked)
+            asked_about = f"{current.question.ask.name}{current.question.node}.{current.vote}" if current else ""
+            return LearnerView(f"{self.id}.{number}.{phase}.{asked_about}.{mine}", key, self.learners[key],
+                               self.phase, current, mine, right, asked, first)
 
     def score(self, key: str) -> tuple[int, int]:
         """(right, asked) over the revealed rounds: a round not answered counts as asked."""
         revealed = [r for r in self.rounds if r.revealed]
-        return sum(r.answers.get(key) == r.question.answer for r in revealed), len(revealed)
+        return sum(r.final(key) == r.question.answer for r in revealed), len(revealed)
 
     # -- the class as a whole ----------------------------------------------------------------------------------
     def summary(self) -> list[RoundSummary]:
-        """Per revealed round: how many answered, how many were right, and the most common wrong answer."""
+        """Per revealed round: how many answered, how many were right (scored on the second vote where a learner
+        gave one), the most common wrong answer, and with a second vote how many moved to the right answer."""
         rows = []
         with self.lock:
             for r in self.rounds:
                 if not r.revealed:
                     continue
-                tally = r.tally()
-                wrong = [(count, -value) for value, count in tally.items() if value != r.question.answer]
+                finals, right = r.finals(), r.question.answer
+                tally = collections.Counter(finals.values())
+                wrong = [(count, -value) for value, count in tally.items() if value != right]
                 common = -max(wrong)[1] if wrong else None
-                rows.append(RoundSummary(r.number, r.index, r.question.short, r.question.label(r.question.answer),
-                                         len(r.answers), tally[r.question.answer],
+                moved = collections.Counter((r.answers.get(key) == right, value == right)
+                                            for key, value in (r.second or {}).items())
+                rows.append(RoundSummary(r.number, r.index, r.question.short, r.question.label(right),
+                                         len(finals), tally[right],
                                          None if common is None else r.question.label(common),
-                                         tally[common] if common is not None else 0))
+                                         tally[common] if common is not None else 0,
+                                         first_right=r.tally(FIRST)[right],
+                                         second_answered=None if r.second is None else len(r.second),
+                                         moved_to_right=moved[(False, True)], moved_from_right=moved[(True, False)]))
         return rows
+
+    def results(self, names: bool = True) -> list[dict]:
+        """The class's results as rows (ui/ writes them as CSV): one per round and learner (the question, the right
+        answer, the answer in each vote), then one per learner (their score). Without names, a learner is
+        "learner N" in the order they joined. Text is plain (the labels' Markdown escapes undone)."""
+        label = lambda question, value: html.unescape(question.label(value))  # noqa: E731
+        with self.lock:
+            shown = {key: name if names else f"learner {i}" for i, (key, name) in enumerate(self.learners.items(), 1)}
+            rows = []
+            for r in self.rounds:
+                for key, who in shown.items():
+                    first, second = r.answers.get(key), (r.second or {}).get(key)
+                    if first is None and second is None:
+                        continue
+                    final = r.final(key)
+                    rows.append(dict(kind="answer", round=r.number, step=r.index,
+                                     question=html.unescape(r.question.text),
+                                     right_answer=label(r.question, r.question.answer) if r.revealed else "",
+                                     learner=who, first_vote=label(r.question, first) if first is not None else "",
+                                     second_vote=label(r.question, second) if second is not None else "",
+                                     right=("yes" if final == r.question.answer else "no") if r.revealed else ""))
+            for key, who in shown.items():
+                right, asked = self.score(key)
+                rows.append(dict(kind="score", learner=who, score=right, revealed_rounds=asked))
+            return rows
 
     def _open_round(self, nothing: str) -> Round:
         if self.current is None:
