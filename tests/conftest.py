@@ -283,13 +283,14 @@ def explorer_url(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def served_app(arguments: list[str], env: dict[str, str], log_path):
-    """`python app.py ARGUMENTS` (the way users start it) on a free local port, its output in `log_path`, with
-    `env` over this process's environment; yields its URL once it answers, and stops it afterwards."""
+def served_app(arguments: list[str], env: dict[str, str], log_path, host: str = "127.0.0.1"):
+    """`python app.py ARGUMENTS` (the way users start it) on a free local port, listening on `host`, its output in
+    `log_path`, with `env` over this process's environment; yields its URL (on this machine's loopback) once it
+    answers, and stops it afterwards."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", **env}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", *arguments, "--port", str(port), "--host", "127.0.0.1"],
+        proc = subprocess.Popen([sys.executable, "app.py", *arguments, "--port", str(port), "--host", host],
                                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:

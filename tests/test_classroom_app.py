@@ -228,3 +228,26 @@ def test_a_reload_of_the_lecturers_page_puts_the_class_back_only_with_its_secret
     assert shown["session_id"] == gr.skip(), "the page keeps its own session"
     for kept in ([klass.code, "not the secret"], ["", ""], None, ["ZZZZZ", klass.token]):
         assert all(v == gr.skip() for v in on_lecturer_open(kept, "http://127.0.0.1:7860/")), kept
+
+
+@pytest.mark.slow(seconds=12)
+def test_a_server_open_to_the_room_links_learners_to_its_local_network_address(tmp_path):
+    """`python app.py --host 0.0.0.0` and a lecturer on the machine's loopback: the class's link and QR code carry
+    the machine's address on its local network, which phones can open (or, with no network, say so); the same app
+    on the loopback only says phones cannot open its link (the browser test's server)."""
+    from conftest import served_app
+    from gradio_client import Client
+
+    from ui.class_address import lan_address
+
+    with served_app(["--pair", "tiny-random"], {"DYNASD_PUBLIC": "", "SPACE_HOST": ""}, tmp_path / "app.log",
+                    host="0.0.0.0") as url:
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        started = Client(url, verbose=False).predict(url, api_name="/class_start")
+    code, link, qr = started[3], started[5], started[6]
+    address = lan_address()
+    if address is None:
+        assert "no local network address" in link
+    else:
+        assert f"Learners open **http://{address}:{port}/class?code={code}**" in link
+        assert "Phones cannot" not in link and f"http://{address}:{port}/class?code={code}" in qr

@@ -43,8 +43,8 @@ return points;
 
 @pytest.mark.slow(seconds=40)
 def test_a_class_reaches_two_phones_and_counts_their_answers(browser, phones, explorer_url, tmp_path):  # noqa: F811
-    from selenium.webdriver.common.actions.action_builder import ActionBuilder
     from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ready

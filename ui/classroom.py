@@ -108,7 +108,12 @@ TAP_JS = """
 () => {
   const hint = () => document.querySelector('#class-tap-hint');
   const say = (words) => { const box = hint(); if (box) box.textContent = words; };
+  let asked = '';
   const attach = () => {
+    // a new question or phase (another round, a second vote, the reveal): the last tap's words no longer apply
+    const now = [document.querySelector('#class-question'), document.querySelector('#class-learner-status')]
+      .map((e) => (e ? e.textContent : '')).join('|');
+    if (now !== asked) { asked = now; say(''); }
     const box = document.querySelector('#class-tree .dynasd-figure');
     if (!box || !box.on || box.dynasdTap === box._fullLayout) return;
     box.dynasdTap = box._fullLayout;
