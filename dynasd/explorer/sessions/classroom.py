@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import html
 import hmac
+import html
 import pickle
 import re
 import secrets
