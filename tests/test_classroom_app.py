@@ -251,3 +251,30 @@ def test_a_server_open_to_the_room_links_learners_to_its_local_network_address(t
     else:
         assert f"Learners open **http://{address}:{port}/class?code={code}**" in link
         assert "Phones cannot" not in link and f"http://{address}:{port}/class?code={code}" in qr
+
+
+def test_the_results_download_as_csv_with_formulas_kept_as_text_and_the_legend_shows_only_this_texts_kinds(classroom):
+    import csv
+    import io
+    from pathlib import Path
+
+    from ui.classroom import ClassResultsViews, ShowViews, on_class_results, on_show
+
+    session, controller, klass = classroom
+    fields = [field.name for field in dataclasses.fields(ClassResultsViews)]
+    said = dict(zip(fields, on_class_results(session.id, klass.code, klass.token, False)))
+    assert said["class_status"].startswith("⚠") and "no results" in said["class_status"], "nothing to export yet"
+    sneaky = join(klass.code, "=HYPERLINK(1)")
+    step(session, controller, klass)
+    klass.answer(sneaky, 1, klass.current.question.answer)
+    controller.reveal(0)
+    klass.follow(session.run)
+    shown = dict(zip(fields, on_class_results(session.id, klass.code, klass.token, False)))
+    path = Path(shown["results"].value["path"])  # the File shown, with the CSV's path
+    rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
+    assert {row["learner"] for row in rows} == {"'=HYPERLINK(1)"}, "a spreadsheet reads it as text, not a formula"
+    assert [row["kind"] for row in rows] == ["answer", "score"] and rows[0]["right"] == "yes"
+    views = dict(zip([field.name for field in dataclasses.fields(ShowViews)], on_show(klass.code, sneaky)))
+    text = views["text"]
+    kinds = {label for _, label in klass.drawn[klass.frame()]["text"] if label}
+    assert kinds and set(text.color_map) == kinds, "the legend shows the kinds of token this text has, no more"

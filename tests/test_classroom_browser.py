@@ -145,6 +145,13 @@ def test_a_class_reaches_two_phones_and_counts_their_answers(browser, phones, ex
     wait(ben, lambda d: "your answer to step 0 is in" in text(d, "class-learner-status"))
     assert not [e for e in ben.find_elements(By.ID, "class-join-btn") if e.is_displayed()], "joined: no join box"
     assert "another tab" in text(ben, "class-you")
+    first_tab = ben.current_window_handle
+    ben.switch_to.new_window("tab")  # a second tab of Ben's browser is Ben, with his answer: one vote each
+    ben.get(link)
+    wait(ben, lambda d: "your answer to step 0 is in" in text(d, "class-learner-status") and "Ben" in
+         text(d, "class-you"))
+    ben.close()
+    ben.switch_to.window(first_tab)
 
     lecturer.find_element(By.ID, "class-second-vote").click()  # peer instruction: discuss, then vote again
     for phone in (ana, ben):
