@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -508,3 +509,30 @@ def test_every_text_on_the_page_is_readable_against_its_background(browser, expl
         "return [block.querySelector('.info-text').getBoundingClientRect().width,"
         "        block.querySelector('.head').getBoundingClientRect().width];")
     assert help_width >= 0.95 * head_width, (help_width, head_width)
+
+
+def test_compare_says_how_long_it_takes_counts_its_seconds_and_stops_between_rounds(browser, explorer_url):
+    """Compare says up front how long it takes here (its last run's time; the first one here says it has none),
+    shows the seconds spent with its rounds, and Stop Compare ends it between two rounds, keeping nothing."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(explorer_url)
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
+    wait.until(lambda d: d.find_elements(By.ID, "step-btn"))
+    box = browser.find_element(By.CSS_SELECTOR, "#prompt-box textarea")
+    box.clear()
+    box.send_keys("A prompt that only this test compares, to be stopped.")
+    tab = wait.until(lambda d: next((b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
+                                     if b.get_attribute("textContent").strip() == "Compare"), None))
+    browser.execute_script("arguments[0].scrollIntoView(); arguments[0].click()", tab)
+    status = lambda: browser.find_element(By.ID, "compare-status").text  # noqa: E731
+    wait.until(lambda d: d.find_elements(By.ID, "compare-btn"))[0].click()
+    said = wait.until(lambda _: next((s for s in [status()] if "Stop Compare" in s and "Comparing" in s), None))
+    assert "the first Compare here" in said or re.search(r"about \d+ s \(the last Compare here", said), said
+    wait.until(lambda _: re.search(r"Round \d+: .* \d+ s so far", status()))
+    browser.find_element(By.ID, "compare-stop-btn").click()
+    wait.until(lambda _: "Compare stopped: nothing was kept" in status())
+    time.sleep(3)  # a Compare that went on would say its next round by now
+    assert "Compare stopped" in status() and "all methods compared" not in status().lower()
+    assert not browser.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr td"), "no table: nothing measured"

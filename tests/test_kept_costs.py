@@ -112,13 +112,23 @@ def test_the_ar_step_is_timed_after_one_row_forwards_and_read_as_the_models_ar_s
     assert measured.ar_step_s and cost.read_kept_costs(cost.costs_file(pair)).ar_step_s == measured.ar_step_s
 
 
-def test_a_measurement_on_a_busy_machine_is_shown_and_not_kept(pairs, monkeypatch):
+def test_a_busy_measurement_with_nothing_kept_is_kept_said_busy_and_read_by_every_view_until_a_quiet_one(
+        pairs, monkeypatch):
+    """With no costs kept, a measurement on a busy machine is kept marked busy, so the next view reads the same
+    table (one run, one expected figure) instead of measuring its own; a quiet measurement replaces it."""
     monkeypatch.setattr(cost, "load_average", lambda: 27.0)
     pair = pairs.get(SETTINGS)
     measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
-    assert measured.not_kept.startswith("measured on a busy machine: load 27.0 on ")
-    assert "(not kept: measured on a busy machine" in measured.said()
-    assert not cost.costs_file(pair).exists()
+    assert measured.busy.startswith("measured on a busy machine: load 27.0 on ") and not measured.not_kept
+    assert "**measured on a busy machine: load 27.0" in measured.said() and "measure again" in measured.said()
+    again = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    assert again.kept and again.timings == measured.timings and again.busy == measured.busy, "the same table"
+    refused = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    assert refused.timings == measured.timings and refused.refused, "a busy one never replaces a kept table"
+    monkeypatch.setattr(cost, "load_average", lambda: 0.1)
+    monkeypatch.setattr(cost.Conditions, "busy_because", lambda self: "")
+    quiet = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    assert not quiet.busy and cost.read_kept_costs(cost.costs_file(pair)).busy == "", "a quiet one replaces it"
 
 
 def test_what_makes_a_machine_busy():

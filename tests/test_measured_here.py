@@ -92,3 +92,20 @@ def test_recipe_labels_claim_no_speed():
     adds what was measured on this machine (ui/play.py)."""
     for label in RECIPES:
         assert "fastest" not in label.lower() and "×" not in label and "float32" not in label, label
+
+
+def test_a_compare_keeps_how_long_it_took_and_the_next_one_says_it_up_front(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from dynasd.explorer.measure.compare import how_long
+
+    monkeypatch.setenv("DYNASD_CACHE", str(tmp_path))
+    untimed = compare(ar=(10.0, 9.0, 11.0))
+    keep_compare(untimed)
+    assert how_long(read_compares(MACHINE, "embedded")) == "", "a Compare kept before its time was: nothing to say"
+    timed = replace(compare(prompt="count to ten", at="2026-12-05 04:00", ar=(10.0, 9.0, 11.0)), seconds=41.6,
+                    rounds=9)
+    keep_compare(timed)
+    kept = read_compares(MACHINE, "embedded")
+    assert kept[0].seconds == 41.6, "its time travels through the kept file"
+    assert how_long(kept) == "about 42 s (the last Compare here, 2026-12-05 04:00 UTC, took 42 s over 9 rounds)"

@@ -157,6 +157,15 @@ def test_every_speed_figure_of_a_run_is_its_compare_or_labelled_a_model(browser,
     model = re.search(r"(\d+\.\d+)× \(expected\)", cost_text)
     assert model, f"the Cost model's expected speed-up: {cost_text}"
     expected = float(model.group(1))
+    # one method and settings, one expected ratio: Rows and batches' one sequence and Where would it pay?'s row
+    # for this CPU are the Cost model's figure, to its rounding
+    one_sequence = re.search(r"the model expects \*?\*?(\d+\.\d+)× \(expected\)\*?\*? for one sequence",
+                             seen["rows and batches"])
+    this_cpu = re.search(r"On this CPU this tree \(.*?\) is expected at (\d+\.\d+)× ar", seen["where would it pay"])
+    assert one_sequence and this_cpu, (seen["rows and batches"][:400], seen["where would it pay"][:400])
+    assert float(one_sequence.group(1)) == expected == float(this_cpu.group(1)), \
+        f"one run, one expected ratio: cost model {expected}, rows and batches {one_sequence.group(1)}, " \
+        f"where would it pay {this_cpu.group(1)}"
     if not low <= expected <= high:
         assert "Compare's range: the model counts a step" in cost_text, "why the two differ"
     assert "measured again because" not in cost_text.lower()

@@ -123,6 +123,9 @@ def test_the_learn_view_marks_the_runs_tree_against_the_best_for_each_budget(tin
     assert own.name == "this run's tree k=3,2" and own.x[0] == 9 and own.y[0] <= line.y[8] + 1e-9
     ar = make_decoder(tiny_pair, DecoderOptions(method="ar")).generate(tiny_pair.encode_prompt("hi"), 8)
     assert "tested no draft candidate" in budget_figure(best_trees(ar, costs)).layout.annotations[0].text
+    # on the page the run's tree carries the run's own expected figure (the Cost model's): one per method and settings
+    mine = budget_figure(best_trees(run, costs, own_expected=0.77)).data[1]
+    assert mine.y[0] == 0.77 and "expected 0.77× (the Cost model's figure" in mine.hovertemplate
 
 
 def test_a_verify_never_costs_less_than_one_ar_step():

@@ -2,9 +2,10 @@
 learners can reach, ui/class_address.py; the question; Step, Second vote and Reveal for the class; the answers of
 both votes as they come; the summary; the results as CSV) and the learner's page at /class (a route of the same app:
 join by code and name, kept as the browser's rejoin token; the lecturer's step; an answer per vote before the
-reveal, chosen from a short list or by tapping the candidate on the tree; the outcome and the score). The class itself (rounds, answers, scores, bounds) is dynasd/explorer/sessions/classroom.py; the
-answers' bars and the summary are viz/classroom.py's. No learner runs a model: the lecturer's Step goes
-through the lecturer's own session and its controller, and every learner's page draws the lecturer's trace.
+reveal, chosen from a short list or by tapping the candidate on the tree; the outcome and the score). The class
+itself (rounds, answers, scores, bounds) is dynasd/explorer/sessions/classroom.py; the answers' bars and the
+summary are viz/classroom.py's. No learner runs a model: the lecturer's Step goes through the lecturer's own
+session and its controller, and every learner's page draws the lecturer's trace.
 
 Why a route: the learner's page is light (its own config: a handful of components, three figures, no model
 controls; the main page's config and scripts are not loaded on a phone), and its address is a link and a QR

@@ -39,6 +39,7 @@ from .page_scripts import (
 )
 from .play import (
     on_compare,
+    on_compare_stopped,
     on_control_edited,
     on_follow_up,
     on_load,
@@ -271,6 +272,7 @@ def _figure_tabs(w: SimpleNamespace) -> None:
     with _tab_with_help("Compare", COMPARE_HELP):
         w.compare_btn = gr.Button(f"Compare {', '.join(METHODS)} and transformers' assisted generation on this "
                                   "prompt", elem_id="compare-btn")
+        w.compare_stop_btn = gr.Button("Stop Compare", variant="stop", elem_id="compare-stop-btn", size="sm")
         w.compare_status = gr.Markdown("", label="compare status", elem_id="compare-status")
         w.compare_table = gr.Dataframe(label="Methods side by side", interactive=False, elem_id="compare-table")
         w.compare_plot = gr.Plot(label="Speed", elem_id="compare-plot", show_label=False)
@@ -329,10 +331,13 @@ def _wire_trace_and_compare(w: SimpleNamespace) -> None:
     session_id, shown = w.session_id, tuple(w.controls[name] for name in CONTROL_NAMES)
     w.compare_btn.click(None, None, [w.compare_status], js=saying("Comparing the methods on this prompt…"),
                         queue=False, api_visibility="private")
-    w.compare_btn.click(on_compare, [session_id, w.prompt],
-                        CompareViews(w.compare_table, w.compare_plot, w.compare_status, session_id).outputs(),
-                        inputs_kwargs=w.controls, api_name="compare", **queue_place(w.compare_status),
-                        **compare_lane())
+    comparing = w.compare_btn.click(on_compare, [session_id, w.prompt],
+                                    CompareViews(w.compare_table, w.compare_plot, w.compare_status,
+                                                 session_id).outputs(),
+                                    inputs_kwargs=w.controls, api_name="compare", **queue_place(w.compare_status),
+                                    **compare_lane())
+    w.compare_stop_btn.click(on_compare_stopped, None, [w.compare_status], cancels=[comparing], queue=False,
+                             api_visibility="private", show_progress="hidden")
     # a finished Compare is kept and quoted by the run's Summary: the step on show is drawn again (the figures the
     # page shows already are not sent again: only the Summary's speed-up changes)
     w.compare_table.change(on_show_step, [session_id, w.scrubber], w.views.outputs(), api_visibility="private",

@@ -88,7 +88,7 @@ class CostViews(Views):
         speed = speed_here(run, measured, settings.controls(), settings.pair_key)
         where = ("costs kept from an earlier measurement of this device" if measured and measured.kept
                  else "costs measured now on this device" if measured else "costs modelled, not measured")
-        return cls(cost_figure(speed), budget_figure(best_trees(run, speed.costs, speed.scale)),
+        return cls(cost_figure(speed), budget_figure(best_trees(run, speed.costs, speed.scale, speed.expected)),
                    cost_markdown(speed, why_not),
                    status_line(f"Cost model of this {run.method} run ({where}).", "ok" if measured else "warn"),
                    session.id)

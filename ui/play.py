@@ -6,6 +6,7 @@ Space each is a GPU call in another process)."""
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -89,20 +90,33 @@ def on_show_step(session, index):
 @handler(CompareViews)
 def on_compare(session, prompt, **controls):
     """Every method in interleaved rounds with peer runs between (dynasd/explorer/measure/compare.py), one model call a
-    round (ui/gpu.py). While it measures, only the status line changes (the rounds so far): a table and a chart
-    redrawn at every round would be drawn on the cores the measurement runs on, and slow whichever methods ran
-    meanwhile. The table and chart come once, when the Compare is complete; it is then kept (measured_here.py),
-    so that every view of a run of these settings on this prompt quotes it."""
-    cleared = False
-    for compared in gpu.compare(settings_from(controls), prompt):
+    round (ui/gpu.py). It says up front how long it takes here (the last Compare's time), then the rounds so far and
+    the seconds spent; Stop Compare ends it between two rounds (nothing is kept). While it measures, only the
+    status line changes: a table and a chart redrawn at every round would be drawn on the cores the measurement
+    runs on, and slow whichever methods ran meanwhile. The table and chart come once, when the Compare is complete;
+    it is then kept (measured_here.py) with its time, so that every view of a run of these settings on this prompt
+    quotes it."""
+    settings, started = settings_from(controls), time.monotonic()
+    estimate = compare_model.how_long(read_compares(machine_line(), settings.pair_key))
+    yield CompareViews(table=None, plot=None, session_id=session.id, status=status_line(
+        f"Comparing the methods on this prompt: {estimate or 'the first Compare here (no earlier one to time it by)'}"
+        ". **Stop Compare** ends it between two rounds.", "info"))
+    for compared in gpu.compare(settings, prompt):
         result = compare_model.compare_result(compared)
-        status = status_line(*compare_model.progress(compared, result))
+        said, kind = compare_model.progress(compared, result)
         if not compared.complete:
-            yield CompareViews(status=status, session_id=session.id, **({} if cleared else dict(table=None, plot=None)))
-            cleared = True
+            spent = f" {time.monotonic() - started:.0f} s so far" + (f", of {estimate}" if estimate else "") + "."
+            yield CompareViews(status=status_line(said + spent, kind), session_id=session.id)
             continue
-        compare_model.keep(result, compared)
-        yield CompareViews(pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result), status, session.id)
+        compare_model.keep(result, compared, time.monotonic() - started)
+        yield CompareViews(pd.DataFrame(viz.compare_table(result)), viz.compare_figure(result),
+                           status_line(said, kind), session.id)
+
+
+def on_compare_stopped():
+    """Stop Compare: the Compare's event is cancelled between two rounds (the round under way finishes first);
+    nothing of it is kept."""
+    return status_line("Compare stopped: nothing was kept. Press Compare to measure again.", "warn")
 
 
 def on_recipe_menu(pair: str):

@@ -143,10 +143,14 @@ def budget_figure(best: BestTrees) -> go.Figure:
                       "%{y:.2f}×<extra></extra>")]
     own = best.own
     if own is not None:
+        # the run's own expected figure (the Cost model's), so that this method and settings have one on the page
+        expected = best.own_expected if best.own_expected is not None else own.speedup
+        drawn = f", drawn at {expected * scale:.2f}× (scaled)" if scale < 1.0 else ""
         traces.append(go.Scatter(
-            x=[own.nodes], y=[round(own.speedup * scale, 4)], mode="markers", name=f"this run's tree k={own.text}",
+            x=[own.nodes], y=[round(expected * scale, 4)], mode="markers", name=f"this run's tree k={own.text}",
             marker=dict(size=13, symbol="diamond", color=STATUS_COLORS["correction"], line=dict(color="#000", width=1)),
-            hovertemplate=f"k={own.text}: {own.nodes} nodes, expected %{{y:.2f}}×<extra></extra>"))
+            hovertemplate=f"k={own.text}: {own.nodes} nodes, expected {expected:.2f}× (the Cost model's figure for "
+                          f"this run){drawn}<extra></extra>"))
     top = best.best
     expected = top.speedup * scale
     scaled = f" (scaled by {scale:.2f}: measured here / expected)" if scale < 1.0 else ""

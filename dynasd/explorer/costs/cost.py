@@ -330,14 +330,18 @@ class MeasuredCosts:
     draft_timings: dict[int, float] = field(default_factory=dict)  # the pair's draft, in the same rounds
     ar_step_s: float | None = None  # the target's ar step, timed as ar runs (AR_STEP_RUN_IN); None: kept before it
     refused: str = ""           # a measurement made now on a busy machine, refused: these kept costs stay
+    busy: str = ""              # kept though measured on a busy machine (no quiet costs to keep instead): every view
+                                # reads this one table until a quiet measurement replaces it
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page; a measurement that replaced kept costs says why in
         one more line (`again_said`)."""
         conditions = f" ({self.conditions.said()})" if self.conditions else ""
+        busy = (f" (**{self.busy}**: every view reads this one table until a measurement on a quiet machine "
+                "replaces it; tick *measure again* when the machine is quiet)") if self.busy else ""
         return (f"measured on this device{' (kept from earlier)' if self.kept else ''} at {self.measured_at} "
                 f"UTC: {self.how}{conditions}; {self.device}" + (f" (not kept: {self.not_kept})"
-                                                                  if self.not_kept else ""))
+                                                                  if self.not_kept else "") + busy)
 
     def again_said(self) -> str:
         """Why these costs replaced the kept ones, or why a new measurement did not, in one line ("" when neither)."""
@@ -373,7 +377,8 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
             return None
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
                              conditions=conditions, contradicted=str(obj.get("contradicted", "")),
-                             draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step))
+                             draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step),
+                             busy=str(obj.get("busy", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -387,7 +392,8 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
                                    "measured_at": costs.measured_at, "how": costs.how, "device": costs.device,
                                    "conditions": conditions, "contradicted": costs.contradicted,
                                    "draft_timings": {str(r): s for r, s in costs.draft_timings.items()},
-                                   "ar_step_s": costs.ar_step_s, "ar_step_run_in": AR_STEP_RUN_IN}))
+                                   "ar_step_s": costs.ar_step_s, "ar_step_run_in": AR_STEP_RUN_IN,
+                                   "busy": costs.busy}))
     partial.replace(path)
 
 
@@ -452,8 +458,10 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
                       again: bool = False) -> MeasuredCosts:
     """This device's costs for the settings' pair: the kept measurement (once per device and pair), or, when there
     is none, it was contradicted by a step since, or `again`, `measure_forwards` on its target behind `context_ids`
-    (calibration_context), while no other session uses the pair, kept for the next time unless the machine was
-    busy or the device emulated."""
+    (calibration_context), while no other session uses the pair, kept for the next time (an emulated device's never).
+    A measurement on a busy machine never replaces kept costs that no step contradicted (it is refused, and said);
+    with none to keep instead it is kept, marked busy, so that every view reads this one table rather than each its
+    own measurement (one run's expected figures then agree), until a measurement on a quiet machine replaces it."""
     pair = pairs.get(settings)
     path = costs_file(pair)
     under_emulation = emulated(pair.device)  # its times are this CPU's under a GPU's name: never kept, never read
@@ -475,10 +483,10 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     if under_emulation:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
     busy = conditions.busy_because()
-    if busy and kept is not None and not kept.contradicted:  # never replaces quiet costs, nor feeds a conclusion
+    if busy and kept is not None and not kept.contradicted:  # never replaces kept costs: one table for every view
         return replace(kept, refused=f"a new measurement at {measured.measured_at} UTC was refused: {busy}")
-    if busy:
-        return replace(measured, not_kept=busy)
+    if busy:  # no costs to keep instead: kept, said busy, so that every view reads this one table, not its own
+        measured = replace(measured, busy=busy)
     try:
         keep_costs(path, measured)
     except OSError:  # a read-only cache: measured, not kept

@@ -532,6 +532,16 @@ def progress(state: CompareState, result: CompareResult) -> tuple[str, str]:
     return f"{done[0].upper() + done[1:]} ({result.conditions()}). {verdict(result)}", "ok"
 
 
+def how_long(kept: list[KeptCompare]) -> str:
+    """How long a Compare takes here, said before it starts: the newest kept Compare of this machine and pair that
+    recorded its time ("" when none did: the first one here says nothing it cannot know)."""
+    timed = next((k for k in kept if k.seconds > 0), None)
+    if timed is None:
+        return ""
+    return (f"about {timed.seconds:.0f} s (the last Compare here, {timed.measured_at} UTC, took "
+            f"{timed.seconds:.0f} s over {timed.rounds} rounds)")
+
+
 def ratio_said(row: CompareRow) -> str:
     """A row's speed against ar as the page writes it: "0.13× ar (0.12–0.14 over 9 paired rounds)"."""
     paired = row.against_ar
@@ -583,7 +593,8 @@ def verdict(result: CompareResult) -> str:
                    "all of them, but their ranges are wider." if busy else "")
 
 
-def kept(result: CompareResult, runs: dict[str, RunTrace], settings: Settings, prompt: str) -> KeptCompare | None:
+def kept(result: CompareResult, runs: dict[str, RunTrace], settings: Settings, prompt: str,
+         seconds: float = 0.0) -> KeptCompare | None:
     """The finished Compare as what this machine measured (measured_here.py: every view that quotes a speed-up and
     the Recipe menu read it), or None when no run names its machine. The machine is the one the runs name (on
     ZeroGPU the GPU process's)."""
@@ -600,12 +611,13 @@ def kept(result: CompareResult, runs: dict[str, RunTrace], settings: Settings, p
 
     return KeptCompare(now_utc(), machine, settings.pair_key, settings.controls(),
                        [measured(r) for r in result.rows], busy=result.busy, prompt=prompt[:PROMPT_KEPT_CHARS],
-                       prompt_key=prompt_key(prompt), load=result.load_said(), rounds=result.rounds)
+                       prompt_key=prompt_key(prompt), load=result.load_said(), rounds=result.rounds,
+                       seconds=round(seconds, 1))
 
 
-def keep(result: CompareResult, state: CompareState) -> None:
-    """Keep a finished Compare (nothing when no run names its machine)."""
+def keep(result: CompareResult, state: CompareState, seconds: float = 0.0) -> None:
+    """Keep a finished Compare, with how long it took (nothing when no run names its machine)."""
     measured = kept(result, {m: r.run for m, r in state.runs.items() if r.run is not None}, state.settings,
-                    state.prompt)
+                    state.prompt, seconds)
     if measured is not None:
         keep_compare(measured)

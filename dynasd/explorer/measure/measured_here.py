@@ -76,6 +76,7 @@ class KeptCompare:
     prompt_key: str = ""     # prompt_key of the whole prompt ("": a Compare kept before prompts were)
     load: str = ""           # "load 1.2 on 2 threads": the highest load average around its rounds
     rounds: int = 0
+    seconds: float = 0.0     # how long the whole Compare took (0: kept before it was recorded)
 
     def row(self, method: str) -> Measured | None:
         return next((r for r in self.rows if r.method == method), None)
@@ -111,7 +112,7 @@ def compare_file(machine: str, pair: str) -> Path:
 def _as_dict(kept: KeptCompare) -> dict:
     return {"measured_at": kept.measured_at, "machine": kept.machine, "pair": kept.pair, "controls": kept.controls,
             "busy": kept.busy, "prompt": kept.prompt, "prompt_key": kept.prompt_key, "load": kept.load,
-            "rounds": kept.rounds, "rows": [r.__dict__ for r in kept.rows]}
+            "rounds": kept.rounds, "seconds": kept.seconds, "rows": [r.__dict__ for r in kept.rows]}
 
 
 def _of_dict(obj: dict) -> KeptCompare:
@@ -125,7 +126,7 @@ def _of_dict(obj: dict) -> KeptCompare:
     return KeptCompare(str(obj["measured_at"]), str(obj["machine"]), str(obj["pair"]), dict(obj["controls"]), rows,
                        busy=str(obj.get("busy", "")), prompt=str(obj.get("prompt", "")),
                        prompt_key=str(obj.get("prompt_key", "")), load=str(obj.get("load", "")),
-                       rounds=int(obj.get("rounds", 0)))
+                       rounds=int(obj.get("rounds", 0)), seconds=float(obj.get("seconds", 0.0)))
 
 
 def keep_compare(kept: KeptCompare) -> None:
