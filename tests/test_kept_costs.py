@@ -123,8 +123,8 @@ def test_a_busy_measurement_with_nothing_kept_is_kept_said_busy_and_read_by_ever
     assert "**measured on a busy machine: load 27.0" in measured.said() and "measure again" in measured.said()
     again = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
     assert again.kept and again.timings == measured.timings and again.busy == measured.busy, "the same table"
-    refused = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
-    assert refused.timings == measured.timings and refused.refused, "a busy one never replaces a kept table"
+    asked = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    assert asked.busy and not asked.refused and not asked.kept, "measured again when asked: it replaces a busy one"
     monkeypatch.setattr(cost, "load_average", lambda: 0.1)
     monkeypatch.setattr(cost.Conditions, "busy_because", lambda self: "")
     quiet = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)

@@ -459,9 +459,10 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     """This device's costs for the settings' pair: the kept measurement (once per device and pair), or, when there
     is none, it was contradicted by a step since, or `again`, `measure_forwards` on its target behind `context_ids`
     (calibration_context), while no other session uses the pair, kept for the next time (an emulated device's never).
-    A measurement on a busy machine never replaces kept costs that no step contradicted (it is refused, and said);
-    with none to keep instead it is kept, marked busy, so that every view reads this one table rather than each its
-    own measurement (one run's expected figures then agree), until a measurement on a quiet machine replaces it."""
+    A measurement on a busy machine never replaces quiet kept costs that no step contradicted (it is refused, and
+    said); with none to keep instead it is kept, marked busy, so that every view reads this one table rather than
+    each its own measurement (one run's expected figures then agree), until a measurement asked for again, or one
+    on a quiet machine, replaces it."""
     pair = pairs.get(settings)
     path = costs_file(pair)
     under_emulation = emulated(pair.device)  # its times are this CPU's under a GPU's name: never kept, never read
@@ -483,7 +484,7 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
     if under_emulation:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
     busy = conditions.busy_because()
-    if busy and kept is not None and not kept.contradicted:  # never replaces kept costs: one table for every view
+    if busy and kept is not None and not kept.contradicted and not kept.busy:  # never replaces quiet costs
         return replace(kept, refused=f"a new measurement at {measured.measured_at} UTC was refused: {busy}")
     if busy:  # no costs to keep instead: kept, said busy, so that every view reads this one table, not its own
         measured = replace(measured, busy=busy)
