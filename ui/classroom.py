@@ -48,7 +48,7 @@ from viz.predict import hidden_step_views
 from . import state
 from .class_address import learner_address
 from .controls import settings_from
-from .handler import handler, said
+from .handler import handler, told
 from .page_scripts import figure_view
 from .play import controller
 from .status import status_line
@@ -152,13 +152,23 @@ ADDRESS_JS = "(session, address) => [session, window.location.origin + window.lo
 
 @dataclass
 class LearnerViews(Views):
-    """A learner event's outputs. A failure is said in the status line."""
+    """A learner event's outputs. A failure is said in the status line (no toast: the learner's events skip the
+    queue, which carries toasts); a learner has no session."""
 
     SAID_IN = "status"
+    TOAST = False
 
     @classmethod
     def said(cls, message: str, kind: str) -> "LearnerViews":
         return cls(**{cls.SAID_IN: status_line(message, kind)})
+
+    @classmethod
+    def failure(cls, session, message: str, kind: str) -> "LearnerViews":
+        return cls.said(message, kind)
+
+    @classmethod
+    def bare(cls, session, message: str, kind: str) -> "LearnerViews":
+        return cls.said(message, kind)
 
 
 @dataclass
@@ -342,16 +352,13 @@ def text_colours(spans) -> dict:
 
 
 def learner_handler(views: type[LearnerViews]) -> Callable:
-    """`@learner_handler(ShowViews)` over `def on_x(klass, name, ...) -> ShowViews`: the event's first input is the
-    class code; the body gets the class. A failure is said the one way ui/handler.py says it (`said`), in the
-    views' SAID_IN (no toast: the learner's events skip the queue, which carries toasts)."""
+    """`@learner_handler(ShowViews)` over `def on_x(klass, token, ...) -> ShowViews`: the event's first input is the
+    class code; the body gets the class. A failure is said the one way every handler says it (ui/handler.py told),
+    in the views' SAID_IN."""
     def wrap(body: Callable) -> Callable:
         @functools.wraps(body)
         def plain(code, *args, **kwargs):
-            try:
-                sent = body(state.CLASSES.find(code), *args, **kwargs).outputs()
-            except Exception as exc:  # noqa: BLE001 - encoded as ui/handler.py encodes every failure
-                sent = views.said(*said(exc)).outputs()
+            *_, sent = told(views, None, lambda _: (body(state.CLASSES.find(code), *args, **kwargs),))
             return sent[0] if len(sent) == 1 else sent  # one output: Gradio takes the value itself
         return plain
     return wrap

@@ -42,9 +42,14 @@ def handler(views: type[Views]) -> Callable:
 
 
 def _answer(views: type[Views], session_id, produce: Callable) -> Iterator[tuple]:
-    """The body's views as outputs; on a failure, the failure in the views (`Views.failure`), or where even those
-    cannot be drawn (a run on show that a bug stops drawing), in the bare views (`Views.bare`)."""
-    session = state.SESSIONS.get(session_id)
+    """The body's views for the event's session (told)."""
+    yield from told(views, state.SESSIONS.get(session_id), produce)
+
+
+def told(views: type[Views], session, produce: Callable) -> Iterator[tuple]:
+    """`produce(session)`'s views as outputs; on a failure, the failure in the views (`Views.failure`), or where
+    even those cannot be drawn (a run on show that a bug stops drawing), in the bare views (`Views.bare`). Every
+    handler of the app ends here, a class's learners' too (ui/classroom.py, with no session)."""
     words = None
     for attempt in (produce, views.failure, views.bare):
         try:
