@@ -43,7 +43,6 @@ import json
 import os
 import random
 import re
-import secrets
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,16 @@ import time
 from pathlib import Path
 
 # this folder (a script's folder is on sys.path); soak sets the environment first
-from soak import REPO, ClassLearner, free_port, probe_server, process_cpu_s, stop_server, wait_until_up
+from soak import (
+    REPO,
+    ClassLearner,
+    free_port,
+    impostors,
+    probe_server,
+    process_cpu_s,
+    stop_server,
+    wait_until_up,
+)
 
 STATUS = 7
 CONFIGS = [  # (prompt, settings): learner i takes CONFIGS[i % len(CONFIGS)]
@@ -397,15 +405,9 @@ def class_mode(args) -> int:
 
 
 def impostor_refused(url: str, code: str, classmate: str, number: int) -> bool:
-    """Whether the class refuses both ways of answering as another learner: joining under their name (any case)
-    and answering with a made-up rejoin token."""
-    impostor = ClassLearner(url, code, classmate.upper())
-    named = impostor.join()
-    forger = ClassLearner(url, code, "forger")
-    forger.token, forger.round = secrets.token_urlsafe(16), number
-    forged = forger.answer(1)
-    return named.startswith("⚠") and "already goes by" in named and forged.startswith("⚠") and \
-        "join the class first" in forged
+    """Whether the class refuses both ways of answering as another learner (soak.impostors)."""
+    refusals = [(str(act()), must_say) for act, must_say in impostors(url, code, classmate, number, 1).values()]
+    return all(said.startswith("⚠") and must_say in said for said, must_say in refusals)
 
 
 def downloaded(file) -> str:

@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -635,13 +636,9 @@ def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2
             else:
                 figures.fail(f"class: {pupil.name}'s answer to round {r} was refused: {pupil.status[:160]!r}")
         before = class_views(pupils)
-        impostor = ClassLearner(url, code, pupils[1].name.upper())
-        forger = ClassLearner(url, code, "forger")
-        forger.token, forger.round = "A" * 22, r
         bad = {
             "a second answer": (lambda: pupils[0].answer(pupils[0].choices[-1]), "that answer stands"),
-            "a classmate's name": (impostor.join, "already goes by"),
-            "a made-up token": (functools.partial(forger.answer, pupils[0].choices[0]), "join the class first"),
+            **impostors(url, code, pupils[1].name, r, pupils[0].choices[0]),
             "a wrong code": (lambda: ClassLearner(url, "ZZZZZ", "x").join(), "no class has the code ZZZZZ"),
             "a code that is no code": (lambda: ClassLearner(url, "no code!", "x").join(), "is not a class code"),
             "an empty name": (ClassLearner(url, code, " ").join, "type your name first"),
@@ -684,6 +681,17 @@ def class_phase(url, state, figures: Figures, learners: int = 3, rounds: int = 2
         figures.class_answers += counted
     if len(state.CLASSES) > state.CLASSES.max_classes:
         figures.fail(f"the class registry holds {len(state.CLASSES)} classes, over its cap")
+
+
+def impostors(url: str, code: str, classmate: str, number: int, value) -> dict:
+    """The two ways of answering as another learner, each with what its refusal must say: joining under a
+    classmate's name (in capitals: a name is one name whatever its case), and answering round `number` with
+    `value` under a made-up rejoin token."""
+    impostor = ClassLearner(url, code, classmate.upper())
+    forger = ClassLearner(url, code, "forger")
+    forger.token, forger.round = secrets.token_urlsafe(16), number
+    return {"a classmate's name": (impostor.join, "already goes by"),
+            "a made-up token": (functools.partial(forger.answer, value), "join the class first")}
 
 
 def class_views(pupils: list[ClassLearner]) -> list[str]:

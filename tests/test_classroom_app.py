@@ -123,7 +123,7 @@ def test_an_answer_is_counted_once_and_bad_input_is_said_in_one_line(classroom):
 def test_a_reload_or_another_tab_is_the_learner_the_browsers_token_names(classroom):
     from types import SimpleNamespace
 
-    from ui.classroom import JoinViews, on_answer, on_learner_open
+    from ui.classroom import JoinViews, on_answer, on_join, on_learner_open
 
     session, controller, klass = classroom
     token = join(klass.code, "Ana Lima")
@@ -137,7 +137,7 @@ def test_a_reload_or_another_tab_is_the_learner_the_browsers_token_names(classro
     code, name, *rest = on_learner_open(["OTHER", "Ana Lima", token], request)
     assert code == klass.code.lower() and name == gr.skip(), "another class's name is not typed in for this one"
     assert all(v == gr.skip() for v in rest), "nor joined with its token"
-    status = dict(zip(fields[2:], __import__("ui.classroom", fromlist=["on_join"]).on_join(klass.code, "ana lima")))
+    status = dict(zip(fields[2:], on_join(klass.code, "ana lima")))
     assert "already goes by 'Ana Lima'" in status["status"] and status["token"] == gr.skip(), \
         "a classmate typing the name is refused"
     assert len(klass.learners) == 1

@@ -268,7 +268,7 @@ def learner_question(view: LearnerView) -> str:
         first = current.question.label(view.first) if view.first is not None else "no answer"
         text = (f"**Second vote.** Talk it over with your neighbours, then answer again (your first answer: "
                 f"{first}; the second is the one scored).\n\n{text}")
-    if current.question.ask.name == "FIRST_REJECTED" and not current.revealed:
+    if current.question.ask is Ask.FIRST_REJECTED and not current.revealed:
         text += "\n\nTap a candidate on the tree, or pick it from the list."
     return text
 
@@ -676,13 +676,13 @@ RESULT_COLUMNS = ("kind", "round", "step", "question", "right_answer", "learner"
                   "score", "revealed_rounds")
 
 
-def results_csv(klass: Classroom, names: bool) -> str:
+def results_csv(rows: list[dict]) -> str:
     """The class's results (Classroom.results) as CSV text: per round and learner the question, the answer in each
     vote and the right answer; per learner the score. Cells that a spreadsheet would run as formulas are quoted."""
     out = io.StringIO()
     writer = csv.DictWriter(out, RESULT_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    for row in klass.results(names=names):
+    for row in rows:
         writer.writerow({key: f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
                          for key, value in row.items()})
     return out.getvalue()
@@ -697,9 +697,10 @@ def on_class_results(session, code, token, without_names):
         raise UserError("no step has been shown to the class yet: there are no results")
     folder = Path(tempfile.mkdtemp(prefix="dynasd-class-"))
     path = folder / f"class-{klass.code}-results{'-no-names' if without_names else ''}.csv"
-    path.write_text(results_csv(klass, names=not without_names), encoding="utf-8")
-    rows = sum(1 for row in klass.results() if row["kind"] == "answer")
-    return ClassResultsViews.of(klass, f"Results of {len(klass.rounds)} step(s), {rows} answer row(s), "
+    rows = klass.results(names=not without_names)
+    path.write_text(results_csv(rows), encoding="utf-8")
+    answers = sum(row["kind"] == "answer" for row in rows)
+    return ClassResultsViews.of(klass, f"Results of {len(klass.rounds)} step(s), {answers} answer row(s), "
                                        f"{'without' if without_names else 'with'} names: download below.",
                                 results=gr.File(str(path), visible=True))
 

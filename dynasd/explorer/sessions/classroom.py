@@ -364,11 +364,7 @@ class Classroom:
     def reveal(self) -> Round:
         """The lecturer's reveal of the round on show: answers close, everyone sees the outcome."""
         with self.lock:
-            if self.ended:
-                raise UserError("the class has ended: start a new one")
-            current = self._open_round("nothing to reveal")
-            if current.revealed:
-                raise UserError(f"step {current.index} is revealed already: step on for the next question")
+            current = self._unrevealed_round("nothing to reveal", "step on for the next question")
             current.revealed = True
             self._changed()
             return current
@@ -377,11 +373,8 @@ class Classroom:
         """Peer instruction's second vote on the round on show: after the first answers the learners discuss, then
         answer again (each learner's second answer is scored; the first is kept for the histogram and summary)."""
         with self.lock:
-            if self.ended:
-                raise UserError("the class has ended: start a new one")
-            current = self._open_round("there is no question yet: step first")
-            if current.revealed:
-                raise UserError(f"step {current.index} is revealed already: a second vote comes before the reveal")
+            current = self._unrevealed_round("there is no question yet: step first",
+                                             "a second vote comes before the reveal")
             if current.second is not None:
                 raise UserError(f"the second vote on step {current.index} is open already")
             if not current.answers:
@@ -551,6 +544,16 @@ class Classroom:
         if self.current is None:
             raise UserError(nothing)
         return self.current
+
+    def _unrevealed_round(self, nothing: str, once_revealed: str) -> Round:
+        """The round on show for a lecturer's action before its reveal, else UserError (`nothing`: no round yet;
+        `once_revealed`: what to do instead once it is revealed)."""
+        if self.ended:
+            raise UserError("the class has ended: start a new one")
+        current = self._open_round(nothing)
+        if current.revealed:
+            raise UserError(f"step {current.index} is revealed already: {once_revealed}")
+        return current
 
     def _close(self, moved_on: bool) -> None:
         current = self.current
