@@ -8,7 +8,9 @@ derived from the text (the target's states, argmax and top-k) is recomputed by t
 forward. Prompts cycle through SHARD_KINDS: the TriviaQA and PIQA files (`--prompts`, in a seeded order; the first
 `--heldout` kept apart), instructions the target writes itself (self_instruct.py) and passage tasks
 (task_prompts.TASK_TEMPLATES) over answers already written, which carry a source passage as Spec-Bench's
-summarisation and translation do. No benchmark prompt is ever used here. Each shard's prompts follow from its index
+summarisation and translation do. With `--text-source local` the shards (`train-local-NNNN`) hold tasks over text
+found on the machine instead (local_text.py): long passages to summarise or read from, sentences to translate into
+English. No benchmark prompt is ever used here. Each shard's prompts follow from its index
 and the seed, so a stopped run resumes where it stopped (finished shards are skipped) and writes the same text.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..models import load_pair
+from .local_text import english_passages, foreign_sentences, local_task_texts
 from .prompt_files import read_train_prompts
 from .self_instruct import TASK_OPENERS, sample_instructions, shard_seed
 from .task_prompts import passage_prompts_over
@@ -28,11 +31,14 @@ HELDOUT, FILES, SELF, PASSAGES = "heldout", "prompt files", "self-instruct", "pa
 # Shard i is SHARD_KINDS[i % 6]. Self-instruct shards cost ~5x a prompt-file shard's time per token (the target
 # samples its instructions first), so they come once in six.
 SHARD_KINDS = (PASSAGES, FILES, SELF, FILES, FILES, FILES)
-PASSAGE_TOKENS = (24, 160)  # answers shorter than this are no passage; longer ones are cut to a sentence end
+PASSAGE_TOKENS = (24, 160)
+LOCAL_PREFIX = "train-local-"  # answers shorter than this are no passage; longer ones are cut to a sentence end
 
 
 def text_stage(args, log) -> None:
     folder = Path(args.text)
+    if args.text_source == "local":
+        return local_text_stage(args, log, folder)
     # The writer runs on the engine's kernels: the target's text is then what `ar` writes in its default arithmetic.
     pair = load_pair(args.pair, device="cpu")
     writer = pair.target if args.text_writer == "target" else pair.draft
@@ -53,7 +59,8 @@ def text_stage(args, log) -> None:
         if args.text_minutes and time.time() - started > 60 * args.text_minutes:
             break
         if kind == PASSAGES:
-            prompts = passage_prompts(pair, token_shards(folder, "train-"), args.shard_prompts, args.seed + index)
+            own = [p for p in token_shards(folder, "train-") if not p.name.startswith(LOCAL_PREFIX)]
+            prompts = passage_prompts(pair, own, args.shard_prompts, args.seed + index)
         elif kind == SELF:
             prompts = sample_instructions(pair, pair.target, args.shard_prompts, shard_seed(args.seed, name), set(),
                                           batch=args.text_batch, openers=TASK_OPENERS)
@@ -61,16 +68,40 @@ def text_stage(args, log) -> None:
             prompts = [pair.encode_prompt(t) for t in file_prompts if t is not None]
         if not prompts:
             break
-        prompts.sort(key=len)  # similar lengths in one batch waste less padding
-        seqs = []
-        for i in range(0, len(prompts), args.text_batch):
-            seqs += generate_answers(writer, prompts[i:i + args.text_batch], pair.pad_id, set(pair.eos_token_ids),
-                                     args.text_max_new_tokens, temperature=args.text_temperature)
-        save_token_shard(path, seqs)
-        answer_tokens = sum(len(s.ids) - s.answer_start for s in seqs)
-        written += answer_tokens
-        log({"stage": "text", "shard": name, "kind": kind, "prompts": len(seqs), "answer_tokens": answer_tokens,
-             "tokens_per_s": round(written / (time.time() - started), 1)})
+        written += write_shard(args, log, pair, writer, path, prompts, kind, written, started)
+
+
+def write_shard(args, log, pair, writer, path: Path, prompts: list[list[int]], kind: str, written: int,
+                started: float) -> int:
+    """Answer `prompts` with `writer` (batches of similar length), keep the ids in `path`; the answer tokens."""
+    prompts = sorted(prompts, key=len)  # similar lengths in one batch waste less padding
+    seqs = []
+    for i in range(0, len(prompts), args.text_batch):
+        seqs += generate_answers(writer, prompts[i:i + args.text_batch], pair.pad_id, set(pair.eos_token_ids),
+                                 args.text_max_new_tokens, temperature=args.text_temperature)
+    save_token_shard(path, seqs)
+    answer_tokens = sum(len(s.ids) - s.answer_start for s in seqs)
+    log({"stage": "text", "shard": path.stem, "kind": kind, "prompts": len(seqs), "answer_tokens": answer_tokens,
+         "tokens_per_s": round((written + answer_tokens) / (time.time() - started), 1)})
+    return answer_tokens
+
+
+def local_text_stage(args, log, folder: Path) -> None:
+    """`--text-shards` shards `train-local-NNNN` of tasks over text found on this machine (local_text.py), the
+    target answering; shard i draws its tasks from seed + i, so a stopped run resumes with the same prompts."""
+    pair = load_pair(args.pair, device="cpu")
+    passages, sentences = english_passages(), foreign_sentences()
+    log({"stage": "text", "source": "local", "passages": len(passages), "sentences": len(sentences)})
+    started, written = time.time(), 0
+    for index in range(args.text_shards):
+        path = folder / f"{LOCAL_PREFIX}{index:04d}.npz"
+        if path.is_file():
+            continue
+        if args.text_minutes and time.time() - started > 60 * args.text_minutes:
+            break
+        texts = local_task_texts(args.shard_prompts, args.seed + index, passages, sentences)
+        prompts = [pair.encode_prompt(t) for t in texts]
+        written += write_shard(args, log, pair, pair.target, path, prompts, "local", written, started)
 
 
 def passage_prompts(pair, shards: list[Path], count: int, seed: int) -> list[list[int]]:

@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--text", default="data/feature-draft-text",
                    help="folder of the committed token shards (written by --stage text, read by --stage features)")
     w.add_argument("--prompts", nargs="*", default=[], help="TriviaQA/PIQA-style prompt files or folders")
+    w.add_argument("--text-source", default="prompts", choices=["prompts", "local"],
+                   help="prompts: --prompts, self-instruct and passage tasks; local: summaries, readings and "
+                        "translations over text found on this machine (local_text.py), shards train-local-NNNN")
     w.add_argument("--heldout", type=int, default=64, help="prompts kept apart (the heldout shard)")
     w.add_argument("--text-shards", type=int, default=40, help="training shards to write in all")
     w.add_argument("--shard-prompts", type=int, default=256)
