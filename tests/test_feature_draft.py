@@ -258,3 +258,29 @@ def test_a_trace_recorded_when_the_token_draft_was_the_default_still_loads():
     record = {**Options(method="pld").to_record(), "draft_kind": "tokens"}
     assert Options.from_record(record).draft_kind == "default"
     assert Options.from_record({**Options(method="sd").to_record(), "draft_kind": "tokens"}).draft_kind == "tokens"
+
+
+def test_a_warm_start_loads_an_exported_draft_or_a_checkpoint_and_refuses_other_layers(tmp_path):
+    """`--warm-start` continues from a trained draft on new text: every tensor of the export (fp16) or checkpoint
+    lands in the new draft; a draft of other layers is refused, not half loaded."""
+    from dynasd.models import load_pair
+    from dynasd.training.distill import export_draft
+    from dynasd.training.export import trainable_state
+    from dynasd.training.feature_distill import build_feature_draft
+    from dynasd.training.feature_training import load_warm_start
+
+    target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
+    trained = build_feature_draft(target, [1])
+    with torch.no_grad():
+        for tensor in trained.parameters():
+            tensor.add_(0.25)
+    export_draft(trained, tmp_path / "export")
+    torch.save({"draft": trainable_state(trained)}, tmp_path / "checkpoint.pt")
+    for source, dtype in ((tmp_path / "export", torch.float16), (tmp_path / "checkpoint.pt", torch.float32)):
+        fresh = build_feature_draft(target, [1])
+        load_warm_start(fresh, source)
+        got, want = trainable_state(fresh), trainable_state(trained)
+        assert got.keys() == want.keys()
+        assert all(torch.equal(got[k], want[k].to(dtype).float()) for k in want)
+    with pytest.raises(ValueError, match="same --layers"):
+        load_warm_start(build_feature_draft(target, [0, 1]), tmp_path / "export")

@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "length, so neither input swamps the other)")
     t.add_argument("--init-from", default=None,
                    help="an exported token draft (e.g. assets/draft-smollm2) to start from instead of --layers")
+    t.add_argument("--warm-start", default=None,
+                   help="a checkpoint.pt of an earlier run whose draft (same --layers) to start from, with a new "
+                        "optimiser and learning-rate schedule (e.g. after more training text was written)")
     t.add_argument("--head-tokens", default=None,
                    help="head_tokens.json of the training softmax (default: the --vocab-max most frequent labels)")
     t.add_argument("--vocab-max", type=int, default=16384)

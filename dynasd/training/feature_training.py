@@ -16,11 +16,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 from ..feature_draft import add_feature_input, draft_inputs
 from ..models import load_pair
 from .batches import make_batches, vocabulary_rows
-from .export import keep_if_best
+from .export import keep_if_best, trainable_state
 from .feature_data import SELECT_PREFIX, FeatureSequence, batch_of, load_features
 from .layer_draft import draft_from_export, draft_from_target, parse_layers
 from .train_loop import TrainClock, batch_for_step, run_steps, save_checkpoint
@@ -87,6 +88,18 @@ def read_vocab(args, train: list[FeatureSequence], eos: set[int], vocab_size: in
     return sorted(set(order[:max(0, args.vocab_max - len(eos))]) | eos)
 
 
+def load_warm_start(draft, path: Path) -> None:
+    """Load an exported draft folder (model.safetensors, e.g. the committed data/feature-draft-best) or a
+    checkpoint.pt into `draft`; both must hold the same tensors (the shared embedding and head in neither)."""
+    state = load_file(str(path / "model.safetensors")) if path.is_dir() else \
+        torch.load(path, weights_only=False)["draft"]
+    result = draft.load_state_dict(state, strict=False)
+    differ = result.unexpected_keys + [k for k in result.missing_keys if k in trainable_state(draft)]
+    if differ:
+        raise ValueError(f"{path} is not a draft of this shape ({', '.join(differ[:3])} differ): start it with "
+                         "the same --layers")
+
+
 def train_stage(args, log) -> dict:
     out = Path(args.out)
     if args.lr is None:
@@ -116,6 +129,8 @@ def train_stage(args, log) -> dict:
         draft.model.feature_fc.weight.register_hook(
             lambda grad: torch.cat([torch.zeros_like(grad[:, :width]), grad[:, width:]], dim=1))
 
+    if args.warm_start:  # a trained draft's weights on new text: a new schedule and optimiser, not a resume
+        load_warm_start(draft, Path(args.warm_start))
     vocab_list = read_vocab(args, train, set(pair.eos_token_ids), pair.vocab_size)
     vocab = torch.tensor(vocab_list)
     label_map = vocabulary_rows(vocab, pair.vocab_size)
