@@ -109,7 +109,10 @@ def test_scaled_shapes_read_the_line_through_their_depths():
 
 
 @pytest.mark.skipif(block_kernel() is None, reason="no block kernel on this CPU")
-def test_a_shapes_costs_are_measured_once_kept_in_the_cache_and_not_kept_when_busy(monkeypatch):
+def test_a_shapes_costs_are_measured_once_kept_and_a_busy_measurement_never_replaces_quiet_ones(monkeypatch):
+    """The bigger targets' costs follow the device's own rule (cost.settle): measured once and kept; a busy
+    measurement with nothing kept is kept, marked busy, and read back like any other (every view one table); a
+    quiet one asked for again replaces it; a busy one asked for again is refused while quiet costs are kept."""
     cache = Path(os.environ["DYNASD_CACHE"]).resolve()
     # busy or not as the load handed in says: the other work on the machine (this process's CPU time against its
     # wall time) is not what is tested here, and on a loaded machine it made a quiet measurement busy
@@ -118,24 +121,30 @@ def test_a_shapes_costs_are_measured_once_kept_in_the_cache_and_not_kept_when_bu
                         lambda self: busy_because(replace(self, cpu_s=self.wall_s, others=None)))
     measure = lambda shapes, load: targets.measure_targets(shapes, rows=(1, 4), rounds=2, context=8,  # noqa: E731
                                                            load=load)
+    loaded = lambda shapes: measure(shapes, lambda: 99.0)  # noqa: E731
+    quiet = lambda shapes: measure(shapes, lambda: 0.0)  # noqa: E731
     path = targets.target_costs_file(TINY)
     path.unlink(missing_ok=True)
-    busy = measure((TINY,), lambda: 99.0)[TINY.name]
-    assert "busy machine: load 99.0" in busy.not_kept and not path.exists(), "a busy measurement is not kept"
-    first = targets.target_costs((TINY,), measure=lambda shapes: measure(shapes, lambda: 0.0))[TINY.name]
-    assert sorted(first.timings) == [1, 4] and not first.kept and path.exists()
+    busy = targets.target_costs((TINY,), measure=loaded)[TINY.name]
+    assert "busy machine: load 99.0" in busy.busy and path.exists(), "nothing kept: kept, marked busy"
     assert path.resolve().is_relative_to(cache), "kept in the (temporary) cache folder, beside the device's costs"
 
     def refuse(shapes):
         raise AssertionError("kept costs are read back, not measured again")
 
+    read = targets.target_costs((TINY,), measure=refuse)[TINY.name]
+    assert read.kept and read.busy and read.timings == busy.timings, "the busy table is the one every view reads"
+    first = targets.target_costs((TINY,), again=True, measure=quiet)[TINY.name]
+    assert sorted(first.timings) == [1, 4] and not first.kept and not first.busy, "a quiet one replaces it"
     again = targets.target_costs((TINY,), measure=refuse)[TINY.name]
-    assert again.kept and again.timings == first.timings
+    assert again.kept and again.timings == first.timings and not again.busy
+    refused = targets.target_costs((TINY,), again=True, measure=loaded)[TINY.name]
+    assert refused.timings == first.timings and "was refused: measured on a busy machine" in refused.refused
+    assert targets.target_costs((TINY,), measure=refuse)[TINY.name].timings == first.timings, "quiet costs stay"
     monkeypatch.setattr(targets, "WHOLE_BYTES", 0)  # too big to build whole: a few layers, scaled
-    scaled = measure((replace(TINY, name="tiny-scaled", layers=8),), lambda: 0.0)["tiny-scaled"]
+    scaled = quiet((replace(TINY, name="tiny-scaled", layers=8),))["tiny-scaled"]
     assert f"{targets.SCALED_DEPTHS[0]} and {targets.SCALED_DEPTHS[1]} real-shaped layers" in scaled.how
     assert "scaled to its 8 layers" in scaled.how and sorted(scaled.timings) == [1, 4]
-    targets.target_costs_file(replace(TINY, name="tiny-scaled")).unlink()
     path.unlink()
 
 
@@ -153,3 +162,13 @@ def test_the_sentence_said_at_a_runs_start_reads_only_kept_costs(tiny_pair):
         assert view.rows[0].step_s == pytest.approx(3 * 0.002 + where.forward_at(DEVICE.timings, 11))
     finally:
         path.unlink()
+
+
+def test_the_bigger_targets_note_says_when_they_were_measured_and_a_busy_table_or_a_refusal():
+    said = lambda big: next(n for n in where.where_it_pays(  # noqa: E731
+        "mcsd", STEP, 0.002, DEVICE, {"SmolLM2-1.7B": big}, DRAFT).notes if n.startswith("Bigger targets"))
+    assert said(BIG).endswith("Measured at 2026-12-06 00:00 UTC.")
+    busy = said(replace(BIG, busy="measured on a busy machine: load 3.0 on 2 threads"))
+    assert "load 3.0 on 2 threads: kept as the one table until a measurement on a quiet machine" in busy
+    refused = said(replace(BIG, refused="a new measurement at 2026-12-07 10:00 UTC was refused: busy"))
+    assert refused.endswith("UTC; a new measurement at 2026-12-07 10:00 UTC was refused: busy.")

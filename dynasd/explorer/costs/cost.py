@@ -483,7 +483,15 @@ def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[in
         draft_timings=timings.get("draft", {}), ar_step_s=timings[AR_STEP][1])
     if under_emulation:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
-    busy = conditions.busy_because()
+    return settle(path, kept, measured)
+
+
+def settle(path: Path, kept: MeasuredCosts | None, measured: MeasuredCosts) -> MeasuredCosts:
+    """The one rule for a measurement made now against the costs kept at `path` (the device's, or a bigger
+    target's): one taken on a busy machine never replaces quiet kept costs that no step contradicted (those are
+    returned, the new one refused and said); with none to keep instead it is kept, marked busy, so that every view
+    reads this one table rather than each its own measurement, until a quiet one replaces it."""
+    busy = measured.conditions.busy_because() if measured.conditions is not None else ""
     if busy and kept is not None and not kept.contradicted and not kept.busy:  # never replaces quiet costs
         return replace(kept, refused=f"a new measurement at {measured.measured_at} UTC was refused: {busy}")
     if busy:  # no costs to keep instead: kept, said busy, so that every view reads this one table, not its own

@@ -17,7 +17,7 @@ layer count (a forward's layers run one after another, each at the same cost), a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,10 +33,10 @@ from .cost import (
     CALIBRATION_ROUNDS,
     CALIBRATION_ROWS,
     MeasuredCosts,
-    keep_costs,
     load_average,
     measure_models,
     read_kept_costs,
+    settle,
 )
 
 WHOLE_BYTES = 512 * 2**20    # layers in blocks up to this are built whole; beyond, SCALED_DEPTHS and scaled
@@ -164,7 +164,8 @@ def scaled_timings(shape: TargetShape, by_depth: dict[int, dict[int, float]]) ->
 def measure_targets(shapes: tuple[TargetShape, ...], rows: tuple[int, ...] = CALIBRATION_ROWS,
                     rounds: int = CALIBRATION_ROUNDS, context: int = CALIBRATION_CONTEXT, load=None,
                     ) -> dict[str, MeasuredCosts]:
-    """Measure `shapes` on this device, all in the same interleaved rounds; each kept unless the machine was busy."""
+    """Measure `shapes` on this device, all in the same interleaved rounds (whether each is kept is
+    target_costs's to say, by cost.settle's rule)."""
     load = load or load_average
     models: dict[str, torch.nn.Module] = {}
     for shape in shapes:
@@ -174,7 +175,6 @@ def measure_targets(shapes: tuple[TargetShape, ...], rows: tuple[int, ...] = CAL
     timings, conditions = measure_models(models, context_ids, rows, rounds, load=load)
     del models
     measured_at = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    busy = conditions.busy_because()
     results = {}
     for shape in shapes:
         if shape.scaled:
@@ -186,25 +186,20 @@ def measure_targets(shapes: tuple[TargetShape, ...], rows: tuple[int, ...] = CAL
             how = f"forwards of the whole model ({shape.layers} layers)"
         how += (f", random weights in Q4_1 blocks (Q8_0 head), 8-bit activations; the median of {rounds} "
                 f"interleaved rounds over {', '.join(map(str, rows))} rows behind {context} tokens")
-        measured = MeasuredCosts(whole, measured_at, how, machine_line(), conditions=conditions)
-        if busy:
-            measured = replace(measured, not_kept=busy)
-        else:
-            try:
-                keep_costs(target_costs_file(shape), measured)
-            except OSError:  # a read-only cache: measured, not kept
-                pass
-        results[shape.name] = measured
+        results[shape.name] = MeasuredCosts(whole, measured_at, how, machine_line(), conditions=conditions)
     return results
 
 
 def target_costs(shapes: tuple[TargetShape, ...] = BIGGER_TARGETS, again: bool = False,
                  measure=measure_targets) -> dict[str, MeasuredCosts]:
-    """Each shape's forward costs on this device: kept from an earlier measurement, else measured now (every
-    missing shape in one interleaved measurement) and kept unless the machine was busy."""
-    kept = {} if again else {s.name: read_kept_costs(target_costs_file(s)) for s in shapes}
-    missing = tuple(s for s in shapes if kept.get(s.name) is None)
+    """Each shape's forward costs on this device: kept from an earlier measurement, else (or `again`) measured now,
+    every shape to measure in one interleaved measurement, and settled against what was kept by the device's own
+    rule (cost.settle: a busy measurement never replaces quiet kept costs; with none, it is kept marked busy)."""
+    kept = {s.name: read_kept_costs(target_costs_file(s)) for s in shapes}
+    to_measure = tuple(s for s in shapes if again or kept[s.name] is None or kept[s.name].contradicted)
     found = {name: costs for name, costs in kept.items() if costs is not None}
-    if missing:
-        found.update(measure(missing))
+    if to_measure:
+        measured = measure(to_measure)
+        for shape in to_measure:
+            found[shape.name] = settle(target_costs_file(shape), kept[shape.name], measured[shape.name])
     return {s.name: found[s.name] for s in shapes}

@@ -189,6 +189,19 @@ def step_of_run(run: RunTrace) -> StepShape:
                      tuple(acceptance_of(warm_steps(run)).per_position))
 
 
+def bigger_targets_said(targets: dict[str, MeasuredCosts]) -> str:
+    """When the bigger targets' costs were measured, and whether on a busy machine or refused (cost.settle), as one
+    more sentence of their note ("" when none is on show)."""
+    if not targets:
+        return ""
+    said = f" Measured at {', '.join(sorted({c.measured_at for c in targets.values()}))} UTC"
+    busy = next((c.busy for c in targets.values() if c.busy), "")
+    refused = next((c.refused for c in targets.values() if c.refused), "")
+    if busy:
+        said += f" ({busy}: kept as the one table until a measurement on a quiet machine replaces it)"
+    return said + (f"; {refused}" if refused else "") + "."
+
+
 def where_it_pays(method: str, step: StepShape, draft_per_forward_s: float, device: MeasuredCosts,
                   targets: dict[str, MeasuredCosts], draft_shape: TargetShape | None,
                   gpu_check: GpuCheck | None = None, gpu: GpuModel = GPU_MODEL,
@@ -223,7 +236,7 @@ def where_it_pays(method: str, step: StepShape, draft_per_forward_s: float, devi
         "vocabulary) with random weights in the embedded target's arithmetic, measured here"
         + (f"; {', '.join(s.name for s in BIGGER_TARGETS if s.scaled)} from forwards of a few real-shaped layers "
            "and the real head, scaled by the layer count (too big to build whole here)"
-           if any(s.scaled for s in BIGGER_TARGETS) else "") + ".",
+           if any(s.scaled for s in BIGGER_TARGETS) else "") + "." + bigger_targets_said(targets),
         ("GPU: measured by scripts/gpu_check.sh on " + gpu_check.device + "." if gpu_check is not None
          else "GPU: " + gpu.said() + ". No GPU has been measured (scripts/gpu_check.sh measures one; its results "
          f"file, copied to {gpu_check_file()}, replaces this model)."),
