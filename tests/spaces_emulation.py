@@ -162,7 +162,7 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
     process) and stepped once more; then a follow-up turn, a calibration, a side by side, a losslessness check and
     Compare. One JSON line each: {"case", "error"}."""
     from dynasd.explorer import engine
-    from dynasd.explorer.costs import cost
+    from dynasd.explorer.costs import cost, measuring
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.lessons import losslessness, side_by_side
     from dynasd.explorer.pairs import PairCache
@@ -212,7 +212,7 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
     report("follow-up", follow_up)
     def calibration():
         """Measured, and never kept as a GPU's costs: it was this CPU under a GPU's name."""
-        measured = cost.calibrate_context(pairs, base, list(range(5, 40)))
+        measured = measuring.calibrate_context(pairs, base, list(range(5, 40)))
         if cost.costs_file(pair).exists() or not measured.not_kept:
             return f"an emulated GPU's costs were kept as a real one's ({measured.device})"
         return ""

@@ -11,7 +11,7 @@ import pytest
 
 from dynasd.cache import CachedModel
 from dynasd.explorer import engine
-from dynasd.explorer.costs import cost
+from dynasd.explorer.costs import cost, measuring
 from dynasd.explorer.inputs import Settings
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions.calls import StartRun
@@ -40,13 +40,13 @@ def test_a_kept_cost_100x_too_slow_is_caught_by_the_first_step(pairs):
                                  "planted", "this machine", conditions=QUIET)
     path = cost.costs_file(pair)
     cost.keep_costs(path, planted)
-    assert cost.calibrate_context(pairs, SETTINGS, ids).timings == planted.timings, "kept, and so shown"
+    assert measuring.calibrate_context(pairs, SETTINGS, ids).timings == planted.timings, "kept, and so shown"
 
     progress = StartRun(PROMPT).on(pairs, SETTINGS, steps=1)  # a session's start, as the page makes it
     assert not progress.error and len(progress.steps) == 1
     assert cost.read_kept_costs(path).contradicted.startswith("step 0's own verify over ")
 
-    shown = cost.calibrate_context(pairs, SETTINGS, ids)
+    shown = measuring.calibrate_context(pairs, SETTINGS, ids)
     assert not shown.kept and shown.timings[1] < planted.timings[1] / 10, "measured again, not the kept figure"
     assert shown.again_said().startswith("Measured again: the costs kept from 2026-12-05 12:42 UTC disagreed "
                                          "with this device's own steps: step 0's own verify"), shown.again_said()
@@ -108,7 +108,7 @@ def test_the_ar_step_is_timed_after_one_row_forwards_and_read_as_the_models_ar_s
     assert cost.costs_from(shape, {1: 0.010, 4: 0.016}).ar_s == 0.010, "costs kept before it: the sweep's forward"
     monkeypatch.setattr(cost, "load_average", lambda: 0.1)
     monkeypatch.setattr(CachedModel, "forward", forward)
-    measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    measured = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
     assert measured.ar_step_s and cost.read_kept_costs(cost.costs_file(pair)).ar_step_s == measured.ar_step_s
 
 
@@ -118,16 +118,16 @@ def test_a_busy_measurement_with_nothing_kept_is_kept_said_busy_and_read_by_ever
     table (one run, one expected figure) instead of measuring its own; a quiet measurement replaces it."""
     monkeypatch.setattr(cost, "load_average", lambda: 27.0)
     pair = pairs.get(SETTINGS)
-    measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    measured = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
     assert measured.busy.startswith("measured on a busy machine: load 27.0 on ") and not measured.not_kept
     assert "**measured on a busy machine: load 27.0" in measured.said() and "measure again" in measured.said()
-    again = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    again = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
     assert again.kept and again.timings == measured.timings and again.busy == measured.busy, "the same table"
-    asked = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    asked = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
     assert asked.busy and not asked.refused and not asked.kept, "measured again when asked: it replaces a busy one"
     monkeypatch.setattr(cost, "load_average", lambda: 0.1)
     monkeypatch.setattr(cost.Conditions, "busy_because", lambda self: "")
-    quiet = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    quiet = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
     assert not quiet.busy and cost.read_kept_costs(cost.costs_file(pair)).busy == "", "a quiet one replaces it"
 
 
@@ -170,7 +170,7 @@ def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pai
 
     monkeypatch.setattr(cost, "load_average", lambda: 0.1)
     pair = pairs.get(SETTINGS)
-    measured = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    measured = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
     assert sorted(measured.draft_timings) == sorted(measured.timings) == sorted(cost.CALIBRATION_ROWS)
     assert "rounds of target and draft forwards" in measured.how
     path = cost.costs_file(pair)
@@ -210,17 +210,86 @@ def test_a_busy_measurement_never_replaces_kept_quiet_costs(pairs, monkeypatch):
     pair = pairs.get(SETTINGS)
     planted = {"conditions": QUIET, "seconds": 0.010}
 
-    def measure_models(models, context_ids, ar_step_of=None, **_):
-        timings = {name: {n: planted["seconds"] * n for n in cost.CALIBRATION_ROWS} for name in models}
-        return {**timings, cost.AR_STEP: {1: planted["seconds"]}}, planted["conditions"]
+    def time_rounds(models, context_ids, rows=cost.CALIBRATION_ROWS, rounds=1, ar_step_of=None, **_):
+        timings = {name: {n: [planted["seconds"] * n] * rounds for n in rows} for name in models}
+        return {**timings, cost.AR_STEP: {1: [planted["seconds"]] * rounds}}, planted["conditions"]
 
-    monkeypatch.setattr(cost, "measure_models", measure_models)
-    quiet = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
+    monkeypatch.setattr(measuring, "time_rounds", time_rounds)
+    quiet = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT))
     assert quiet.conditions.busy_because() == "" and cost.costs_file(pair).exists()
     kept_text = cost.costs_file(pair).read_text()
     planted.update(conditions=cost.Conditions(27.0, 1, 1.0, 1.0), seconds=0.030)  # 3x slower under the load
-    again = cost.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    again = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
     assert again.timings == quiet.timings and again.measured_at == quiet.measured_at and again.kept
     assert again.refused.startswith("a new measurement at ") and "load 27.0" in again.refused
     assert again.again_said().startswith(f"Kept costs of {quiet.measured_at} UTC used: a new measurement at ")
     assert cost.costs_file(pair).read_text() == kept_text
+
+
+def test_a_measurement_in_parts_says_how_long_counts_its_rounds_and_keeps_nothing_until_the_last(pairs,
+                                                                                                monkeypatch):
+    """Each calibration round is one part (one model call, from its state as data to the next: it pickles), the
+    page can say how far it got, a measurement stopped between two parts keeps nothing, and the next one is said
+    to take about as long as the last one here took."""
+    import pickle
+
+    monkeypatch.setattr(cost, "load_average", lambda: 0.1)
+    monkeypatch.setattr(cost.Conditions, "busy_because", lambda self: "")
+    pair = pairs.get(SETTINGS)
+    ids = pair.encode_prompt(PROMPT)
+    path = cost.costs_file(pair)
+    first = measuring.start_measuring(pairs, SETTINGS, ids)
+    assert first.parts == cost.CALIBRATION_ROUNDS and not first.complete
+    assert "the first measurement here, so no earlier one to time it by" in first.how_long()
+    stopped = measuring.measure_part(pairs, SETTINGS, measuring.measure_part(pairs, SETTINGS, first))
+    assert stopped.progress() == f"Measuring this pair's costs: round 2 of {cost.CALIBRATION_ROUNDS} done."
+    assert stopped.device is None and not path.exists(), "stopped between two parts: nothing kept"
+    resumed = pickle.loads(pickle.dumps(stopped))  # a part may run in another process (ZeroGPU)
+    while not resumed.complete:
+        resumed = measuring.measure_part(PairCache(device="cpu"), SETTINGS, resumed)
+    kept = cost.read_kept_costs(path)
+    assert resumed.device.timings == kept.timings and all(len(t) == cost.CALIBRATION_ROUNDS
+                                                         for t in resumed.runs["target"].values())
+    assert kept.seconds == pytest.approx(resumed.seconds) and kept.seconds > kept.conditions.wall_s > 0
+    assert f"of {cost.CALIBRATION_ROUNDS} interleaved rounds of target and draft forwards" in kept.how
+    standing = measuring.start_measuring(pairs, SETTINGS, ids)
+    assert standing.complete and standing.device.kept and standing.how_long() == "", "kept costs stand: no parts"
+    again = measuring.start_measuring(pairs, SETTINGS, ids, again=True)
+    assert again.how_long() == (f"Measuring this pair's costs ({cost.CALIBRATION_ROUNDS} rounds): about "
+                                f"{max(1, round(kept.seconds))} s (as long as the last measurement here took).")
+
+
+def test_conditions_of_parts_add_their_times_and_keep_the_highest_load():
+    parts = [cost.Conditions(0.5, 2, 1.0, 2.0, others=0.1), cost.Conditions(1.5, 2, 3.0, 2.0, others=0.5)]
+    merged = cost.Conditions.merged(parts)
+    assert (merged.load_average, merged.cpu_s, merged.wall_s) == (1.5, 4.0, 4.0)
+    assert merged.others == pytest.approx(0.3)
+    assert cost.Conditions.merged([parts[0], cost.Conditions(None, 2, 1.0, 1.0)]).others is None
+
+
+def test_a_views_measurement_says_what_and_how_long_then_each_part_and_nothing_when_kept_costs_stand(pairs):
+    """What a Learn view's handler yields while it measures (ui/measuring.py): the up-front line with the way to
+    stop it, one line a part with the seconds so far; with the costs kept, no line and no model call but the first."""
+    from ui.measuring import measured_in_parts
+
+    run = SimpleNamespace(prompt_ids=list(range(5, 30)), new_token_ids=[7, 8])
+
+    def lines(**asked):
+        shown = measured_in_parts(run, SETTINGS, lambda line: line, **asked)
+        said = []
+        while True:
+            try:
+                said.append(next(shown))
+            except StopIteration as done:
+                return said, done.value
+
+    said, measured = lines()
+    assert said[0].startswith("→ Measuring this pair's costs (") and "**Stop measuring** ends it" in said[0]
+    assert [line.split(" done.")[0] for line in said[1:]] == [
+        f"→ Measuring this pair's costs: round {k} of {cost.CALIBRATION_ROUNDS}" for k in
+        range(1, cost.CALIBRATION_ROUNDS)]
+    assert all(line.endswith(" s so far.") for line in said[1:])
+    assert measured.complete and measured.device is not None
+    assert lines() == ([], lines()[1]) and lines()[1].device.kept, "kept costs stand: nothing to say"
+    again, _ = lines(again=True)
+    assert "about " in again[0] and "as long as the last measurement here took" in again[0]

@@ -5,17 +5,17 @@ busy."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from dynasd.explorer.costs import targets
+from dynasd.explorer.costs import measuring, targets
 from dynasd.explorer.costs.cost import Conditions, MeasuredCosts, RunShape, costs_from
 from dynasd.explorer.costs.targets import TargetShape
+from dynasd.explorer.inputs import Settings
 from dynasd.explorer.measure import where
 from dynasd.explorer.measure.where import GpuModel, StepShape
+from dynasd.explorer.pairs import PairCache
 from dynasd.kernels.block_weights import block_kernel
 from dynasd.step_cost import chain_tokens_per_step, fit_line
 from viz.where import where_figure, where_markdown
@@ -109,11 +109,15 @@ def test_scaled_shapes_read_the_line_through_their_depths():
 
 
 @pytest.mark.skipif(block_kernel() is None, reason="no block kernel on this CPU")
-def test_a_shapes_costs_are_measured_once_kept_and_a_busy_measurement_never_replaces_quiet_ones(monkeypatch):
-    """The bigger targets' costs follow the device's own rule (cost.settle): measured once and kept; a busy
-    measurement with nothing kept is kept, marked busy, and read back like any other (every view one table); a
-    quiet one asked for again replaces it; a busy one asked for again is refused while quiet costs are kept."""
-    cache = Path(os.environ["DYNASD_CACHE"]).resolve()
+def test_a_shapes_costs_are_measured_once_kept_and_a_busy_measurement_never_replaces_quiet_ones(tmp_path,
+                                                                                              monkeypatch):
+    """The bigger targets' costs follow the device's own rule (cost.settle), one part a shape (measuring.py):
+    measured once and kept; a busy measurement with nothing kept is kept, marked busy, and read back like any other
+    (every view one table); a quiet one asked for again replaces it; a busy one asked for again is refused while
+    quiet costs are kept."""
+    monkeypatch.setenv("DYNASD_CACHE", str(tmp_path))
+    monkeypatch.setattr(measuring, "BIGGER_TARGETS", (TINY,))
+    pairs, settings = PairCache(device="cpu"), Settings(pair="tiny-random", method="mcsd")
     # busy or not as the load handed in says: the other work on the machine (this process's CPU time against its
     # wall time) is not what is tested here, and on a loaded machine it made a quiet measurement busy
     busy_because = Conditions.busy_because
@@ -121,31 +125,33 @@ def test_a_shapes_costs_are_measured_once_kept_and_a_busy_measurement_never_repl
                         lambda self: busy_because(replace(self, cpu_s=self.wall_s, others=None)))
     measure = lambda shapes, load: targets.measure_targets(shapes, rows=(1, 4), rounds=2, context=8,  # noqa: E731
                                                            load=load)
-    loaded = lambda shapes: measure(shapes, lambda: 99.0)  # noqa: E731
-    quiet = lambda shapes: measure(shapes, lambda: 0.0)  # noqa: E731
+
+    def tiny_costs(again: bool, load=None):
+        """TINY's costs as Where would it pay? gets them; `load`: what measuring them now finds (None: refused)."""
+        def measured_now(shapes):
+            assert load is not None, "kept costs are read back, not measured again"
+            return measure(shapes, lambda: load)
+        monkeypatch.setattr(measuring, "measure_targets", measured_now)
+        return where.where_costs(pairs, settings, list(range(5, 30)), again).targets[TINY.name]
+
     path = targets.target_costs_file(TINY)
-    path.unlink(missing_ok=True)
-    busy = targets.target_costs((TINY,), measure=loaded)[TINY.name]
+    busy = tiny_costs(False, load=99.0)
     assert "busy machine: load 99.0" in busy.busy and path.exists(), "nothing kept: kept, marked busy"
-    assert path.resolve().is_relative_to(cache), "kept in the (temporary) cache folder, beside the device's costs"
-
-    def refuse(shapes):
-        raise AssertionError("kept costs are read back, not measured again")
-
-    read = targets.target_costs((TINY,), measure=refuse)[TINY.name]
+    assert busy.seconds > 0, "how long it took, kept for the next time's estimate"
+    assert path.resolve().is_relative_to(tmp_path.resolve()), "kept in the cache folder, beside the device's costs"
+    read = tiny_costs(False)
     assert read.kept and read.busy and read.timings == busy.timings, "the busy table is the one every view reads"
-    first = targets.target_costs((TINY,), again=True, measure=quiet)[TINY.name]
+    first = tiny_costs(True, load=0.0)
     assert sorted(first.timings) == [1, 4] and not first.kept and not first.busy, "a quiet one replaces it"
-    again = targets.target_costs((TINY,), measure=refuse)[TINY.name]
+    again = tiny_costs(False)
     assert again.kept and again.timings == first.timings and not again.busy
-    refused = targets.target_costs((TINY,), again=True, measure=loaded)[TINY.name]
+    refused = tiny_costs(True, load=99.0)
     assert refused.timings == first.timings and "was refused: measured on a busy machine" in refused.refused
-    assert targets.target_costs((TINY,), measure=refuse)[TINY.name].timings == first.timings, "quiet costs stay"
+    assert tiny_costs(False).timings == first.timings, "quiet costs stay"
     monkeypatch.setattr(targets, "WHOLE_BYTES", 0)  # too big to build whole: a few layers, scaled
-    scaled = quiet((replace(TINY, name="tiny-scaled", layers=8),))["tiny-scaled"]
+    scaled = measure((replace(TINY, name="tiny-scaled", layers=8),), lambda: 0.0)["tiny-scaled"]
     assert f"{targets.SCALED_DEPTHS[0]} and {targets.SCALED_DEPTHS[1]} real-shaped layers" in scaled.how
     assert "scaled to its 8 layers" in scaled.how and sorted(scaled.timings) == [1, 4]
-    path.unlink()
 
 
 def test_the_sentence_said_at_a_runs_start_reads_only_kept_costs(tiny_pair):

@@ -164,8 +164,8 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     assert ran_models == model_endpoints, "each of these endpoints runs a model, the others none"
     # The model calls are functions of data (ui/gpu.py), not handlers: a handler keeps its session's state in
     # the serving process, which a GPU process's changes would never reach.
-    calls = {"gpu_run", "gpu_compare_round", "gpu_compare_peer", "gpu_calibrate", "gpu_where", "gpu_side_by_side",
-             "gpu_target_p", "gpu_first_token_draws"}
+    calls = {"gpu_run", "gpu_compare_round", "gpu_compare_peer", "gpu_start_measuring", "gpu_measure_part",
+             "gpu_side_by_side", "gpu_target_p", "gpu_first_token_draws"}
     assert set(fake.wrapped) == calls, "only the model calls are wrapped"
 
 
@@ -195,7 +195,7 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
     # every call at its largest still asks for what its work needs, under the cap (not clamped to it)
     ids = list(range(100))
     largest = {"gpu_compare_round": (longest, None), "gpu_compare_peer": (longest, "hi"),
-               "gpu_calibrate": (longest, ids), "gpu_where": (longest, ids),
+               "gpu_start_measuring": (longest, ids), "gpu_measure_part": (longest, None),
                "gpu_side_by_side": (longest, ("sd", "mcsd"), ids, "hi"), "gpu_target_p": (longest, "hi"),
                "gpu_first_token_draws": (longest, "hi", "sd", 0, gpu.SAMPLES_PER_CALL)}
     for name, args in largest.items():

@@ -28,13 +28,12 @@ from typing import Any, Callable, Iterator
 
 import gradio as gr
 
-from dynasd.explorer.costs import cost as cost_model
+from dynasd.explorer.costs import measuring
 from dynasd.explorer.engine import UNTIL_DONE, Progress
 from dynasd.explorer.failures import Failed, SessionFailed, failures_as_data
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, first_line
 from dynasd.explorer.lessons import losslessness, side_by_side
 from dynasd.explorer.measure import compare as compare_model
-from dynasd.explorer.measure import where as where_model
 from dynasd.explorer.measure.peer import run_peer
 from dynasd.explorer.sessions.calls import ModelCalls, RunRequest
 from dynasd.options import METHODS
@@ -145,17 +144,21 @@ def gpu_compare_peer(settings: Settings, prompt: str):
     return run_peer(state.PAIRS, settings, prompt)
 
 
-@on_gpu(_run_whole_seconds)
+@on_gpu(_one_step_seconds)
 @failures_as_data
-def gpu_calibrate(settings: Settings, context_ids: list[int], again: bool = False) -> cost_model.MeasuredCosts:
-    return cost_model.calibrate_context(state.PAIRS, settings, context_ids, again)
+def gpu_start_measuring(settings: Settings, context_ids: list[int], again: bool = False,
+                        bigger_targets: bool = False) -> measuring.Measuring:
+    """What this device's costs need measured (dynasd/explorer/costs/measuring.py): nothing where kept costs
+    stand, else calibration rounds and, for Where would it pay?, the bigger targets."""
+    return measuring.start_measuring(state.PAIRS, settings, context_ids, again, bigger_targets)
 
 
 @on_gpu(_run_whole_seconds)
 @failures_as_data
-def gpu_where(settings: Settings, context_ids: list[int], again: bool = False) -> where_model.WhereCosts:
-    """What Learn → Where would it pay? needs measured (dynasd/explorer/measure/where.py: where_costs)."""
-    return where_model.where_costs(state.PAIRS, settings, context_ids, again)
+def gpu_measure_part(settings: Settings, measured: measuring.Measuring) -> measuring.Measuring:
+    """One part of a measurement (a calibration round, or one bigger target), from its state as data to the
+    next: the page says how far it got between two parts, and Stop ends it there."""
+    return measuring.measure_part(state.PAIRS, settings, measured)
 
 
 @on_gpu(_one_step_seconds)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import gpu
+from dynasd.explorer.failures import SessionFailed
+from dynasd.explorer.inputs import first_line
+
 from .controls import settings_from
 from .handler import handler
 from .learn_views import (
@@ -18,8 +20,9 @@ from .learn_views import (
     opened_link,
     side_by_side_settings,
 )
+from .measuring import measured_in_parts, run_for_show
 from .play import controller
-from .views import LoadViews, PhaseViews, StepViews, measured_for_show
+from .views import LoadViews, PhaseViews, StepViews
 
 
 @handler(LearnViews)
@@ -34,11 +37,18 @@ def on_phase(session, index, phase):
 
 @handler(CostViews)
 def on_cost(session, index, measure_again, **controls):
-    """The cost model of the run on show from this device's costs: kept, or measured now (again when asked); where
-    no measurement can be made here, from the run's own verify times, said to be modelled."""
-    run, settings, (measured, why_not) = measured_for_show(session, index, controls, "nothing to explain yet",
-                                                           gpu.gpu_calibrate, bool(measure_again), call=gpu.attempt)
-    return CostViews.of(session, run, settings, measured, why_not)
+    """The cost model of the run on show from this device's costs: kept, or measured now part by part (again when
+    asked, ui/measuring.py); where no measurement can be made here, from the run's own verify times, said to be
+    modelled."""
+    run, settings = run_for_show(session, index, controls, "nothing to explain yet")
+    try:
+        measured = yield from measured_in_parts(run, settings, lambda line: CostViews(status=line,
+                                                                                      session_id=session.id),
+                                                again=bool(measure_again))
+        device, why_not = measured.device, ""
+    except (ValueError, SessionFailed) as exc:  # UserError included: the view does without, and says why
+        device, why_not = None, first_line(exc) or type(exc).__name__
+    yield CostViews.of(session, run, settings, device, why_not)
 
 
 @handler(SideBySideViews)

@@ -27,6 +27,7 @@ from .learn import (
     on_side_by_side,
 )
 from .learn_views import CostViews, LearnViews, LinkViews, LosslessViews, SideBySideViews
+from .measuring import stop_measuring_button, wire_stop
 from .misconceptions import misconception_lab
 from .page_scripts import FULL_LINK_JS, LEARN_FOLLOWS_JS, LEARN_KEYS_JS, REPLAYING_LINK_JS, saying
 from .quiz import quiz_section
@@ -85,9 +86,10 @@ def _cost_tab(w: SimpleNamespace) -> None:
         with gr.Row():
             w.calibrate = gr.Checkbox(value=False, label="measure this device again",
                                       info="the costs are measured once per device and pair (the target "
-                                           "and the draft over 1..64 rows, a second or two) and kept; tick to measure "
-                                           "them again")
+                                           "and the draft over 1..64 rows, in 5 rounds; the page says how long the "
+                                           "last measurement here took) and kept; tick to measure them again")
             w.cost_btn = gr.Button("Explain the speed-up of this run", elem_id="learn-cost-btn")
+            w.cost_stop_btn = stop_measuring_button("learn-cost-stop-btn")
         w.cost_text = gr.Markdown("", elem_classes="explain", elem_id="learn-cost-text",
                                   label="cost model explanation")
         w.cost_plot = gr.Plot(label="Expected speed-up over ar", elem_id="learn-cost-plot")
@@ -185,10 +187,11 @@ def _saying_first(button: gr.Button, status, words: str) -> None:
 
 
 def _wire_cost_and_checks(w: SimpleNamespace) -> None:
-    _saying_first(w.cost_btn, w.status, "Measuring this pair's costs…")
-    w.cost_btn.click(on_cost, [w.session_id, w.scrubber, w.calibrate],
-                     CostViews(w.cost_plot, w.budget_plot, w.cost_text, w.status, w.session_id).outputs(),
-                     inputs_kwargs=w.controls, api_name="cost_model", show_progress="hidden")
+    _saying_first(w.cost_btn, w.status, "Explaining the speed-up of this run…")
+    costing = w.cost_btn.click(on_cost, [w.session_id, w.scrubber, w.calibrate],
+                               CostViews(w.cost_plot, w.budget_plot, w.cost_text, w.status, w.session_id).outputs(),
+                               inputs_kwargs=w.controls, api_name="cost_model", show_progress="hidden")
+    wire_stop(w.cost_stop_btn, costing, w.status)
     _saying_first(w.pair_btn, w.status, "Running both methods one step…")
     w.pair_btn.click(on_side_by_side, [w.session_id, w.scrubber, w.method_a, w.method_b],
                      SideBySideViews(w.tree_a, w.story_a, w.tree_b, w.story_b, w.status, w.session_id).outputs(),

@@ -13,7 +13,6 @@ import gradio as gr
 import plotly.graph_objects as go
 
 import viz
-from dynasd.explorer.costs import cost as cost_model
 from dynasd.explorer.inputs import MAX_PROMPT_CHARS, Settings, UserError, settings_of_trace
 from dynasd.explorer.lessons import phases
 from dynasd.explorer.lessons.predict import as_far_as_seen, asks_first, score_markdown
@@ -23,8 +22,7 @@ from dynasd.explorer.sessions.session import Session
 from viz.guided import guided_figure
 from viz.predict import hidden_step_views
 
-from . import gpu
-from .controls import CONTROL_NAMES, settings_from
+from .controls import CONTROL_NAMES
 from .sent import page_of
 from .status import status_line
 
@@ -315,16 +313,6 @@ def drawable(run) -> None:
     drawable tree): the last step is shown first, and the scrubber reaches the first."""
     step_views(run, 0)
     step_views(run, len(run.steps) - 1)
-
-
-def measured_for_show(session: Session, index, controls: dict, nothing_yet: str, measure, *args,
-                      call=gpu.call) -> tuple:
-    """(run on show, its settings, what `call(measure, ...)` returned): `measure` is a model call of ui/gpu.py that
-    measures this device behind the run's own text (cost.calibration_context), with the run's settings (else the
-    controls'); `call` is gpu.call, or gpu.attempt for a measurement the view can do without."""
-    run, _, _ = step_on_show(session, index, nothing_yet)
-    settings = session.settings or settings_from(controls)
-    return run, settings, call(measure, settings, cost_model.calibration_context(run), *args)
 
 
 def step_on_show(session: Session, index, nothing_yet: str) -> tuple:

@@ -9,10 +9,10 @@ from dynasd.explorer.measure import where
 from dynasd.explorer.measure.speed import compared_here
 from viz.where import where_figure, where_markdown
 
-from . import gpu
 from .handler import handler
+from .measuring import measured_in_parts, run_for_show, stop_measuring_button, wire_stop
 from .page_scripts import saying
-from .views import MeasuredViews, measured_for_show
+from .views import MeasuredViews
 
 # the first use measures the bigger targets on this device: without a word the panel stayed blank for tens of seconds
 WHERE_FIRST = ("Carrying this run to bigger targets and a GPU… The first time measures the bigger targets on this "
@@ -21,10 +21,15 @@ WHERE_FIRST = ("Carrying this run to bigger targets and a GPU… The first time 
 
 @handler(MeasuredViews)
 def on_where(session, index, **controls):
-    """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU."""
-    run, settings, costs = measured_for_show(session, index, controls, "nothing to carry yet", gpu.gpu_where)
-    view = where.where_of_run(run, costs, compared_here(run, settings.controls(), settings.pair_key))
-    return MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
+    """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU (what is
+    not kept yet is measured part by part, saying how far it got: ui/measuring.py)."""
+    run, settings = run_for_show(session, index, controls, "nothing to carry yet")
+    measured = yield from measured_in_parts(run, settings, lambda line: MeasuredViews(text=line,
+                                                                                        session_id=session.id),
+                                            bigger_targets=True)
+    view = where.where_of_run(run, where.where_costs_of(measured), compared_here(run, settings.controls(),
+                                                                                 settings.pair_key))
+    yield MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
 
 
 def where_section(session_id, scrubber, controls: dict) -> None:
@@ -35,10 +40,14 @@ def where_section(session_id, scrubber, controls: dict) -> None:
                     "break even. This carries the run on show's acceptance to this device (its measured costs), to "
                     "targets of larger real shapes measured here (the first time: tens of seconds, then kept) and "
                     "to a GPU.", elem_classes="explain")
-        button = gr.Button("Carry this run to other targets and a GPU", elem_id="where-btn")
+        with gr.Row():
+            button = gr.Button("Carry this run to other targets and a GPU", elem_id="where-btn")
+            stop = stop_measuring_button("where-stop-btn")
         text = gr.Markdown("", elem_id="where-text", label="where would it pay")
         figure = gr.Plot(label="Where would it pay?", elem_id="where-plot", show_label=False)
     # its words say at once what the click began, then the handler's replace them (in that order: .then)
-    button.click(None, None, [text], js=saying(WHERE_FIRST), queue=False, api_visibility="private").then(
+    measuring = button.click(None, None, [text], js=saying(WHERE_FIRST), queue=False,
+                             api_visibility="private").then(
         on_where, [session_id, scrubber], MeasuredViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
         api_name="where_would_it_pay", show_progress="hidden")
+    wire_stop(stop, measuring, text)

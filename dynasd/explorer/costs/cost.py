@@ -3,8 +3,9 @@ device and pair, and the speed-up the step-cost formulas (dynasd/step_cost.py) g
 
 On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are read once either way), so wide
 trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
-slower than ar even when it commits more tokens per step. `calibrate` is the one function here that runs a model
-(`calibrate_context` gives it a pair and the end of a run's text, `calibration_context`). A device's measured costs
+slower than ar even when it commits more tokens per step. `time_rounds` is the one function here that runs a model
+(measuring.py takes a pair's measurement in parts behind the end of a run's text, `calibration_context`, and keeps
+it by `settle`'s rule). A device's measured costs
 are kept in the cache folder, once per device and pair, with when and how they were measured: the explorer's cost
 view reads them by default, since a model fitted to a run's own few verify sizes can be far off (one ar step read
 as 638 ms where it took 93).
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ...cache import CachedModel
-from ...device_info import device_key, device_line, emulated
+from ...device_info import device_key
 from ...embedded import cache_dir
 from ...options import run_drafts_with_features
 from ...origins import DRAFT
@@ -34,8 +35,6 @@ from ...step_cost import (
     nearest_forward_s,
 )
 from ...trace import RunTrace, StepTrace
-from ..inputs import Settings
-from ..pairs import PairCache
 
 
 @dataclass(frozen=True)
@@ -190,6 +189,17 @@ class Conditions:
                     f"{self.wall_s:.2f} s it took, on {self.threads} thread{plural}")
         return ""
 
+    @staticmethod
+    def merged(parts: list[Conditions]) -> Conditions:
+        """The conditions of a measurement taken in parts (one model call each): the highest load, the times
+        added, the other processes' cores averaged over the wall time (unknown where a part did not know)."""
+        wall = sum(p.wall_s for p in parts)
+        others = None if any(p.others is None for p in parts) or wall <= 0 else \
+            sum(p.others * p.wall_s for p in parts) / wall
+        loads = [p.load_average for p in parts if p.load_average is not None]
+        return Conditions(max(loads) if loads else None, max(p.threads for p in parts), sum(p.cpu_s for p in parts),
+                          wall, all(p.on_cpu for p in parts), others)
+
     def said(self) -> str:
         load = f"load {self.load_average:.1f}" if self.load_average is not None else "load unknown"
         return (f"{load} on {self.threads} thread{'s' if self.threads != 1 else ''}, process CPU "
@@ -247,10 +257,25 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
                    rows: tuple[int, ...] = CALIBRATION_ROWS, rounds: int = CALIBRATION_ROUNDS,
                    load=None, ar_step_of: str | None = None) -> tuple[dict[str, dict[int, float]], Conditions]:
     """Median seconds of one forward over `rows` new positions behind a cached context, per model and row count,
-    taken in `rounds` interleaved rounds: each round times every model at every row count once, so load that comes
+    taken in `rounds` interleaved rounds (time_rounds), and the conditions they were taken in."""
+    runs, conditions = time_rounds(models, context_ids, rows, rounds, load, ar_step_of)
+    return medians(runs), conditions
+
+
+def medians(runs: dict[str, dict[int, list[float]]]) -> dict[str, dict[int, float]]:
+    """The median of each model's and row count's rounds: load that comes and goes moves a few rounds, not it."""
+    return {name: {n: sorted(times)[len(times) // 2] for n, times in per_rows.items()}
+            for name, per_rows in runs.items()}
+
+
+def time_rounds(models: dict[str, torch.nn.Module], context_ids: list[int],
+                rows: tuple[int, ...] = CALIBRATION_ROWS, rounds: int = CALIBRATION_ROUNDS,
+                load=None, ar_step_of: str | None = None) -> tuple[dict[str, dict[int, list[float]]], Conditions]:
+    """The seconds of one forward over `rows` new positions behind a cached context, per model and row count, in
+    each of `rounds` interleaved rounds: each round times every model at every row count once, so load that comes
     and goes falls on all of them alike; and the conditions they were taken in (`load`: the load average's
     source, load_average by default). With `ar_step_of` (a model's name) each round also times that model's ar
-    step (AR_STEP_RUN_IN), given as the entry AR_STEP: {1: seconds}."""
+    step (AR_STEP_RUN_IN), given as the entry AR_STEP: {1: [seconds, ...]}."""
     if not context_ids:
         raise ValueError("calibration needs a context of at least one token")
     load = load or load_average
@@ -296,8 +321,7 @@ def measure_models(models: dict[str, torch.nn.Module], context_ids: list[int],
     loads = [x for x in (load_before, load()) if x is not None]
     conditions = Conditions(max(loads) if loads else None, torch.get_num_threads(), cpu_s, wall_s,
                             on_cpu=devices == {"cpu"}, others=others)
-    return ({name: {n: sorted(times)[len(times) // 2] for n, times in per_rows.items()}
-             for name, per_rows in runs.items()}, conditions)
+    return runs, conditions
 
 
 def _features(model: CachedModel, rows: int) -> torch.Tensor | None:
@@ -332,6 +356,8 @@ class MeasuredCosts:
     refused: str = ""           # a measurement made now on a busy machine, refused: these kept costs stay
     busy: str = ""              # kept though measured on a busy machine (no quiet costs to keep instead): every view
                                 # reads this one table until a quiet measurement replaces it
+    seconds: float = 0.0        # how long the whole measurement took, models built and contexts read included (0:
+                                # not recorded), what the page says the next one will take
 
     def said(self) -> str:
         """When, how and where, in one sentence for the page; a measurement that replaced kept costs says why in
@@ -378,7 +404,7 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
                              conditions=conditions, contradicted=str(obj.get("contradicted", "")),
                              draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step),
-                             busy=str(obj.get("busy", "")))
+                             busy=str(obj.get("busy", "")), seconds=float(obj.get("seconds", 0.0)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -393,7 +419,7 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
                                    "conditions": conditions, "contradicted": costs.contradicted,
                                    "draft_timings": {str(r): s for r, s in costs.draft_timings.items()},
                                    "ar_step_s": costs.ar_step_s, "ar_step_run_in": AR_STEP_RUN_IN,
-                                   "busy": costs.busy}))
+                                   "busy": costs.busy, "seconds": costs.seconds}))
     partial.replace(path)
 
 
@@ -452,38 +478,6 @@ def check_kept_costs(pair, steps: list[StepTrace]) -> str:
         except OSError:  # a read-only cache: nothing kept can be corrected, nor shown as kept
             pass
     return found
-
-
-def calibrate_context(pairs: PairCache, settings: Settings, context_ids: list[int],
-                      again: bool = False) -> MeasuredCosts:
-    """This device's costs for the settings' pair: the kept measurement (once per device and pair), or, when there
-    is none, it was contradicted by a step since, or `again`, `measure_forwards` on its target behind `context_ids`
-    (calibration_context), while no other session uses the pair, kept for the next time (an emulated device's never).
-    A measurement on a busy machine never replaces quiet kept costs that no step contradicted (it is refused, and
-    said); with none to keep instead it is kept, marked busy, so that every view reads this one table rather than
-    each its own measurement (one run's expected figures then agree), until a measurement asked for again, or one
-    on a quiet machine, replaces it."""
-    pair = pairs.get(settings)
-    path = costs_file(pair)
-    under_emulation = emulated(pair.device)  # its times are this CPU's under a GPU's name: never kept, never read
-    kept = None if under_emulation else read_kept_costs(path)
-    if kept is not None and not kept.contradicted and not again:
-        return kept
-    draft = pair.default_draft()  # what the default draft kind runs: the draft the Cost model prices
-    models = {"target": pair.target, **({"draft": draft} if draft is not None else {})}
-    with pairs.lock_for(pair):
-        timings, conditions = measure_models(models, list(context_ids)[-CALIBRATION_CONTEXT:], ar_step_of="target")
-    measured = MeasuredCosts(
-        timings["target"], time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        f"the median of {CALIBRATION_ROUNDS} interleaved rounds of {' and '.join(models)} forwards over "
-        f"{', '.join(map(str, CALIBRATION_ROWS))} rows behind {min(len(context_ids), CALIBRATION_CONTEXT)} tokens "
-        f"of context", device_line(pair), conditions=conditions,
-        again_because=(f"the costs kept from {kept.measured_at} UTC disagreed with this device's own steps: "
-                       f"{kept.contradicted}") if kept is not None else "",
-        draft_timings=timings.get("draft", {}), ar_step_s=timings[AR_STEP][1])
-    if under_emulation:
-        return replace(measured, not_kept="the GPU was emulated on this CPU")
-    return settle(path, kept, measured)
 
 
 def settle(path: Path, kept: MeasuredCosts | None, measured: MeasuredCosts) -> MeasuredCosts:

@@ -7,17 +7,17 @@ embedded target's arithmetic (Q4_1 blocks for the layers, a tied Q8_0 head and e
 project's block kernels and compiled layers: dynasd/kernels/), so that their forwards cost here what the real
 models' would. Weights do not change a forward's cost; random ones are never used to decode anything.
 
-Each shape's forward over 1..64 rows is measured once per device, at first use, by the rules of the device's own
-costs (cost.py): every shape and row count timed in the same interleaved rounds, the median kept, the load recorded,
-nothing kept from a busy machine, kept in the cache folder beside the device's costs. A model whose layers' blocks
-exceed WHOLE_BYTES (a 7B model is 27 GB in float32 and ~4 GB in blocks) is not built whole: forwards of
+Each shape's forward over 1..64 rows is measured once per device, at first use (measuring.py, one part a shape),
+by the rules of the device's own costs (cost.py): every row count timed in interleaved rounds, the median kept,
+the load recorded, kept in the cache folder beside the device's costs by cost.settle's rule. A model whose layers'
+blocks exceed WHOLE_BYTES (a 7B model is 27 GB in float32 and ~4 GB in blocks) is not built whole: forwards of
 SCALED_DEPTHS real-shaped layers with the real head are measured and the layers' cost is scaled to the model's
 layer count (a forward's layers run one after another, each at the same cost), and the result says so.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -35,8 +35,6 @@ from .cost import (
     MeasuredCosts,
     load_average,
     measure_models,
-    read_kept_costs,
-    settle,
 )
 
 WHOLE_BYTES = 512 * 2**20    # layers in blocks up to this are built whole; beyond, SCALED_DEPTHS and scaled
@@ -96,6 +94,19 @@ def shape_of_config(name: str, config) -> TargetShape:
                        getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
                        config.intermediate_size, config.vocab_size,
                        tied=bool(getattr(config, "tie_word_embeddings", True)))
+
+
+def draft_shape_of(pair) -> TargetShape | None:
+    """The default draft's shape, with the rows its output layer really has (a reduced head: models.SubsetHead)."""
+    draft = pair.default_draft()
+    if draft is None or getattr(draft, "config", None) is None:
+        return None
+    shape = shape_of_config("the draft", draft.config)
+    head = getattr(draft, "lm_head", None)
+    token_ids = getattr(head, "token_ids", None)
+    if token_ids is not None:  # the draft's head scores only these tokens; its embedding is the target's, shared
+        shape = replace(shape, vocab=int(token_ids.numel()))
+    return shape
 
 
 # -- building a shape in blocks -----------------------------------------------------------------------------------
@@ -188,18 +199,3 @@ def measure_targets(shapes: tuple[TargetShape, ...], rows: tuple[int, ...] = CAL
                 f"interleaved rounds over {', '.join(map(str, rows))} rows behind {context} tokens")
         results[shape.name] = MeasuredCosts(whole, measured_at, how, machine_line(), conditions=conditions)
     return results
-
-
-def target_costs(shapes: tuple[TargetShape, ...] = BIGGER_TARGETS, again: bool = False,
-                 measure=measure_targets) -> dict[str, MeasuredCosts]:
-    """Each shape's forward costs on this device: kept from an earlier measurement, else (or `again`) measured now,
-    every shape to measure in one interleaved measurement, and settled against what was kept by the device's own
-    rule (cost.settle: a busy measurement never replaces quiet kept costs; with none, it is kept marked busy)."""
-    kept = {s.name: read_kept_costs(target_costs_file(s)) for s in shapes}
-    to_measure = tuple(s for s in shapes if again or kept[s.name] is None or kept[s.name].contradicted)
-    found = {name: costs for name, costs in kept.items() if costs is not None}
-    if to_measure:
-        measured = measure(to_measure)
-        for shape in to_measure:
-            found[shape.name] = settle(target_costs_file(shape), kept[shape.name], measured[shape.name])
-    return {s.name: found[s.name] for s in shapes}

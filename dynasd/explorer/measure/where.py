@@ -30,7 +30,6 @@ from ...tree import TreeShape
 from ..costs.cost import (
     MeasuredCosts,
     RunShape,
-    calibrate_context,
     calibrated_costs,
     costs_file,
     draft_forward_s,
@@ -38,12 +37,12 @@ from ..costs.cost import (
     run_shape,
     warm_steps,
 )
+from ..costs.measuring import Measuring, measure_all
 from ..costs.targets import (
     BIGGER_TARGETS,
     EMBEDDED_SHAPE,
     TargetShape,
-    shape_of_config,
-    target_costs,
+    draft_shape_of,
     target_costs_file,
 )
 from .speed import ComparedSpeedup
@@ -308,34 +307,15 @@ class WhereCosts:
     targets_missing: str = ""    # why the bigger targets were not measured here
 
 
-def draft_shape_of(pair) -> TargetShape | None:
-    """The default draft's shape, with the rows its output layer really has (a reduced head: models.SubsetHead)."""
-    draft = pair.default_draft()
-    if draft is None or getattr(draft, "config", None) is None:
-        return None
-    shape = shape_of_config("the draft", draft.config)
-    head = getattr(draft, "lm_head", None)
-    token_ids = getattr(head, "token_ids", None)
-    if token_ids is not None:  # the draft's head scores only these tokens; its embedding is the target's, shared
-        shape = replace(shape, vocab=int(token_ids.numel()))
-    return shape
-
-
 def where_costs(pairs, settings, context_ids: list[int], again: bool = False) -> WhereCosts:
     """This device's kept costs (measured first where there are none), the bigger targets' (likewise, on a CPU
     with the block kernels only: elsewhere the embedded target's arithmetic does not run) and the draft's shape."""
-    device = calibrate_context(pairs, settings, context_ids, again)
-    pair = pairs.get(settings)
-    targets, missing = {}, ""
-    if pair.device.type != "cpu":
-        missing = f"the models run on {pair.device.type}, and the block kernels are a CPU's"
-    else:
-        try:
-            with pairs.lock_for(pair):
-                targets = target_costs(again=again)
-        except RuntimeError as exc:
-            missing = str(exc)
-    return WhereCosts(device, targets, draft_shape_of(pair), missing)
+    return where_costs_of(measure_all(pairs, settings, context_ids, again, bigger_targets=True))
+
+
+def where_costs_of(measuring: Measuring) -> WhereCosts:
+    """The view's costs from a complete measurement (measuring.py), taken at once or part by part."""
+    return WhereCosts(measuring.device, measuring.targets, measuring.draft_shape, measuring.targets_missing)
 
 
 def where_of_run(run: RunTrace, costs: WhereCosts, compared: ComparedSpeedup | None = None) -> WhereItPays:
