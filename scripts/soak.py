@@ -230,8 +230,8 @@ def solo_ids(pairs, prompt: str, options: dict, max_new: int) -> list[int]:
     Why the served pair, not one built here: a lossy tree (ti-mcsd wider than 1) writes what its draft proposes,
     and the served pair's draft computes in the kernels' rounding (dynasd/kernels/), so a pair built with stock
     modules writes other tokens."""
+    from dynasd.explorer.engine import build_decoder
     from dynasd.explorer.inputs import Settings
-    from dynasd.explorer.sessions.session import build_decoder
 
     settings = Settings(pair="tiny-random", max_new_tokens=max_new, **options).normalised()
     pair = pairs.get(settings)

@@ -165,8 +165,8 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
     from dynasd.explorer.costs import cost, measuring
     from dynasd.explorer.inputs import Settings
     from dynasd.explorer.lessons import losslessness, side_by_side
+    from dynasd.explorer.measure.compare import run_compare
     from dynasd.explorer.pairs import PairCache
-    from dynasd.explorer.sessions.session import compare_methods
 
     start()
     pairs = PairCache(device="cuda")
@@ -222,8 +222,8 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
                                                               PROMPT) and "")
     report("losslessness T=0.7", lambda: losslessness.check_first_tokens(
         pairs, Settings(pair=pair_name, temperature=0.7), PROMPT, ["mcsd", "ti-mcsd"], LOSSLESS_DRAWS) and "")
-    report("compare", lambda: [None for _ in compare_methods(pairs, Settings(pair=pair_name, max_new_tokens=6),
-                                                              PROMPT)] and "")
+    report("compare", lambda: [None for _ in run_compare(pairs, Settings(pair=pair_name, max_new_tokens=6), PROMPT,
+                                                          peer=False)] and "")
 
 
 def scenario_app(other_pair: str) -> None:

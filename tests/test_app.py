@@ -8,9 +8,10 @@ import torch
 
 from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import CUSTOM, Settings, UserError
+from dynasd.explorer.measure.compare import run_compare
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions.registry import SessionRegistry
-from dynasd.explorer.sessions.session import Mode, compare_methods
+from dynasd.explorer.sessions.session import Mode
 from dynasd.models import ModelLoadError, tiny_random_pair
 from dynasd.options import OPTIONS, DecoderOptions
 
@@ -188,7 +189,8 @@ def test_every_recipe_runs_and_sets_only_method_controls():
 
 def test_compare_runs_every_method_and_lossless_ones_match_ar():
     pairs = PairCache(loader=CountingLoader())
-    runs = dict(compare_methods(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello"))
+    *_, last = run_compare(pairs, Settings(pair="tiny-random", max_new_tokens=20), "hello", peer=False)
+    runs = {method: method_run.run for method, method_run in last.runs.items()}
     assert list(runs) == ["ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic"]
     assert (runs["sd"].text == runs["mcsd"].text == runs["pld"].text == runs["recycle"].text == runs["dynamic"].text
             == runs["ar"].text)

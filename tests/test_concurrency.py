@@ -5,11 +5,12 @@ import threading
 
 import pytest
 
+from dynasd.explorer.engine import build_decoder
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions.memory import process_rss_mb
 from dynasd.explorer.sessions.registry import SessionRegistry
-from dynasd.explorer.sessions.session import Mode, build_decoder
+from dynasd.explorer.sessions.session import Mode
 from viz.text import shown_piece
 
 OUT = dict(text=0, status=7, scrubber=9)

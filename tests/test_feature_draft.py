@@ -185,7 +185,8 @@ def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
 @pytest.mark.slow
 def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_message(embedded_pair):
     """No feature draft is shipped for the embedded pair (it did not beat the token draft, docs/benchmarks.md)."""
-    from dynasd.explorer.sessions.session import Settings, UserError, build_decoder
+    from dynasd.explorer.engine import build_decoder
+    from dynasd.explorer.inputs import Settings, UserError
     from dynasd.models import has_feature_draft
 
     assert embedded_pair.feature_draft is None and not has_feature_draft("embedded")

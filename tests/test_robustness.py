@@ -236,11 +236,11 @@ def test_every_explorer_entry_point_keeps_the_public_servers_policy():
     none of them opens a decision model a public server does not ship."""
     from dynasd.explorer.lessons import losslessness, side_by_side
     from dynasd.explorer.measure import peer
-    from dynasd.explorer.sessions.session import compare_methods
+    from dynasd.explorer.measure.compare import run_compare
 
     public = PairCache(loader=TinyLoader(), allow_custom=False, allow_hub=False, allow_decision_paths=False)
     sneaky = Settings(**TINY, stop="decision", decision_model="/etc", temperature=1.0)
-    entries = {"compare": lambda: list(compare_methods(public, sneaky, "hi")),
+    entries = {"compare": lambda: list(run_compare(public, sneaky, "hi")),
                "side by side": lambda: side_by_side.one_step(public, sneaky, "sd", [1, 2, 3], "hi"),
                "losslessness": lambda: losslessness.check_first_tokens(public, sneaky, "hi", ["sd"], 10),
                "peer": lambda: peer.run_peer(public, sneaky, "hi")}

@@ -218,6 +218,7 @@ def compare_round(pairs, state: CompareState, load: Callable[[], float | None] =
     ar chunk to pair with; another: until it is timed for MIN_TIMED_S)."""
     state = replace(state, runs={m: replace(r) for m, r in state.runs.items()}, chunks=list(state.chunks),
                     loads=list(state.loads), repeats={m: replace(r) for m, r in state.repeats.items()})
+    pairs.check_decision_model(state.settings.decision_model)  # the server's policy, before any model loads
     on_cpu = pairs.get(state.settings.normalised()).device.type == "cpu"
     before = load()
     repeating = {m for m in state.methods if state.runs[m].done and state.repeats_now(m)}  # at the round's start

@@ -16,21 +16,14 @@ import threading
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Iterator
 
-from ...decoders import RequestError
 from ...decoders.snapshot import DecoderSnapshot
-from ...options import METHODS
 from ...trace import RunTrace, StepTrace, TraceError, load_run
-from .. import engine
-from ..engine import Progress, RecordedStep, build_decoder, encode, load_decision_model_for
+from ..engine import Progress, RecordedStep
 from ..failures import SessionFailed, failed_during
-from ..inputs import Settings, UserError, check_methods, check_prompt
+from ..inputs import Settings, UserError, check_prompt
 from ..pairs import PairCache
 from .calls import InProcess, ModelCalls
-
-__all__ = ["Mode", "Session", "build_decoder", "compare_methods", "encode",
-           "load_decision_model_for", "load_trace"]
 
 
 def _calls(where: ModelCalls | PairCache) -> ModelCalls:
@@ -260,30 +253,6 @@ class Session:
 
 
 PACED_RUN_TIMEOUT_S = 30.0  # a browser-paced Run not asked for its next step this long was abandoned
-
-
-def compare_methods(pairs: PairCache, settings: Settings, prompt: str,
-                    methods: tuple[str, ...] = METHODS) -> Iterator[tuple[str, RunTrace]]:
-    """The same prompt and settings through each method, one after another (yields as each finishes).
-    Each run holds the pair's lock one step at a time, so other sessions keep stepping meanwhile."""
-    settings = settings.normalised()
-    check_methods(settings, methods)
-    prepared = engine.prepare(pairs, settings, prompt)
-    for method in methods:
-        decoder = prepared.decoder(method)
-        try:
-            with prepared.lock:
-                decoder.start(prepared.ids, prepared.settings.max_new_tokens, prompt)
-            while not decoder.done:
-                with prepared.lock:
-                    decoder.step()
-        except RequestError as exc:
-            raise UserError(str(exc)) from exc
-        except UserError:
-            raise
-        except Exception as exc:
-            raise SessionFailed(failed_during(f"the {method} run", exc)) from exc
-        yield method, decoder.run
 
 
 def load_trace(path) -> RunTrace:
