@@ -587,8 +587,8 @@ def test_where_would_it_pay_says_what_it_measures_how_far_it_got_and_stops_betwe
         said = until(lambda _: next((t for t in [text()] if "Stop measuring" in t), None), "the up-front line")
         assert said.startswith(f"→ Measuring {len(BIGGER_TARGETS)} bigger targets (SmolLM2-360M"), said
         assert "no earlier one to time it by" in said, said
-        until(lambda _: re.search(rf"bigger targets: 1 of {len(BIGGER_TARGETS)} done, next \S+\. \d+ s so far", text()),
-              "the first part done")
+        done = rf"Measuring the bigger targets: 1 of {len(BIGGER_TARGETS)} done, next \S+\. \d+ s so far"
+        until(lambda _: re.search(done, text()), "the first part done")
         browser.find_element(By.ID, "where-stop-btn").click()
         until(lambda _: "Measuring stopped between two parts" in text(), "the stop said")
         time.sleep(3)  # a measurement that went on would have drawn its figure by now

@@ -293,3 +293,10 @@ def test_a_views_measurement_says_what_and_how_long_then_each_part_and_nothing_w
     assert lines() == ([], lines()[1]) and lines()[1].device.kept, "kept costs stand: nothing to say"
     again, _ = lines(again=True)
     assert "about " in again[0] and "as long as the last measurement here took" in again[0]
+
+
+def test_the_bigger_targets_progress_counts_only_those_this_measurement_takes():
+    kept = cost.MeasuredCosts({1: 0.01}, "2026-12-07 00:00", "kept", "here")
+    part = measuring.Measuring([1], targets={"kept one": kept, "first": kept}, targets_asked=("first", "second"),
+                               targets_left=("second",))
+    assert part.progress() == "Measuring the bigger targets: 1 of 2 done, next second."

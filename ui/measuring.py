@@ -50,7 +50,7 @@ def on_measuring_stopped():
 
 
 def stop_measuring_button(elem_id: str) -> gr.Button:
-    return gr.Button("Stop measuring", variant="stop", size="sm", elem_id=elem_id)
+    return gr.Button("Stop measuring", variant="stop", size="sm", scale=0, min_width=150, elem_id=elem_id)
 
 
 def wire_stop(button: gr.Button, event, said_in) -> None:

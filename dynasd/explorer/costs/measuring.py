@@ -45,7 +45,8 @@ class Measuring:
     emulated: bool = False                    # a GPU emulated on this CPU: measured, never kept
     targets: dict[str, MeasuredCosts] = field(default_factory=dict)  # the bigger targets settled so far
     kept_targets: dict[str, MeasuredCosts | None] = field(default_factory=dict)
-    targets_left: tuple[str, ...] = ()        # bigger targets still to measure, by name
+    targets_asked: tuple[str, ...] = ()       # bigger targets this measurement takes, by name
+    targets_left: tuple[str, ...] = ()        # those still to measure
     targets_missing: str = ""                 # why no bigger target is measured here
     draft_shape: TargetShape | None = None    # the pair's draft (Where would it pay?'s modelled draft share)
 
@@ -81,9 +82,9 @@ class Measuring:
         if self.rounds_left:
             done = CALIBRATION_ROUNDS - self.rounds_left
             return f"Measuring this pair's costs: round {done} of {CALIBRATION_ROUNDS} done."
-        done = len(self.targets)
-        return (f"This pair's costs measured; bigger targets: {done} of {done + len(self.targets_left)} done, "
-                f"next {self.targets_left[0]}." if self.targets_left else "Measured.")
+        done = len(self.targets_asked) - len(self.targets_left)
+        return (f"Measuring the bigger targets: {done} of {len(self.targets_asked)} done, next "
+                f"{self.targets_left[0]}." if self.targets_left else "Measured.")
 
 
 def _seconds_of(costs: MeasuredCosts | None) -> float | None:
@@ -115,7 +116,8 @@ def start_measuring(pairs: PairCache, settings: Settings, context_ids: list[int]
     measuring.kept_targets = {s.name: read_kept_costs(target_costs_file(s)) for s in BIGGER_TARGETS}
     measuring.targets = {name: c for name, c in measuring.kept_targets.items()
                          if c is not None and not c.contradicted and not again}
-    measuring.targets_left = tuple(s.name for s in BIGGER_TARGETS if s.name not in measuring.targets)
+    measuring.targets_asked = measuring.targets_left = tuple(s.name for s in BIGGER_TARGETS
+                                                             if s.name not in measuring.targets)
     return measuring
 
 
