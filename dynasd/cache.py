@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
-from .feature_draft import draft_inputs, is_feature_draft
+from .loading.feature_model import draft_inputs, is_feature_draft
 
 # forward(model, input_ids, attention_mask, position_ids, cache, logits_to_keep, need_hidden, inputs_embeds,
 #         hidden_to_keep) -> (logits of the last `logits_to_keep` inputs, final hidden states or None)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .decoders import RequestError, make_decoder
-from .models import ModelLoadError
+from .loading.models import ModelLoadError
 from .options import (
     DEFAULT_MAX_NEW_TOKENS,
     add_model_arguments,
@@ -22,7 +22,7 @@ from .options import (
     options_from_args,
 )
 from .prompts import follow_up_ids, read_prompts
-from .stopping import load_decision_model
+from .stopping.policies import load_decision_model
 from .trace import TraceError, save_run
 
 # command -> module; each module has add_arguments(parser) and run(args)
@@ -35,8 +35,8 @@ COMMANDS = {
                             "Train a draft that also reads the target's hidden states (features, train, export)."),
     "train-decision": ("dynasd.training.decision_training", "Train the hard and soft early-stop decision models."),
     "recipes": ("dynasd.recipes", "Print the named method configurations (the app's Recipe menu) as bench specs."),
-    "best-tree": ("dynasd.best_tree", "Find the static tree with the highest expected speed for this draft on this "
-                                     "device, check it against ar, and write it as a recipe."),
+    "best-tree": ("dynasd.speed.best_tree", "Find the static tree with the highest expected speed for this draft on "
+                                            "this device, check it against ar, and write it as a recipe."),
     "build-kernels": ("dynasd.kernels.build_command",
                       "Build the compiled CPU kernels now rather than at the first model load (make setup runs it)."),
 }

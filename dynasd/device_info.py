@@ -69,8 +69,8 @@ def emulated(device: torch.device | str | None) -> bool:
 
 
 def device_line(pair=None) -> str:
-    """The whole line: the machine, and for a loaded pair (dynasd.models.ModelPair) the weights and kernels each of
-    its models runs on (dynasd.kernels.kernels_in_use names them, e.g. "GGUF blocks, AVX2 kernels")."""
+    """The whole line: the machine, and for a loaded pair (dynasd.loading.models.ModelPair) the weights and kernels
+    each of its models runs on (dynasd.kernels.kernels_in_use names them, e.g. "GGUF blocks, AVX2 kernels")."""
     if pair is None:
         return machine_line()
     models = [("target", pair.target)] + ([("draft", pair.draft)] if getattr(pair, "draft", None) is not None else [])

@@ -15,10 +15,10 @@ import argparse
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from .models import ARITHMETICS, DEFAULT_ARITHMETIC, DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
+from .loading.models import ARITHMETICS, DEFAULT_ARITHMETIC, DEFAULT_WEIGHTS, WEIGHT_MODES, load_pair
 from .ranges import Float, Int
 from .sampling import TEMPERATURE, TOP_K, TOP_P, SamplingConfig
-from .stopping import DEFAULT_DECISION_MODEL, DEFAULT_THRESHOLD, STOP_POLICIES
+from .stopping.policies import DEFAULT_DECISION_MODEL, DEFAULT_THRESHOLD, STOP_POLICIES
 from .tree import TreeShape, parse_branching
 
 METHODS = ("ar", "sd", "mcsd", "ti-mcsd", "pld", "recycle", "dynamic")
@@ -253,14 +253,15 @@ class DecoderOptions:
     draft_kind: str = option(
         "default", Choice(DRAFT_KINDS), "default (the pair's own: its feature draft where it ships a trained one, "
         "else its token draft), tokens (the pair's token draft) or features (its feature draft, which also reads "
-        "the target's hidden state of the previous token, EAGLE-style; dynasd/feature_draft.py); lossless either way",
+        "the target's hidden state of the previous token, EAGLE-style; dynasd/loading/feature_model.py); lossless "
+        "either way",
         DRAFTING, "draft kind", "Draft (sd, mcsd, ti-mcsd)", "method", "radio", "draft")
     dynamic_depth: bool = option(
         False, Flag(), "let a stop policy end drafting early (a stop policy other than none implies it)", DRAFTING,
         "dynamic depth", "Dynamic depth (let a stop policy end drafting)", "dynamic", "checkbox", "dyn")
     stop: str = option(
-        "none", Choice(STOP_POLICIES), "stop policy (dynasd/stopping.py): confidence stops when the draft's top "
-        "probability falls below the threshold; decision asks a trained classifier; cumulative multiplies the "
+        "none", Choice(STOP_POLICIES), "stop policy (dynasd/stopping/policies.py): confidence stops when the draft's "
+        "top probability falls below the threshold; decision asks a trained classifier; cumulative multiplies the "
         "predictions along each chain", DRAFTING, "stop policy", "Stop policy", "dynamic", "dropdown", "stop")
     threshold: float = option(
         DEFAULT_THRESHOLD, Float(0.0, 1.0), "stop-policy threshold: drafting goes on while some tip scores at "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .options import MCSD_TREE, OPTIONS, Shape
-from .stopping import DEFAULT_THRESHOLD  # DynaSD's hard decision threshold
+from .stopping.policies import DEFAULT_THRESHOLD  # DynaSD's hard decision threshold
 
 # What every recipe starts from: full depth, no stop policy, no prompt lookup, the pair's default draft; each sets
 # what makes it the recipe it is.

@@ -18,8 +18,8 @@ import argparse
 import torch
 from draft_agreement import greedy_answer  # this folder (a script's folder is on sys.path)
 
+from dynasd.loading.models import load_pair
 from dynasd.lookup import NgramIndex
-from dynasd.models import load_pair
 from dynasd.options import DEFAULT_MAX_NEW_TOKENS
 from dynasd.prompts import select_prompts
 

@@ -19,8 +19,8 @@ import time
 import torch
 
 from dynasd.explorer.costs import cost
-from dynasd.models import load_pair
-from dynasd.step_cost import fit_line
+from dynasd.loading.models import load_pair
+from dynasd.speed.step_cost import fit_line
 
 BUSY_LOOP = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    pass\n"
 

@@ -5,8 +5,8 @@ training prompts; what a user gets from `sd` depends on agreement on *their* pro
 prompts, lets the target answer greedily once, and scores every given draft folder teacher-forced on those answers
 (the draft sees the prompt and the target's answer so far, and must predict the target's next token), per category
 and overall.
-A feature draft (dynasd/feature_draft.py) gets two rows: depth 1 (it reads the target's states, as a tree's first
-level does) and depth 2 (its own state from the position before, as every deeper level does).
+A feature draft (dynasd/loading/feature_model.py) gets two rows: depth 1 (it reads the target's states, as a tree's
+first level does) and depth 2 (its own state from the position before, as every deeper level does).
 
     .venv/bin/python scripts/draft_agreement.py --prompts ../shared/bench/spec_bench_questions.jsonl --limit 1 \
         --drafts assets/draft-smollm2 --threads 2
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from dynasd.feature_draft import is_feature_draft
-from dynasd.models import WEIGHT_MODES, load_distilled_draft, load_pair
+from dynasd.loading.feature_model import is_feature_draft
+from dynasd.loading.models import WEIGHT_MODES, load_distilled_draft, load_pair
 from dynasd.options import DEFAULT_MAX_NEW_TOKENS
 from dynasd.prompts import select_prompts
 from dynasd.training.agreement import agreement

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dynasd.decoders import make_decoder
 from dynasd.explorer.sessions.share import EXAMPLES_DIR
-from dynasd.models import load_pair
+from dynasd.loading.models import load_pair
 from dynasd.options import DecoderOptions
 from dynasd.trace import save_run
 

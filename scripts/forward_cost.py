@@ -23,7 +23,7 @@ from verify_cost import repeated, time_chain_forwards  # this folder (a script's
 
 from dynasd.cache import CachedModel
 from dynasd.kernels.compile import VARIANT_ENV
-from dynasd.models import DEFAULT_ARITHMETIC, load_pair
+from dynasd.loading.models import DEFAULT_ARITHMETIC, load_pair
 
 ROWS = (1, 2, 4, 8, 16, 32)
 ROLES = ("target", "draft")

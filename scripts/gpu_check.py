@@ -74,7 +74,7 @@ def build_model(shape: str, vocab: int, seed: int, device, dtype):
 
 
 def build_pair(quick: bool, device, dtype):
-    from dynasd.models import ModelPair, tiny_tokenizer
+    from dynasd.loading.models import ModelPair, tiny_tokenizer
 
     target, draft, vocab = ("quick-target", "quick-draft", QUICK_VOCAB) if quick else (
         "smollm2-1.7b", "smollm2-135m", SMOLLM2_VOCAB)

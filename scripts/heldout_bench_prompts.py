@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from dynasd.models import load_pair
+from dynasd.loading.models import load_pair
 from dynasd.training.sequences import load_sequences
 from dynasd.training.task_prompts import user_message
 

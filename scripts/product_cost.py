@@ -19,7 +19,7 @@ import torch
 from dynasd.kernels.block_weights import BLOCK, BlockLinear, FusedBlocks
 from dynasd.kernels.compile import VARIANT_ENV
 from dynasd.kernels.lean_forward import fused_projections
-from dynasd.models import load_pair
+from dynasd.loading.models import load_pair
 
 ROWS = (1, 2, 4, 8, 16, 32)
 

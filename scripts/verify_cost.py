@@ -26,7 +26,7 @@ from dataclasses import replace
 import torch
 
 from dynasd.cache import CachedModel, runtime_of, stock_cache
-from dynasd.models import load_pair
+from dynasd.loading.models import load_pair
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32)
 

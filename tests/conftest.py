@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dynasd.embedded import PACKAGE, VERSION, cache_dir
 from dynasd.kernels.block_weights import block_kernel
 from dynasd.kernels.compile import runnable_variants
-from dynasd.models import load_pair
+from dynasd.loading.embedded import PACKAGE, VERSION, cache_dir
+from dynasd.loading.models import load_pair
 
 # `make test` runs two pytest-xdist workers on two cores: one torch thread each avoids oversubscription, and so
 # does every process a worker starts (the app, the CLI, the scripts, gpu_check inherit OMP_NUM_THREADS). Why the
@@ -74,7 +74,7 @@ def temporary_cache(real: Path, environ=os.environ) -> Path:
     converted = cache / "converted"
     converted.mkdir()
     for folder in (real / "converted").glob("*"):
-        if (folder / "model.safetensors").is_file():  # complete conversions only (dynasd/converted.py)
+        if (folder / "model.safetensors").is_file():  # complete conversions only (dynasd/loading/converted.py)
             (converted / folder.name).symlink_to(folder.resolve(), target_is_directory=True)
     extracted = real / f"{PACKAGE}-{VERSION}"
     if extracted.is_dir():

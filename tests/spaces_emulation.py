@@ -290,7 +290,7 @@ def scenario_timing() -> None:
     import torch
 
     from dynasd.decoders import make_decoder
-    from dynasd.models import tiny_random_pair
+    from dynasd.loading.models import tiny_random_pair
     from dynasd.options import METHODS, DecoderOptions
 
     pair = tiny_random_pair(device="cuda")

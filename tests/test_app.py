@@ -12,7 +12,7 @@ from dynasd.explorer.measure.compare import run_compare
 from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions.registry import SessionRegistry
 from dynasd.explorer.sessions.session import Mode
-from dynasd.models import ModelLoadError, tiny_random_pair
+from dynasd.loading.models import ModelLoadError, tiny_random_pair
 from dynasd.options import OPTIONS, DecoderOptions
 
 TINY = dict(pair="tiny-random", method="mcsd", max_new_tokens=24)

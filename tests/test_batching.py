@@ -7,7 +7,7 @@ import pytest
 
 from dynasd.explorer.costs.cost import RunShape, costs_from
 from dynasd.explorer.measure import batching
-from dynasd.step_cost import expected_speedup
+from dynasd.speed.step_cost import expected_speedup
 from viz.batching import batching_figure
 
 GPU_LIKE = {1: 1.0, 2: 1.0, 4: 1.01, 8: 1.02, 16: 1.05, 32: 1.1, 64: 1.2}

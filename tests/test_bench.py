@@ -158,7 +158,7 @@ def test_kernels_option_runs_a_method_on_the_plain_pair(prompts_file, tmp_path, 
     """`kernels=plain` measures the same method on stock transformers modules, `kernels=torch` without the compiled
     kernel, beside the fast ones, in one run."""
     from dynasd.kernels.fast_linear import kernel_pays_here
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
 
     real, seen = measure.make_method_decoder, {}
 
@@ -309,7 +309,7 @@ def test_weights_read_count_each_forward_of_each_model_at_its_weight_bytes(bench
     forwards times the draft's (dynasd.kernels.weight_bytes_per_forward: every linear layer once, the tied output
     layer included, the embedding's lookups not); the summary divides them by tokens and by seconds."""
     from dynasd.kernels import weight_bytes_per_forward
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
 
     pair = load_pair("tiny-random")
     target, draft = weight_bytes_per_forward(pair.target), weight_bytes_per_forward(pair.draft)

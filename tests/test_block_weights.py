@@ -24,7 +24,7 @@ from dynasd.kernels.block_weights import (
     use_gguf_blocks,
 )
 from dynasd.kernels.compile import kernel_variant, runnable_variants
-from dynasd.models import ModelLoadError, load_pair
+from dynasd.loading.models import ModelLoadError, load_pair
 
 QTYPE = {Q4_1: GGMLQuantizationType.Q4_1, Q8_0: GGMLQuantizationType.Q8_0}
 
@@ -205,8 +205,8 @@ def test_the_tensor_table_is_the_one_the_gguf_package_reads(tmp_path):
     on the embedded one (string arrays and all) where it is installed."""
     from gguf import GGUFReader
 
-    from dynasd.embedded import installed_gguf
     from dynasd.kernels.block_weights import gguf_tensor_table
+    from dynasd.loading.embedded import installed_gguf
 
     path = tmp_path / "small.gguf"
     write_gguf(small_llama(), path)

@@ -211,7 +211,7 @@ def test_loading_tiny_random_while_other_sessions_build_decision_models_gives_th
     it: the session layer keeps the two from interleaving, so the pair is the same as on every other machine."""
     import torch
 
-    from dynasd.models import load_pair, tiny_random_pair
+    from dynasd.loading.models import load_pair, tiny_random_pair
 
     reference = tiny_random_pair()
     stop = threading.Event()

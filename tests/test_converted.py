@@ -1,5 +1,5 @@
-"""The embedded target converted once from its GGUF file (dynasd/converted.py) is the GGUF's model: same weights bit
-for bit, same configuration, same tokenizer and chat template."""
+"""The embedded target converted once from its GGUF file (dynasd/loading/converted.py) is the GGUF's model: same
+weights bit for bit, same configuration, same tokenizer and chat template."""
 from __future__ import annotations
 
 import os
@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from dynasd.converted import _gguf_read_once, _remove_abandoned, converted_folder, load_converted
-from dynasd.models import embedded_gguf_path
+from dynasd.loading.converted import _gguf_read_once, _remove_abandoned, converted_folder, load_converted
+from dynasd.loading.models import embedded_gguf_path
 
 
 @pytest.mark.slow

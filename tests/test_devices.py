@@ -16,7 +16,7 @@ from dynasd.bench.host_syncs import count_host_reads, reads_per_step
 from dynasd.kernels import KernelPlan, accelerate, plan_for
 from dynasd.kernels.compile import kernel_variant
 from dynasd.kernels.fast_linear import PretransposedLinear
-from dynasd.models import tiny_random_pair
+from dynasd.loading.models import tiny_random_pair
 from dynasd.options import DecoderOptions
 from dynasd.sampling import Draws, mcss_walk
 

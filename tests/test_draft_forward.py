@@ -7,7 +7,6 @@ import torch
 from test_lean_forward import LEAN, STOCK, block_llama, forward_calls, with_drawn_norms
 
 from dynasd.cache import Runtime
-from dynasd.feature_draft import add_feature_input
 from dynasd.kernels.block_weights import (
     FLOAT32,
     INT8,
@@ -24,8 +23,9 @@ from dynasd.kernels.exact_attention import use_exact_attention
 from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import in_place_cache
 from dynasd.kernels.lean_forward import compiled_forward, direct_forward, lean_forward
-from dynasd.models import SubsetHead, tiny_llama
-from dynasd.shared_module import SharedModule
+from dynasd.loading.feature_model import add_feature_input
+from dynasd.loading.models import SubsetHead, tiny_llama
+from dynasd.loading.shared_module import SharedModule
 from dynasd.tree import TreeShape
 
 DIRECT = Runtime(forward=lean_forward, new_cache=in_place_cache, direct_forward=direct_forward)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
-from dynasd.models import ModelLoadError, SubsetHead, read_head_tokens, tiny_random_pair
+from dynasd.loading.models import ModelLoadError, SubsetHead, read_head_tokens, tiny_random_pair
 from dynasd.options import DecoderOptions
 
 
@@ -67,7 +67,7 @@ def test_sampling_with_a_subset_draft_only_proposes_covered_tokens(subset_pair):
 def test_stop_scores_over_the_subset_equal_the_full_vocabulary_ones(subset_pair, policy):
     """With a reduced head the stop policy reads the softmax over the head's tokens only (the others are 0): the
     scores, the stops and the output must be those of the full-vocabulary softmax."""
-    from dynasd.decision import HARD_TOPK, DecisionModel
+    from dynasd.stopping.decision_models import HARD_TOPK, DecisionModel
 
     torch.manual_seed(0)
     model = DecisionModel("hard", 1 + HARD_TOPK).eval() if policy == "decision" else None

@@ -18,7 +18,7 @@ from dynasd.kernels.fast_linear import (
     panel_kernel,
     pretranspose_linears,
 )
-from dynasd.models import SubsetHead, load_pair, tiny_random_pair
+from dynasd.loading.models import SubsetHead, load_pair, tiny_random_pair
 from dynasd.options import DecoderOptions
 
 # Every kernel variant this CPU executes (AVX-512 and AVX2 on an AVX-512 machine) is tested, not only the one a load

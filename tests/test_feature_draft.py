@@ -1,5 +1,5 @@
-"""The feature draft (dynasd/feature_draft.py): it reads the target's states of the committed text, the decoder stays
-lossless with it, and its training command learns and exports a draft the engine loads."""
+"""The feature draft (dynasd/loading/feature_model.py): it reads the target's states of the committed text, the
+decoder stays lossless with it, and its training command learns and exports a draft the engine loads."""
 import json
 
 import pytest
@@ -9,9 +9,9 @@ from test_losslessness import VOCAB, assert_matches, exact_first_two, on_context
 
 from dynasd.cache import CachedModel, Runtime, stock_forward
 from dynasd.decoders import make_decoder
-from dynasd.feature_draft import is_feature_draft
 from dynasd.kernels.lean_forward import lean_forward
-from dynasd.models import ModelPair, load_distilled_draft, tiny_feature_draft
+from dynasd.loading.feature_model import is_feature_draft
+from dynasd.loading.models import ModelPair, load_distilled_draft, tiny_feature_draft
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.sources import FeatureDraftTree, TargetFeatures
@@ -97,7 +97,7 @@ def test_the_lean_forward_reads_features_as_transformers_forward_does(tiny_pair)
 def test_a_step_uses_the_feature_draft_not_the_token_draft(tiny_pair):
     """The feature path is really taken: the token draft is never called, the feature draft is."""
     calls = {"token": 0, "feature": 0}
-    # the token draft's own output layer (its embedding is the target's module, shared: dynasd/models.py; its
+    # the token draft's own output layer (its embedding is the target's module, shared: dynasd/loading/models.py; its
     # decoder layers run through the lean forward, which calls their linear layers but not the layers themselves)
     hooks = [tiny_pair.draft.lm_head.register_forward_hook(lambda *a: calls.__setitem__(
                  "token", calls["token"] + 1)),
@@ -120,7 +120,7 @@ def test_a_pair_without_a_feature_draft_is_refused_clearly(tiny_pair):
 
 @pytest.fixture(scope="module")
 def small_feature_pair():
-    from dynasd.models import tiny_llama, tiny_tokenizer
+    from dynasd.loading.models import tiny_llama, tiny_tokenizer
 
     target = tiny_llama(VOCAB, seed=44, layers=1)
     return on_context_table(ModelPair(
@@ -142,7 +142,7 @@ def test_sampling_with_the_feature_draft_follows_the_target_distribution(small_f
 
 def test_train_feature_draft_learns_and_exports_a_loadable_draft(tmp_path):
     from dynasd.cli import main
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
 
     data = tmp_path / "gen"
     prompts = tmp_path / "prompts.json"
@@ -172,7 +172,7 @@ def test_train_feature_draft_learns_and_exports_a_loadable_draft(tmp_path):
 
 
 def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
-    from dynasd.models import has_feature_draft
+    from dynasd.loading.models import has_feature_draft
     from ui.play import on_pair_change
 
     assert has_feature_draft("tiny-random") and not has_feature_draft("smollm2-360m+135m")
@@ -187,7 +187,7 @@ def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_messag
     """No feature draft is shipped for the embedded pair (it did not beat the token draft, docs/benchmarks.md)."""
     from dynasd.explorer.engine import build_decoder
     from dynasd.explorer.inputs import Settings, UserError
-    from dynasd.models import has_feature_draft
+    from dynasd.loading.models import has_feature_draft
 
     assert embedded_pair.feature_draft is None and not has_feature_draft("embedded")
     with pytest.raises(UserError, match="has no feature draft"):
@@ -197,7 +197,7 @@ def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_messag
 def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(tmp_path):
     """--init-from: the mixer's state half starts at zero, so whatever states it reads, the new draft's logits are
     the token draft's (training starts from its agreement, not below it)."""
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
     from dynasd.training.distill import draft_from_target, export_draft
     from dynasd.training.feature_distill import build_feature_draft
 
@@ -208,7 +208,7 @@ def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(
     assert is_feature_draft(draft) and draft.config.dynasd_source_layers == [1]
     ids = torch.tensor([[5, 9, 3, 7, 11]])
     states = 10 * torch.randn(1, 5, target.config.hidden_size)
-    from dynasd.feature_draft import draft_inputs
+    from dynasd.loading.feature_model import draft_inputs
 
     with torch.no_grad():
         expected = token_draft(input_ids=ids).logits
@@ -221,7 +221,7 @@ def test_auto_state_scale_starts_the_mixer_with_inputs_of_equal_length():
     other at the start (the target's states can be many times longer than its token embeddings)."""
     from argparse import Namespace
 
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
     from dynasd.training.feature_distill import FeatureSequence, build_feature_draft, initial_state_scale
 
     target = load_pair("tiny-random", device="cpu", fast_kernels=False).target
@@ -264,7 +264,7 @@ def test_a_trace_recorded_when_the_token_draft_was_the_default_still_loads():
 def test_a_warm_start_loads_an_exported_draft_or_a_checkpoint_and_refuses_other_layers(tmp_path):
     """`--warm-start` continues from a trained draft on new text: every tensor of the export (fp16) or checkpoint
     lands in the new draft; a draft of other layers is refused, not half loaded."""
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
     from dynasd.training.distill import export_draft
     from dynasd.training.export import trainable_state
     from dynasd.training.feature_distill import build_feature_draft

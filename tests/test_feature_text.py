@@ -8,7 +8,7 @@ import torch
 
 from dynasd.cache import CachedModel
 from dynasd.cli import main
-from dynasd.models import load_pair
+from dynasd.loading.models import load_pair
 from dynasd.training.feature_data import load_features, target_features
 from dynasd.training.sequences import Sequence
 from dynasd.training.token_store import load_token_shards, save_token_shard, token_shards

@@ -5,7 +5,7 @@ import torch
 
 import dynasd.kernels.gqa_attention as gqa
 from dynasd.cache import CachedModel
-from dynasd.models import load_pair, tiny_random_pair
+from dynasd.loading.models import load_pair, tiny_random_pair
 from dynasd.tree import ancestor_mask
 
 PARENTS = [-1, -1, 0, 0, 1, 2]  # a branching tree of 6 nodes under the last committed token

@@ -168,7 +168,7 @@ def test_greedy_decoding_is_identical_to_ar_in_8_bit_activations(tmp_path):
     from dataclasses import replace
 
     from dynasd.decoders import make_decoder
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
     from dynasd.options import DecoderOptions
 
     target = small_model_in_blocks(tmp_path, INT8)

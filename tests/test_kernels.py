@@ -29,7 +29,7 @@ from dynasd.kernels.gqa_attention import NAME as PACKED_GQA
 from dynasd.kernels.gqa_attention import use_packed_gqa
 from dynasd.kernels.inplace_cache import InPlaceLayer, in_place_cache
 from dynasd.kernels.lean_forward import lean_forward
-from dynasd.models import tiny_llama, tiny_random_pair
+from dynasd.loading.models import tiny_llama, tiny_random_pair
 from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
 
@@ -222,7 +222,7 @@ def test_the_import_guard_sees_every_spelling_of_a_kernels_import():
     assert {"dynasd.kernels.accelerate", "dynasd.kernels.lean_forward", "dynasd.kernels",
             "dynasd.kernels.fast_linear", "dynasd.cache.x"} <= names
     assert "dynasd.kernels" in imported_modules("from .kernels import accelerate", "dynasd")
-    assert kernel_imports(REPO / "dynasd" / "models.py") == ["dynasd.kernels", "dynasd.kernels.ARITHMETICS",
+    assert kernel_imports(REPO / "dynasd" / "loading" / "models.py") == ["dynasd.kernels", "dynasd.kernels.ARITHMETICS",
                                                              "dynasd.kernels.INT8", "dynasd.kernels.accelerate"]
 
 

@@ -27,7 +27,8 @@ LAYERS = {"dynasd": 0, "viz": 0, "ui": 1, "app": 2}
 # under its rooms and the sessions on top; the commands (the CLI, the best-tree search's command, training) drive it
 # all.
 DYNASD_LAYERS = (
-    ("what the kernels build on", ("dynasd.cache", "dynasd.feature_draft", "dynasd.embedded", "dynasd.shared_module")),
+    ("what the kernels build on", ("dynasd.cache", "dynasd.loading.feature_model", "dynasd.loading.embedded",
+                                   "dynasd.loading.shared_module")),
     ("kernels", ("dynasd.kernels",)),
     ("core", ("dynasd",)),
     ("sources and decoders", ("dynasd.sources", "dynasd.decoders")),
@@ -36,7 +37,7 @@ DYNASD_LAYERS = (
     ("the explorer's costs and lessons", ("dynasd.explorer.costs", "dynasd.explorer.lessons")),
     ("the explorer's measure", ("dynasd.explorer.measure",)),
     ("the explorer's sessions", ("dynasd.explorer.sessions",)),
-    ("commands", ("dynasd.cli", "dynasd.__main__", "dynasd.best_tree", "dynasd.training")),
+    ("commands", ("dynasd.cli", "dynasd.__main__", "dynasd.speed.best_tree", "dynasd.training")),
 )
 # Rooms that stand side by side: neither imports the other (a lesson is arithmetic on a recorded run, never a cost or
 # a measurement).
@@ -49,7 +50,8 @@ LAZY_IMPORTS = {
         "plotly loads only when a report is written: the runtime imports neither plotly nor gradio",
     ("dynasd.bench.llama_cpp_peer", "llama_cpp"): "an optional extra (peers): the bench runs without it and says so",
     ("ui.gpu", "spaces.zero.torch"): "only the real spaces package, on a ZeroGPU Space, has the CUDA emulation",
-    ("dynasd.converted", "gguf"): "only converting a GGUF file reads it: scripts/gpu_check.py's machine has no gguf",
+    ("dynasd.loading.converted", "gguf"): "only converting a GGUF file reads it: scripts/gpu_check.py's machine has "
+                                          "no gguf",
     ("dynasd.kernels.block_weights", "gguf"): "only quantizing a draft to Q8_0 needs it: the GPU check's machine has "
                                               "no gguf",
     ("dynasd.kernels.block_weights", "gguf.quants"): "as gguf, in the same function",
@@ -303,9 +305,9 @@ def test_inside_dynasd_imports_only_go_down_its_layers_and_the_rooms_stay_apart(
 def test_the_dynasd_layer_rule_catches_a_room_that_reads_another_and_a_kernel_that_reads_the_loader():
     """The analysis itself, on made-up imports."""
     made_up = [Import("dynasd.explorer.lessons.quiz", "dynasd.explorer.costs.cost", 3, False, False),
-               Import("dynasd.kernels.block_weights", "dynasd.converted", 9, True, False),
+               Import("dynasd.kernels.block_weights", "dynasd.loading.converted", 9, True, False),
                Import("dynasd.explorer.sessions.session", "dynasd.explorer.engine", 1, False, False),
-               Import("dynasd.models", "dynasd.kernels", 1, False, False)]
+               Import("dynasd.loading.models", "dynasd.kernels", 1, False, False)]
     assert [line.split(":")[0] for line in dynasd_layer_breaks(made_up)] == [
         "dynasd.explorer.lessons.quiz", "dynasd.kernels.block_weights"]
 
@@ -353,7 +355,7 @@ def test_imports_sit_at_the_top_of_their_modules_but_for_the_listed_lazy_ones():
 def test_the_wheel_declares_every_package_and_carries_the_top_level_assets():
     """pyproject.toml lists the packages by name (so that assets/ can be mapped to dynasd/assets): a new subpackage
     left out of the list would be missing from the wheel."""
-    from dynasd.models import ASSETS_DIR
+    from dynasd.loading.models import ASSETS_DIR
 
     text = (ROOT / "pyproject.toml").read_text()
     declared = text.split("packages = [", 1)[1].split("]", 1)[0]

@@ -17,7 +17,7 @@ from dynasd.kernels.lean_forward import (
     lean_forward,
     supports,
 )
-from dynasd.models import load_pair, tiny_llama, tiny_random_pair
+from dynasd.loading.models import load_pair, tiny_llama, tiny_random_pair
 from dynasd.options import DecoderOptions
 from dynasd.tree import ROOT, TreeShape, ancestor_mask
 

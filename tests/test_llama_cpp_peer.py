@@ -104,7 +104,7 @@ def peer(request):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the peers extra)")
     import torch
 
-    from dynasd.models import embedded_gguf_path
+    from dynasd.loading.models import embedded_gguf_path
 
     pair = request.getfixturevalue("embedded_pair")  # loaded only when llama.cpp can run
     loaded = llama_cpp_peer.LlamaCppPeer(embedded_gguf_path(), pair, torch.get_num_threads())

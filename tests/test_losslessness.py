@@ -22,7 +22,7 @@ from test_greedy_identity import recycle_decoder
 
 from dynasd.cache import Runtime, attach_runtime, runtime_of
 from dynasd.decoders import Decoder, make_decoder
-from dynasd.models import ModelPair, tiny_llama, tiny_tokenizer
+from dynasd.loading.models import ModelPair, tiny_llama, tiny_tokenizer
 from dynasd.options import DecoderOptions
 from dynasd.sampling import Draws, SamplingConfig, draw_candidates, logits_to_probs, mcss_walk
 from dynasd.tree import ROOT
@@ -237,7 +237,7 @@ def test_a_tree_of_draws_follows_the_target_distribution_on_every_device(device)
 @pytest.mark.slow(seconds=11)
 def test_a_draft_blind_to_half_the_vocabulary_stays_lossless(small_pair):
     """q is zero on tokens 1 and 3 (a reduced output layer, SubsetHead): the residual must supply them."""
-    from dynasd.models import SubsetHead
+    from dynasd.loading.models import SubsetHead
 
     draft = tiny_llama(VOCAB, seed=45, layers=1)
     draft.lm_head = SubsetHead(draft.lm_head.weight, [0, 2])

@@ -10,10 +10,10 @@ import threading
 
 import torch
 
-from dynasd.decision import DecisionModel
 from dynasd.explorer.engine import build_decoder
 from dynasd.explorer.inputs import Settings
-from dynasd.models import ASSETS_DIR, tiny_random_pair
+from dynasd.loading.models import ASSETS_DIR, tiny_random_pair
+from dynasd.stopping.decision_models import DecisionModel
 
 LOSSY_TREE = dict(method="ti-mcsd", width=3, depth=2)  # its output depends on the draft's proposals too
 MAX_NEW = 16

@@ -70,7 +70,7 @@ def test_every_lossless_method_gets_ar_score_at_temperature_zero(tmp_path):
 def test_a_judge_scores_the_same_texts_through_its_own_tokenizer(tmp_path, greedy, tiny_pair):
     """The tiny target saved to a folder and loaded as a judge: re-tokenising the text gives its ids back, so the
     judge's score is the target's own."""
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
 
     plain = load_pair("tiny-random", fast_kernels=False)
     plain.target.save_pretrained(tmp_path / "judge")

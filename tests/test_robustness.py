@@ -16,7 +16,7 @@ from dynasd.explorer.inputs import CUSTOM, MAX_PROMPT_CHARS, Settings, UserError
 from dynasd.explorer.pairs import PairCache, pairs_from_env
 from dynasd.explorer.sessions.registry import SessionRegistry
 from dynasd.explorer.sessions.session import Session, load_trace
-from dynasd.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
+from dynasd.loading.models import ModelLoadError, load_pair, tiny_llama, tiny_random_pair, tiny_tokenizer
 from dynasd.options import MAX_TREE_NODES, DecoderOptions
 from dynasd.trace import run_to_dict, save_run
 from viz.text import shown_piece
@@ -217,7 +217,7 @@ def test_public_mode_settings_come_from_the_environment(tmp_path):
 
 
 def test_a_public_server_offers_only_the_shipped_decision_models():
-    from dynasd.stopping import shipped_decision_models
+    from dynasd.stopping.policies import shipped_decision_models
 
     public = PairCache(loader=TinyLoader(), allow_custom=False, allow_hub=False, allow_decision_paths=False)
     session = SessionRegistry().get(None)

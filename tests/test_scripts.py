@@ -69,7 +69,7 @@ def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tr
     """Width 1 is sd itself (gamma = depth), so its row must equal the decoder's own tokens per target forward on
     the same prompts, with and without prompt lookup; wider or deeper trees can only raise the ceiling."""
     from dynasd.decoders import make_decoder
-    from dynasd.models import load_pair
+    from dynasd.loading.models import load_pair
     from dynasd.options import DecoderOptions
 
     texts = ["hello there, hello there, hello", "count to five: one two three"]

@@ -1,7 +1,7 @@
 """The Space path: a machine that installs requirements.txt and nothing else, then runs `python app.py`.
 
-The embedded target's wheel cannot be a requirement (dynasd/embedded.py says why), so the engine fetches it: these
-tests pin down that fetch (the pinned hash, the cache, the one-line message without a registry), the README's
+The embedded target's wheel cannot be a requirement (dynasd/loading/embedded.py says why), so the engine fetches it:
+these tests pin down that fetch (the pinned hash, the cache, the one-line message without a registry), the README's
 front matter that a Space reads, and, slow, the whole build from requirements.txt alone.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from dynasd import embedded
-from dynasd.embedded import EmbeddedModelUnavailable, embedded_gguf, fetch_embedded
 from dynasd.kernels.compile import kernel_cache
-from dynasd.models import ModelLoadError, load_pair
+from dynasd.loading import embedded
+from dynasd.loading.embedded import EmbeddedModelUnavailable, embedded_gguf, fetch_embedded
+from dynasd.loading.models import ModelLoadError, load_pair
 
 REPO = Path(__file__).resolve().parent.parent
 GGUF_BYTES = b"GGUF fake weights for the fetch tests"
@@ -260,8 +260,8 @@ def test_a_space_built_from_requirements_alone_steps_on_the_embedded_pair(tmp_pa
 
     ~25 s on a quiet 2-core machine, for what a Space does on its first start: the app imports torch, transformers
     and gradio from a venv of its own, fetches the embedded target's wheel into an empty cache, and converts the
-    GGUF (dynasd/converted.py, ~8 s of CPU) before the first Step. The one thing of a first start it does not redo
-    is building the CPU kernels (the checkout's are used)."""
+    GGUF (dynasd/loading/converted.py, ~8 s of CPU) before the first Step. The one thing of a first start it does
+    not redo is building the CPU kernels (the checkout's are used)."""
     from conftest import free_port, wait_until_serving
     from gradio_client import Client
 

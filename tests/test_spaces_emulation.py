@@ -43,7 +43,7 @@ def test_every_method_recipe_and_stop_policy_steps_and_resumes_with_the_pair_on_
 
 @pytest.mark.slow(seconds=25)
 def test_the_decision_model_policies_step_on_the_embedded_pair_on_emulated_cuda():
-    from dynasd.embedded import embedded_gguf
+    from dynasd.loading.embedded import embedded_gguf
 
     try:
         embedded_gguf()

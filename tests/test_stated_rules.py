@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dynasd.decoders import make_decoder
-from dynasd.models import load_pair
+from dynasd.loading.models import load_pair
 from dynasd.options import METHODS, DecoderOptions
 from dynasd.sampling import SamplingConfig
 from dynasd.trace import RunTrace, StepTrace

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from conftest import SESSION_CACHE, USER_CACHE, measurements_in
 
-from dynasd.embedded import cache_dir, cached_gguf_path
 from dynasd.explorer.costs import cost
 from dynasd.explorer.measure.measured_here import KeptCompare, Measured, keep_compare, read_compare
 from dynasd.kernels.compile import kernel_cache
+from dynasd.loading.embedded import cache_dir, cached_gguf_path
 
 
 def test_the_session_caches_in_a_temporary_folder_not_the_users():

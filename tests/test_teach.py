@@ -11,7 +11,6 @@ import torch
 from scipy.stats import chi2
 
 import viz
-from dynasd import step_cost
 from dynasd.decoders import make_decoder
 from dynasd.explorer.costs import cost
 from dynasd.explorer.inputs import Settings, UserError
@@ -22,6 +21,7 @@ from dynasd.explorer.pairs import PairCache
 from dynasd.explorer.sessions import share
 from dynasd.options import DecoderOptions
 from dynasd.sampling import SamplingConfig
+from dynasd.speed import step_cost
 from dynasd.trace import TraceError, run_from_dict, run_to_dict
 from viz.cost import cost_figure
 from viz.guided import guided_figure

@@ -9,16 +9,16 @@ from conftest import pair_on
 from scipy.stats import chisquare
 
 from dynasd.cli import main
-from dynasd.decision import DecisionModel
 from dynasd.decoders import make_decoder
-from dynasd.models import (
+from dynasd.loading.models import (
     ASSETS_DIR,
     DISTILLED_DRAFT_DIR,
     load_distilled_draft,
     tiny_random_pair,
 )
 from dynasd.options import DecoderOptions
-from dynasd.stopping import StopPolicy, make_stop_policy
+from dynasd.stopping.decision_models import DecisionModel
+from dynasd.stopping.policies import StopPolicy, make_stop_policy
 from dynasd.training.agreement import agreement
 from dynasd.training.onpolicy import training_prompts
 from dynasd.training.self_instruct import sample_instructions

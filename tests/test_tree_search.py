@@ -1,4 +1,4 @@
-"""The best static tree (dynasd/tree_search.py, `dynasd best-tree`): expected tokens from an acceptance vector,
+"""The best static tree (dynasd/speed/tree_search.py, `dynasd best-tree`): expected tokens from an acceptance vector,
 every k-config within a budget searched, and the command's choice checked against what it measures."""
 import json
 
@@ -6,9 +6,8 @@ import pytest
 from test_metrics import node, step
 
 from dynasd import cli
-from dynasd.step_cost import StepCosts
-from dynasd.tree import TreeShape
-from dynasd.tree_search import (
+from dynasd.speed.step_cost import StepCosts
+from dynasd.speed.tree_search import (
     acceptance_vector,
     best_by_budget,
     evaluate,
@@ -17,6 +16,7 @@ from dynasd.tree_search import (
     rank_counts,
     shapes_within,
 )
+from dynasd.tree import TreeShape
 
 FREE_ROWS = StepCosts(ar_s=1.0, verify_base_s=1.0, verify_per_row_s=0.0, draft_per_forward_s=0.0)
 
@@ -81,7 +81,7 @@ def test_the_acceptance_vector_counts_each_rank_after_the_earlier_ones_were_reje
 def test_best_tree_measures_searches_checks_and_writes_a_recipe(tiny_pair, tmp_path, capsys, monkeypatch):
     """The command end to end on the tiny pair: the table, the check against ar and a recipe file whose bench
     spec is the chosen tree."""
-    monkeypatch.setattr("dynasd.best_tree.load_pair_from", lambda args: tiny_pair)
+    monkeypatch.setattr("dynasd.speed.best_tree.load_pair_from", lambda args: tiny_pair)
     prompts = tmp_path / "q.jsonl"
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [text]}) + "\n"
                                for i, text in enumerate(["Tell me a story about a cat.", "Write a poem."])))
@@ -110,7 +110,7 @@ def test_the_learn_view_marks_the_runs_tree_against_the_best_for_each_budget(tin
     """Learn → Cost model's second chart: the best expected speed-up for budgets 1..64 never falls, and an mcsd
     run's own tree sits on or under the line at its node count (the search saw that shape too)."""
     from dynasd.decoders import make_decoder
-    from dynasd.explorer.costs.best_trees import BUDGET_NODES, best_trees
+    from dynasd.explorer.costs.trees_by_budget import BUDGET_NODES, best_trees
     from dynasd.options import DecoderOptions
     from viz.cost import budget_figure
 

@@ -17,7 +17,7 @@ from dynasd.explorer.measure import where
 from dynasd.explorer.measure.where import GpuModel, StepShape
 from dynasd.explorer.pairs import PairCache
 from dynasd.kernels.block_weights import block_kernel
-from dynasd.step_cost import chain_tokens_per_step, fit_line
+from dynasd.speed.step_cost import chain_tokens_per_step, fit_line
 from viz.where import where_figure, where_markdown
 
 DEVICE = MeasuredCosts({1: 0.010, 8: 0.014, 16: 0.018}, "2026-12-06 00:00", "by hand", "here")

@@ -24,7 +24,7 @@ import pytest
 
 from dynasd.explorer.inputs import Settings
 from dynasd.explorer.sessions.calls import Advance, StartRun
-from dynasd.models import tiny_random_pair
+from dynasd.loading.models import tiny_random_pair
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_STATUS, OUT_TREE = 7, 1

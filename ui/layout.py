@@ -10,10 +10,10 @@ import gradio as gr
 
 import viz
 from dynasd.explorer.inputs import CUSTOM, MAX_NEW_TOKENS_LIMIT, RUN_FIELDS
-from dynasd.models import has_feature_draft
+from dynasd.loading.models import has_feature_draft
 from dynasd.options import METHODS, OPTIONS, Choice, Option
 from dynasd.recipes import RECIPES
-from dynasd.stopping import DEFAULT_DECISION_MODEL, shipped_decision_models
+from dynasd.stopping.policies import DEFAULT_DECISION_MODEL, shipped_decision_models
 
 from . import predict as predict_ui
 from . import state

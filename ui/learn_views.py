@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 import viz
-from dynasd.explorer.costs.best_trees import best_trees
+from dynasd.explorer.costs.trees_by_budget import best_trees
 from dynasd.explorer.inputs import UserError
 from dynasd.explorer.lessons import side_by_side
 from dynasd.explorer.lessons.predict import asks_first

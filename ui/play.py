@@ -19,7 +19,7 @@ from dynasd.explorer.measure import compare as compare_model
 from dynasd.explorer.measure.measured_here import KeptCompare, fastest_recipe_here, read_compares, recipe_here
 from dynasd.explorer.sessions.controller import Controller, Outcome
 from dynasd.explorer.sessions.session import Session
-from dynasd.models import has_feature_draft
+from dynasd.loading.models import has_feature_draft
 from dynasd.options import OPTIONS
 from dynasd.recipes import RECIPES, recipe_values
 from dynasd.trace import save_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dynasd.explorer.costs.best_trees import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
+from dynasd.explorer.costs.trees_by_budget import BUDGET_MIN_TESTS, BUDGET_NODES, BestTrees
 from dynasd.explorer.measure.speed import RunSpeed
 
 from .style import STATUS_COLORS, TOP_LEGEND, Figure, base_layout
@@ -124,8 +124,8 @@ def cost_figure(speed: RunSpeed) -> go.Figure:
 
 
 def budget_figure(best: BestTrees) -> go.Figure:
-    """Expected speed-up of the best static tree for each node budget (dynasd/explorer/costs/best_trees.py: from the
-    run's own acceptance by sibling rank and this device's costs), with the run's own tree marked when it is a
+    """Expected speed-up of the best static tree for each node budget (dynasd/explorer/costs/trees_by_budget.py: from
+    the run's own acceptance by sibling rank and this device's costs), with the run's own tree marked when it is a
     static one: how far today's shape is from the best this draft allows here. Every expectation is drawn cut by
     `best.scale`."""
     if not best.p:

@@ -34,13 +34,13 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from ..decision import DecisionModel
 from ..device_info import device_line
 from ..kernels import weight_bytes_per_forward
 from ..kernels.block_weights import read_blocks
 from ..options import DecoderOptions, add_model_arguments, add_option_arguments, load_pair_from, options_from_args
 from ..prompts import follow_up_ids, select_prompts
-from ..stopping import load_decision_model
+from ..stopping.decision_models import DecisionModel
+from ..stopping.policies import load_decision_model
 from .llama_cpp_peer import LlamaCppPeer, check_gguf_target, gguf_path, without_unavailable_llama_cpp
 from .llama_cpp_peer import meta as llama_cpp_meta
 from .measure import ForwardClock, Measured, make_method_decoder, run_method

@@ -21,7 +21,7 @@ from typing import Iterator
 import torch
 
 from ..decoders import make_decoder
-from ..models import ModelLoadError, ModelPair, load_pair
+from ..loading.models import ModelLoadError, ModelPair, load_pair
 from ..options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions
 from .specs import decoder_options, parse_methods, parse_temperatures
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ..models import embedded_gguf_path
+from ..loading.models import embedded_gguf_path
 from ..options import DecoderOptions
 from .measure import Measured, truncate
 from .specs import LLAMA_CPP, MethodSpec

@@ -9,9 +9,9 @@ import torch
 import transformers
 
 from ..acceptance import acceptance_of
-from ..decision import DecisionModel
 from ..decoders import make_decoder
 from ..options import DecoderOptions
+from ..stopping.decision_models import DecisionModel
 from ..trace import PROPOSED_ORIGINS
 from .specs import HF_ASSISTED, MethodSpec
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models import _load_any
+from ..loading.models import _load_any
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..models import ARITHMETICS, DEFAULT_ARITHMETIC, WEIGHT_MODES
+from ..loading.models import ARITHMETICS, DEFAULT_ARITHMETIC, WEIGHT_MODES
 from ..options import METHODS, OPTIONS, DecoderOptions, Option, OptionsError
 from ..recipes import BY_KEY as RECIPES_BY_KEY
 

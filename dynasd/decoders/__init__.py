@@ -2,9 +2,9 @@
 a decoder's snapshot (snapshot.py) back into one."""
 from __future__ import annotations
 
-from ..decision import DecisionModel
-from ..models import ModelPair
+from ..loading.models import ModelPair
 from ..options import DecoderOptions
+from ..stopping.decision_models import DecisionModel
 from .ar import ARDecoder
 from .base import Decoder, RequestError
 from .snapshot import DecoderSnapshot

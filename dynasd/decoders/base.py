@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from ..device_info import device_line
-from ..models import ModelPair
+from ..loading.models import ModelPair
 from ..options import DecoderOptions
 from ..trace import RunTrace, StepTrace
 from .snapshot import SNAPSHOT_FORMAT, DecoderSnapshot, state_fingerprint

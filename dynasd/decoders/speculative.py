@@ -31,9 +31,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..cache import CachedModel
-from ..decision import DecisionModel
-from ..feature_draft import is_feature_draft
-from ..models import ModelPair
+from ..loading.feature_model import is_feature_draft
+from ..loading.models import ModelPair
 from ..options import DecoderOptions, drafts_with_features
 from ..sampling import (
     WalkResult,
@@ -58,7 +57,8 @@ from ..sources import (
     TargetRootedTree,
     TokenRecycling,
 )
-from ..stopping import make_stop_policy
+from ..stopping.decision_models import DecisionModel
+from ..stopping.policies import make_stop_policy
 from ..trace import NodeTrace, ResidualTrace, StepTrace, TreeGrowth
 from ..tree import ROOT, TreeShape
 from .base import Decoder, no_draft_model

@@ -21,13 +21,13 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ..decision import DecisionModel
 from ..decoders import Decoder, RequestError, make_decoder, resume
 from ..decoders.snapshot import DecoderSnapshot
-from ..models import ModelPair
+from ..loading.models import ModelPair
 from ..options import DecoderOptions
 from ..prompts import follow_up_ids
-from ..stopping import READS_DECISION_MODEL, load_decision_model
+from ..stopping.decision_models import DecisionModel
+from ..stopping.policies import READS_DECISION_MODEL, load_decision_model
 from ..trace import RunTrace, StepTrace
 from .inputs import Settings, UserError, check_prompt, one_line
 from .pairs import MODEL_BUILD_LOCK, PairCache

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import field, make_dataclass, replace
 from typing import Any
 
-from ..models import BUILTIN_PAIRS, PRESETS
+from ..loading.models import BUILTIN_PAIRS, PRESETS
 from ..options import (
     DEFAULT_MAX_NEW_TOKENS,
     MAX_REF_CHARS,

@@ -13,14 +13,14 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
-from ..models import ModelLoadError, ModelPair, load_pair
-from ..stopping import shipped_decision_models
+from ..loading.models import ModelLoadError, ModelPair, load_pair
+from ..stopping.policies import shipped_decision_models
 from .inputs import CUSTOM, Settings, UserError, known_pairs, one_line
 
 # Every model or module built on behalf of a session (a pair, a stop policy's decision model) takes this lock, so
 # sessions load one model at a time. What two builds share is torch's one global random generator; that is guarded
-# where it is drawn from, for every caller, sessions or not: a seeded build holds dynasd.models.SEEDED_BUILD_LOCK,
-# and a decision model loads without drawing (tests/test_pair_threads.py).
+# where it is drawn from, for every caller, sessions or not: a seeded build holds
+# dynasd.loading.models.SEEDED_BUILD_LOCK, and a decision model loads without drawing (tests/test_pair_threads.py).
 MODEL_BUILD_LOCK = threading.Lock()
 _CACHES: "weakref.WeakSet[PairCache]" = weakref.WeakSet()
 

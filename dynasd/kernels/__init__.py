@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..cache import Runtime, attach_runtime, stock_cache, stock_forward
-from ..shared_module import SharedModule
+from ..loading.shared_module import SharedModule
 from .block_weights import (
     ARITHMETICS,
     FLOAT32,
@@ -127,8 +127,8 @@ def accelerate_model(model: torch.nn.Module, plan: KernelPlan) -> torch.nn.Modul
 
 
 def accelerate(pair, compiled_kernel: bool = True, weights: str = "gguf", arithmetic: str = INT8):
-    """Accelerate every model of `pair` (a dynasd.models.ModelPair, which calls this from load_pair: hence no import
-    of it here) in place and return the pair; `compiled_kernel=False` leaves the compiled
+    """Accelerate every model of `pair` (a dynasd.loading.models.ModelPair, which calls this from load_pair: hence
+    no import of it here) in place and return the pair; `compiled_kernel=False` leaves the compiled
     kernels out (the benchmark's `kernels=torch`), `weights="fp32"` the GGUF blocks. Training code, which needs
     plain nn.Linear modules, must not accelerate its pair."""
     drafts = [model for model in (pair.draft, pair.feature_draft) if model is not None]

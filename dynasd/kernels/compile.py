@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..embedded import cache_dir
+from ..loading.embedded import cache_dir
 
 BUILD_TIMEOUT_S = 300.0  # waiting for another build plus building; ~15 s per kernel on an idle machine
 LOCK_POLL_S = 0.1

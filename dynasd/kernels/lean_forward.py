@@ -26,8 +26,8 @@ from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_h
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from ..feature_draft import is_feature_draft
-from ..shared_module import SharedModule
+from ..loading.feature_model import is_feature_draft
+from ..loading.shared_module import SharedModule
 from .block_weights import BlockEmbedding, BlockLinear, FusedBlocks, kernel_library
 from .exact_attention import NAME as EXACT_ATTENTION
 from .fast_linear import FusedProjections
@@ -262,7 +262,7 @@ def _compiled_forward_of(model: torch.nn.Module, layers: CompiledLayers) -> Comp
     embedding = embedding.shared if isinstance(embedding, SharedModule) else embedding
     mixer = getattr(inner, "feature_fc", None) if is_feature_draft(model) else None
     head, head_ids, vocab_size = model.lm_head, None, getattr(model.lm_head, "out_features", 0)
-    if type(head).__name__ == "SubsetHead":  # dynasd.models.SubsetHead (which imports this package)
+    if type(head).__name__ == "SubsetHead":  # dynasd.loading.models.SubsetHead (which imports this package)
         head, head_ids, vocab_size = head.rows, head.token_ids, head.vocab_size
     if not isinstance(embedding, BlockEmbedding) or not isinstance(head, BlockLinear) \
             or (is_feature_draft(model) and not isinstance(mixer, BlockLinear)) \

@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 
 from ..cache import CachedModel
-from ..models import ModelPair, head_token_ids
+from ..loading.models import ModelPair, head_token_ids
 from ..origins import DRAFT
 from ..sampling import SamplingConfig, draw_children, logits_to_probs
-from ..stopping import StopPolicy
+from ..stopping.policies import StopPolicy
 from ..trace import LevelScores
 from ..tree import ROOT, TreeShape, ancestor_mask
 from .base import CandidateSource, DraftRows, Proposal, StepOutcome, TargetReading, check_kind

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models import ModelPair
+from ..loading.models import ModelPair
 from ..origins import DRAFT
 from ..sampling import SamplingConfig, draw_candidates, logits_to_probs
 from ..trace import LeftOut, TreeGrowth

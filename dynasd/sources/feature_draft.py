@@ -1,6 +1,6 @@
 """The feature draft's tree: the draft-model tree, with the draft also reading the target's hidden states.
 
-A feature draft (dynasd/feature_draft.py) takes with each token the target's final hidden state at the position
+A feature draft (dynasd/loading/feature_model.py) takes with each token the target's final hidden state at the position
 before it. Committed tokens get the target's own states: every verify returns them, and those of the tokens that
 were committed are kept here (`TargetFeatures`) until the draft has read them. Tree nodes get their parent's state
 from the draft itself, since the target has not read their parents yet; the roots of a target-rooted tree get the

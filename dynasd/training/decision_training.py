@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..decision import DecisionModel, hard_features
 from ..options import add_model_arguments, load_pair_from
+from ..stopping.decision_models import DecisionModel, hard_features
 from .prompt_files import read_train_prompts
 from .run_log import open_log
 from .sequences import Sequence, load_sequences

@@ -19,7 +19,7 @@ import random
 import time
 from pathlib import Path
 
-from ..models import load_pair
+from ..loading.models import load_pair
 from .local_text import english_passages, foreign_sentences, local_task_texts
 from .prompt_files import read_train_prompts
 from .self_instruct import TASK_OPENERS, sample_instructions, shard_seed

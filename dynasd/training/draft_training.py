@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..models import load_pair
+from ..loading.models import load_pair
 from .agreement import agreement
 from .batches import collate, collate_soft, make_batches, vocabulary_rows
 from .export import keep_if_best

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from ..cache import CachedModel
 from ..decoders import make_decoder
-from ..models import load_pair
+from ..loading.models import load_pair
 from ..options import DecoderOptions
 from ..prompts import select_prompts
 from .sequences import Sequence, load_sequences

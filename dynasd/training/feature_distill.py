@@ -1,4 +1,5 @@
-"""`python -m dynasd train-feature-draft`: train a feature draft (dynasd/feature_draft.py) for the pair's target.
+"""`python -m dynasd train-feature-draft`: train a feature draft (dynasd/loading/feature_model.py) for the pair's
+target.
 
 Three stages, each resumable from the files it leaves in `--out`:
 1. features (feature_data.py): the target reads the token sequences of a `train-draft` data folder once,

@@ -1,4 +1,5 @@
-"""`train-feature-draft --stage train`: a feature draft (dynasd/feature_draft.py) learns from the target's states.
+"""`train-feature-draft --stage train`: a feature draft (dynasd/loading/feature_model.py) learns from the target's
+states.
 
 A draft of the target's `--layers` (default its last layer; embedding and output layer shared, frozen) plus the
 input mixer learns, at every answer position i, from (token i, target state i-1): cross-entropy to the target's
@@ -18,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from ..feature_draft import add_feature_input, draft_inputs
-from ..models import load_pair
+from ..loading.feature_model import add_feature_input, draft_inputs
+from ..loading.models import load_pair
 from .batches import make_batches, vocabulary_rows
 from .export import keep_if_best, trainable_state
 from .feature_data import SELECT_PREFIX, FeatureSequence, batch_of, load_features

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..models import load_pair
+from ..loading.models import load_pair
 from .prompt_files import read_answer_pairs, read_train_prompts
 from .self_instruct import TASK_OPENERS, sample_instructions, shard_seed
 from .sequences import Sequence, load_sequences, save_sequences

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import gettext
+import pydoc_data.topics as topics
 import random
 import re
 import sys
@@ -56,7 +57,6 @@ def english_passages(min_words: int = 150, max_words: int = 450) -> list[str]:
 
 
 def _english_documents() -> list[str]:
-    import pydoc_data.topics as topics
     documents = [topics.topics[name] for name in sorted(topics.topics)]
     stdlib = Path(sys.modules["os"].__file__).parent
     for path in sorted(stdlib.glob("*.py")):

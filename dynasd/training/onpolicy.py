@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..models import load_distilled_draft, load_pair
+from ..loading.models import load_distilled_draft, load_pair
 from .self_instruct import shard_seed
 from .sequences import load_sequences, save_sequences, training_shards
 from .task_prompts import passage_task_prompts

@@ -1,5 +1,5 @@
 """What a step costs on this device: the verify calibration, the draft's forwards timed beside it, kept once per
-device and pair, and the speed-up the step-cost formulas (dynasd/step_cost.py) give from them.
+device and pair, and the speed-up the step-cost formulas (dynasd/speed/step_cost.py) give from them.
 
 On a GPU t_verify(rows) stays close to t_ar for dozens of rows (the weights are read once either way), so wide
 trees pay. On a CPU every verify row costs real arithmetic, t_verify grows with the tree, and a wide tree can be
@@ -22,10 +22,10 @@ import torch
 
 from ...cache import CachedModel
 from ...device_info import device_key
-from ...embedded import cache_dir
+from ...loading.embedded import cache_dir
 from ...options import run_drafts_with_features
 from ...origins import DRAFT
-from ...step_cost import (
+from ...speed.step_cost import (
     StepCosts,
     break_even_acceptance,
     break_even_row_cost,

@@ -25,9 +25,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from ...device_info import device_key, machine_line
-from ...embedded import cache_dir
 from ...kernels import accelerate_model, plan_for
 from ...kernels.block_weights import BLOCK, INT8, Q4_1, Q8_0, RAW_BYTES, BlockEmbedding, BlockLinear, block_kernel
+from ...loading.embedded import cache_dir
 from .cost import (
     CALIBRATION_CONTEXT,
     CALIBRATION_ROUNDS,

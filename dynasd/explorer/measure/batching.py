@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...step_cost import StepCosts, fit_line
+from ...speed.step_cost import StepCosts, fit_line
 from ..costs.cost import RunShape
 from .speed import ComparedSpeedup, run_speed
 

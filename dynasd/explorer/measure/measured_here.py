@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...embedded import cache_dir
+from ...loading.embedded import cache_dir
 from ...options import OPTIONS
 
 MAX_KEPT_BYTES = 400_000

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...bench.measure import ForwardClock, run_hf_assisted
 from ...bench.specs import HF_ASSISTED, MethodSpec
-from ...models import ModelPair
+from ...loading.models import ModelPair
 from ..engine import prepare
 from ..inputs import Settings, UserError, one_line
 from ..pairs import PairCache

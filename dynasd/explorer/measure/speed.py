@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...device_info import machine_line, shown_device
-from ...step_cost import StepCosts, chain_tokens_per_step, expected_speedup
+from ...speed.step_cost import StepCosts, chain_tokens_per_step, expected_speedup
 from ...trace import RunTrace
 from ..costs.cost import MeasuredCosts, RunShape, cost_numbers, costs_from, draft_forward_s, run_shape
 from .measured_here import KeptCompare, compare_for

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...acceptance import acceptance_of
-from ...embedded import cache_dir
-from ...step_cost import break_even_acceptance, fit_line
+from ...loading.embedded import cache_dir
+from ...speed.step_cost import break_even_acceptance, fit_line
 from ...trace import RunTrace, StepTrace
 from ...tree import TreeShape
 from ..costs.cost import (

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterator
 
-from ...models import pick_device
+from ...loading.models import pick_device
 from ...trace import RunTrace, StepTrace
 from ...tree import TreeShape
 from ..costs.both_sides import example_note

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlencode
 
-from ...models import ASSETS_DIR
+from ...loading.models import ASSETS_DIR
 from ...options import OPTIONS
 from ...trace import RunTrace
 from ..inputs import MAX_PROMPT_CHARS, RUN_FIELDS, Settings, UserError, check_prompt

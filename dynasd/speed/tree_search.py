@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .options import Shape
+from ..options import Shape
+from ..trace import PROPOSED_ORIGINS, StepTrace
+from ..tree import TreeShape
 from .step_cost import StepCosts, expected_speedup
-from .trace import PROPOSED_ORIGINS, StepTrace
-from .tree import TreeShape
 
 MAX_BRANCH = 8  # candidates per node the search tries (and the measuring tree's widest level)
 MIN_TESTS = 20  # a rank tested fewer times says too little: the vector ends before it

@@ -71,7 +71,7 @@ class DecisionModel(nn.Module):
         meta = json.loads((folder / "decision.json").read_text())
         # Built on the meta device, then given the file's tensors: initial weights drawn from torch's global
         # generator would be thrown away, and drawing them would change what a seeded build in another thread
-        # draws (dynasd/models.py, SEEDED_BUILD_LOCK).
+        # draws (dynasd/loading/models.py, SEEDED_BUILD_LOCK).
         with torch.device("meta"):
             model = cls(meta["kind"], int(meta["in_dim"]))
         model.load_state_dict(load_file(str(folder / "model.safetensors")), assign=True)

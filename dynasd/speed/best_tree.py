@@ -1,6 +1,6 @@
 """`dynasd best-tree`: the static tree with the highest expected speed for this draft on this device.
 
-Three measurements, then the search (dynasd/tree_search.py), then the check:
+Three measurements, then the search (dynasd/speed/tree_search.py), then the check:
   1. acceptance  the draft's acceptance vector p_r (rank r's chance once the earlier siblings were rejected), from
                  mcsd runs of a wide measuring tree on the prompts;
   2. costs       the target's verify forward against its rows (the cost model's calibration), the draft's
@@ -19,13 +19,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .acceptance import acceptance_of
-from .decoders import make_decoder
-from .explorer.costs import cost as cost_model
-from .options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions, add_model_arguments, load_pair_from
-from .prompts import select_prompts
-from .recipes import Recipe
-from .trace import RunTrace, StepTrace
+from ..acceptance import acceptance_of
+from ..decoders import make_decoder
+from ..explorer.costs import cost as cost_model
+from ..options import DEFAULT_MAX_NEW_TOKENS, DecoderOptions, add_model_arguments, load_pair_from
+from ..prompts import select_prompts
+from ..recipes import Recipe
+from ..trace import RunTrace, StepTrace
 from .tree_search import MAX_BRANCH, acceptance_vector, best_by_budget
 
 MEASURING_TREE = (MAX_BRANCH, 2, 1, 1)  # wide at level 1, so every rank up to MAX_BRANCH is tested there

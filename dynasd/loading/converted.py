@@ -28,9 +28,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..kernels.block_weights import saved_key
+from ..kernels.compile import process_runs
 from .embedded import cache_dir
-from .kernels.block_weights import saved_key
-from .kernels.compile import process_runs
 
 # How the folder is written; a change of it is a new key, so an older conversion is never read as this one.
 FORMAT = "2: a tied output layer saved as the embedding"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from .decision import DecisionModel
-from .models import ASSETS_DIR
+from ..loading.models import ASSETS_DIR
+from .decision_models import DecisionModel
 
 STOP_POLICIES = ("none", "confidence", "decision", "cumulative")
 

