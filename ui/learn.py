@@ -7,7 +7,9 @@ import gradio as gr
 
 from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import first_line
+from dynasd.explorer.lessons import side_by_side
 
+from . import gpu
 from .controls import settings_from
 from .handler import handler
 from .learn_views import (
@@ -16,6 +18,7 @@ from .learn_views import (
     LinkViews,
     LosslessViews,
     SideBySideViews,
+    learn_step,
     link_of,
     opened_link,
     side_by_side_settings,
@@ -53,13 +56,20 @@ def on_cost(session, index, measure_again, **controls):
 
 @handler(SideBySideViews)
 def on_side_by_side(session, index, method_a, method_b, **controls):
-    """Two methods from the prefix of the step on show."""
-    return SideBySideViews.of(session, index, (method_a, method_b), side_by_side_settings(session, controls))
+    """Two methods from the prefix of the step on show (one model call, ui/gpu.py)."""
+    run, index, _ = learn_step(session, index)
+    methods = (method_a, method_b)
+    prefix = side_by_side.prefix_before(run, index)
+    ran = gpu.call(gpu.gpu_side_by_side, side_by_side_settings(session, controls), methods, prefix, run.prompt)
+    return SideBySideViews.of(session, index, methods, side_by_side.standing_for(ran, index))
 
 
 @handler(LosslessViews)
 def on_losslessness(session, prompt, lossless_method, samples, **controls):
-    return LosslessViews.of(session, settings_from(controls), prompt, lossless_method, samples)
+    """The first token sampled by a lossless method and by ti-mcsd against the target's p (model calls that each
+    fit a GPU call: ui/gpu.py check_losslessness)."""
+    methods = list(dict.fromkeys([lossless_method, "ti-mcsd"]))
+    return LosslessViews.of(session, gpu.check_losslessness(settings_from(controls), prompt, methods, samples))
 
 
 @handler(LinkViews)

@@ -13,7 +13,6 @@ import gradio as gr
 import viz
 from dynasd.explorer.costs.trees_by_budget import best_trees
 from dynasd.explorer.inputs import UserError
-from dynasd.explorer.lessons import side_by_side
 from dynasd.explorer.lessons.predict import asks_first
 from dynasd.explorer.measure.speed import speed_here
 from dynasd.explorer.sessions import share
@@ -23,13 +22,12 @@ from viz.cost import budget_figure, cost_figure, cost_markdown
 from viz.losslessness import losslessness_figure, losslessness_markdown
 from viz.residual import acceptance_figure, residual_explanation, residual_figure
 
-from . import gpu
 from .controls import settings_from
 from .status import status_line
 from .views import PhaseViews, Views, control_updates, left_out, step_on_show
 
 
-def _learn_step(session: Session, index) -> tuple:
+def learn_step(session: Session, index) -> tuple:
     """(run, index, step) of the step on show, or a UserError saying what to do first."""
     return step_on_show(session, index, "nothing to explain yet")
 
@@ -59,7 +57,7 @@ class LearnViews(Views):
 
     @classmethod
     def of(cls, session: Session, index, at) -> "LearnViews":
-        run, index, step = _learn_step(session, index)
+        run, index, step = learn_step(session, index)
         guided, greedy = PhaseViews.of(session, index, at), _greedy(run)
         if asks_first(session, index):  # the tests' outcomes would answer Play's question
             return cls(guided.figure, guided.text, guided.slider, None, WAITS_FOR_THE_GUESS, None,
@@ -106,10 +104,8 @@ class SideBySideViews(Views):
     session_id: Any = left_out()
 
     @classmethod
-    def of(cls, session: Session, index, methods: tuple[str, str], settings) -> "SideBySideViews":
-        run, index, _ = _learn_step(session, index)
-        prefix = side_by_side.prefix_before(run, index)
-        runs = side_by_side.standing_for(gpu.call(gpu.gpu_side_by_side, settings, methods, prefix, run.prompt), index)
+    def of(cls, session: Session, index: int, methods: tuple[str, str], runs: dict) -> "SideBySideViews":
+        """`runs`: each method's one step from the prefix of step `index` (side_by_side.standing_for)."""
         views = []
         for method, one in runs.items():
             views += [viz.tree_figure(one.steps[0], viz.root_token(one, 0), lossy=not one.lossless),
@@ -129,9 +125,8 @@ class LosslessViews(Views):
     session_id: Any = left_out()
 
     @classmethod
-    def of(cls, session: Session, settings, prompt, lossless_method, samples) -> "LosslessViews":
-        methods = list(dict.fromkeys([lossless_method, "ti-mcsd"]))
-        result = gpu.check_losslessness(settings, prompt, methods, samples)
+    def of(cls, session: Session, result) -> "LosslessViews":
+        """`result`: the check's draws and verdicts (ui/gpu.py check_losslessness)."""
         return cls(losslessness_figure(result.checks, result.labels),
                    losslessness_markdown(result.checks, result.lossless),
                    status_line(f"{result.samples} samples per method.", "ok"), session.id)
