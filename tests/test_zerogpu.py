@@ -164,7 +164,7 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     assert ran_models == model_endpoints, "each of these endpoints runs a model, the others none"
     # The model calls are functions of data (ui/gpu.py), not handlers: a handler keeps its session's state in
     # the serving process, which a GPU process's changes would never reach.
-    calls = {"gpu_run", "gpu_compare_round", "gpu_compare_peer", "gpu_start_measuring", "gpu_measure_part",
+    calls = {"gpu_send", "gpu_compare_round", "gpu_compare_peer", "gpu_start_measuring", "gpu_measure_part",
              "gpu_side_by_side", "gpu_target_p", "gpu_first_token_draws"}
     assert set(fake.wrapped) == calls, "only the model calls are wrapped"
 
@@ -178,7 +178,7 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
     gpu = fresh.gpu
     assert gpu.GPU_MAX_S <= 60
     wrapped = fake.wrapped
-    run = wrapped["gpu_run"]
+    run = wrapped["gpu_send"]
 
     def start(settings, prompt, **kwargs):
         return run(settings, StartRun(prompt), **kwargs)
@@ -290,7 +290,7 @@ def test_zerogpus_own_failures_become_one_line_with_a_way_on(zero_gpu_app, monke
         def refuse(*args, message=message, **kwargs):
             raise gr.Error(message)
 
-        monkeypatch.setattr(fresh.gpu, "gpu_run", refuse)
+        monkeypatch.setattr(fresh.gpu, "gpu_send", refuse)
         with pytest.warns(UserWarning):  # gradio's toast, outside a request
             said = play.on_step(session.id, "hello", **tiny)[OUT_STATUS]
         assert said.startswith("⚠ no GPU for this call") and message.splitlines()[0][:60] in said, said

@@ -121,7 +121,7 @@ def on_gpu(duration: Callable[..., int]):
 # -- the model calls: functions of data --------------------------------------------------------------------------
 
 @on_gpu(_run_seconds)
-def gpu_run(settings: Settings, request: RunRequest, steps: int = 0, expected_s: float = 0.0) -> Progress:
+def gpu_send(settings: Settings, request: RunRequest, steps: int = 0, expected_s: float = 0.0) -> Progress:
     """A run's model call where the models are: `request` is a StartRun, an Advance or a FollowUp
     (dynasd/explorer/sessions/calls.py), which runs the engine. One GPU function for the three: ZeroGPU keeps a
     worker per decorated function, and the live decoder a call leaves (engine.LIVE) spares the next call a prefill
@@ -265,19 +265,19 @@ class PageCalls(ModelCalls):
     def __init__(self) -> None:
         self.gpu = on_zero_gpu()
         self.chunk = GPU_STEP_CHUNK if self.gpu else 1
-        self.run_chunk = run_steps()
+        self.run_chunk = steps_per_run_call()
 
     def start(self, settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
         if settings.pair_key not in state.PAIRS.loaded():
             gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
         return super().start(settings, prompt, steps, expected_s)
 
-    def run(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
+    def send(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
         steps, expected_s = fit_steps(settings, steps, expected_s)
-        return call(gpu_run, settings, request, steps=steps, expected_s=expected_s)
+        return call(gpu_send, settings, request, steps=steps, expected_s=expected_s)
 
 
-def run_steps() -> int:
+def steps_per_run_call() -> int:
     """How many steps a Run computes per model call: as many as fit in one call on ZeroGPU (fit_steps; the page
     plays them back), one at a time elsewhere (the page draws each as it comes)."""
     return UNTIL_DONE if on_zero_gpu() else 1

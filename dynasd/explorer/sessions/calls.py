@@ -11,7 +11,7 @@ requests go through one function on ZeroGPU because its worker per decorated fun
 (engine.LIVE) from one call to the next.
 
 A Step, end to end: Controller.step → Session.step → ModelCalls.advance → the form's `run` (in place, or
-ui/gpu.py's `gpu_run` on the model thread or a GPU process) → Advance.on → engine.advance.
+ui/gpu.py's `gpu_send` on the model thread or a GPU process) → Advance.on → engine.advance.
 """
 from __future__ import annotations
 
@@ -89,18 +89,18 @@ class ModelCalls(ABC):
     gpu: bool = False
 
     def start(self, settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
-        return self.run(settings, StartRun(prompt), steps, expected_s)
+        return self.send(settings, StartRun(prompt), steps, expected_s)
 
     def advance(self, settings: Settings, snapshot: DecoderSnapshot, steps: int = 1,
                 expected_s: float = 0.0) -> Progress:
-        return self.run(settings, Advance(snapshot), steps, expected_s)
+        return self.send(settings, Advance(snapshot), steps, expected_s)
 
     def follow_up(self, settings: Settings, snapshot: DecoderSnapshot, turns: list[str], steps: int = 0,
                   expected_s: float = 0.0) -> Progress:
-        return self.run(settings, FollowUp(snapshot, tuple(turns)), steps, expected_s)
+        return self.send(settings, FollowUp(snapshot, tuple(turns)), steps, expected_s)
 
     @abstractmethod
-    def run(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
+    def send(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
         """`request.on(...)` where this kind of call runs it (in place, or in a GPU process)."""
 
 
@@ -110,5 +110,5 @@ class InProcess(ModelCalls):
     def __init__(self, pairs: PairCache, chunk: int = 1) -> None:
         self.pairs, self.chunk = pairs, chunk
 
-    def run(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
+    def send(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
         return request.on(self.pairs, settings, steps)
