@@ -183,15 +183,19 @@ def test_the_app_offers_the_feature_draft_only_for_pairs_that_have_one():
 
 
 @pytest.mark.slow
-def test_the_embedded_pair_without_a_feature_draft_refuses_it_with_a_user_message(embedded_pair):
-    """No feature draft is shipped for the embedded pair (it did not beat the token draft, docs/benchmarks.md)."""
+def test_the_embedded_pair_ships_its_feature_draft_as_the_default_and_keeps_the_token_draft(embedded_pair):
+    """The embedded pair's feature draft measured faster than its token draft (assets/draft-smollm2-features/
+    MODEL_CARD.md): it is what draft_kind "default" runs, one layer over the target's states with its reduced head;
+    the token draft stays selectable."""
     from dynasd.explorer.engine import build_decoder
-    from dynasd.explorer.inputs import Settings, UserError
+    from dynasd.explorer.inputs import Settings
     from dynasd.loading.models import has_feature_draft
 
-    assert embedded_pair.feature_draft is None and not has_feature_draft("embedded")
-    with pytest.raises(UserError, match="has no feature draft"):
-        build_decoder(embedded_pair, Settings(method="sd", draft_kind="features"))
+    assert has_feature_draft("embedded") and embedded_pair.default_draft() is embedded_pair.feature_draft
+    assert embedded_pair.feature_draft.config.num_hidden_layers == 1
+    for kind, model in (("default", embedded_pair.feature_draft), ("features", embedded_pair.feature_draft),
+                        ("tokens", embedded_pair.draft)):
+        assert build_decoder(embedded_pair, Settings(method="sd", draft_kind=kind)).draft_model is model, kind
 
 
 def test_a_feature_draft_started_from_a_token_draft_predicts_exactly_as_it_does(tmp_path):

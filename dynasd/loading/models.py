@@ -389,7 +389,9 @@ def embedded_pair(device: str | None = None, dtype: str | None = None) -> ModelP
                      feature_draft=feature_draft,
                      feature_draft_label="" if feature_draft is None else
                      f"feature draft ({feature_draft.config.num_hidden_layers} layer + the target's hidden states, "
-                     "assets/draft-smollm2-features)")
+                     "assets/draft-smollm2-features)",
+                     # shipped because it measured faster than the token draft (its MODEL_CARD.md, docs/benchmarks.md)
+                     default_draft_kind="tokens" if feature_draft is None else "features")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -456,7 +458,7 @@ def custom_pair(target_ref: str, draft_ref: str, device: str | None = None, dtyp
 
 def has_feature_draft(pair: str | None) -> bool:
     """Whether the named pair comes with a feature draft (without loading it): tiny-random always, the embedded pair
-    when assets/draft-smollm2-features holds one (trained and measured, not shipped: see docs/benchmarks.md)."""
+    when assets/draft-smollm2-features holds one (it ships one, its default draft: see its MODEL_CARD.md)."""
     return pair == "tiny-random" or (pair in (None, "embedded")
                                      and (FEATURE_DRAFT_DIR / "model.safetensors").is_file())
 

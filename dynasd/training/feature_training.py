@@ -90,7 +90,7 @@ def read_vocab(args, train: list[FeatureSequence], eos: set[int], vocab_size: in
 
 
 def load_warm_start(draft, path: Path) -> None:
-    """Load an exported draft folder (model.safetensors, e.g. the committed data/feature-draft-best) or a
+    """Load an exported draft folder (model.safetensors, e.g. the shipped assets/draft-smollm2-features) or a
     checkpoint.pt into `draft`; both must hold the same tensors (the shared embedding and head in neither)."""
     state = load_file(str(path / "model.safetensors")) if path.is_dir() else \
         torch.load(path, weights_only=False)["draft"]
