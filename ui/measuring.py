@@ -55,4 +55,5 @@ def stop_measuring_button(elem_id: str) -> gr.Button:
 
 def wire_stop(button: gr.Button, event, said_in) -> None:
     """`button` cancels `event` (between two parts of its measurement) and says so in `said_in`."""
-    button.click(on_measuring_stopped, None, [said_in], cancels=[event], queue=False, api_visibility="private")
+    button.click(on_measuring_stopped, None, [said_in], cancels=[event], queue=False, api_visibility="private",
+                 show_progress="hidden")
