@@ -424,21 +424,27 @@ def options_of_run(method: str, config: dict) -> DecoderOptions:
     return DecoderOptions.from_record(record)
 
 
+# Every feature draft's label (ModelPair.feature_draft_label, the decoder's) says so: a trace of draft kind "default"
+# read without its pair is told by its draft_label which draft it ran.
+FEATURE_DRAFT_MARK = "feature draft"
+
+
 def drafts_with_features(options: DecoderOptions, default_kind: str = "tokens") -> bool:
     """Whether these options run the pair's feature draft: "features", or "default" on a pair whose default draft
-    kind (ModelPair.default_draft_kind) is "features"; no shipped pair's is today, so a trace of "default" read
-    without its pair counts as the token draft."""
+    kind (ModelPair.default_draft_kind) is "features" (the embedded pair's)."""
     kind = default_kind if options.draft_kind == "default" else options.draft_kind
     return OPTIONS["draft_kind"].read_by(options.method) and kind == "features"
 
 
-def run_drafts_with_features(method: str, config: dict) -> bool:
+def run_drafts_with_features(method: str, config: dict, draft_label: str = "") -> bool:
     """Whether a run's draft forwards were the feature draft's (it reads the target's hidden states), not the
-    pair's token draft's; a trace whose options cannot be read counts as a token draft (the only kind it had)."""
+    pair's token draft's: its options say so, or, for draft kind "default", its draft label does; a trace whose
+    options cannot be read counts as a token draft (the only kind it had)."""
     try:
-        return drafts_with_features(options_of_run(method, config))
+        options = options_of_run(method, config)
     except OptionsError:
         return False
+    return drafts_with_features(options, "features" if FEATURE_DRAFT_MARK in draft_label else "tokens")
 
 
 # ---------------------------------------------------------------------------------------------------------------

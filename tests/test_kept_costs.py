@@ -300,3 +300,37 @@ def test_the_bigger_targets_progress_counts_only_those_this_measurement_takes():
     part = measuring.Measuring([1], targets={"kept one": kept, "first": kept}, targets_asked=("first", "second"),
                                targets_left=("second",))
     assert part.progress() == "Measuring the bigger targets: 1 of 2 done, next second."
+
+
+def test_a_measured_draft_line_is_read_only_for_the_draft_kind_it_was_measured_for(pairs):
+    """The calibration times the pair's default draft and keeps its kind: a run of the other draft kind gets no
+    figure from that line (its own draft forwards speak for it), and a trace of draft kind "default" says by its
+    draft label which draft it ran (the embedded pair's default is its feature draft, tiny-random's its token
+    draft)."""
+    from dynasd.options import FEATURE_DRAFT_MARK, DecoderOptions, run_drafts_with_features
+
+    kept = cost.MeasuredCosts({1: 0.01}, "2026-12-07 00:00", "kept", "here", draft_timings={1: 0.002, 4: 0.003},
+                              draft_kind="features")
+    assert cost.draft_forward_s(kept, 1.0, "features") == 0.002
+    assert cost.draft_forward_s(kept, 1.0, "tokens") is None and cost.draft_forward_s(kept, 1.0) is None
+    path = cost.costs_file(pairs.get(SETTINGS))
+    cost.keep_costs(path, replace_conditions(kept))
+    assert cost.read_kept_costs(path).draft_kind == "features", "kept with its table"
+    def config(method: str, kind: str) -> dict:  # a trace's config, as every decoder records it
+        return {"options": DecoderOptions(method=method, draft_kind=kind).validate().to_record()}
+
+    assert run_drafts_with_features("mcsd", config("mcsd", "default"),
+                                    f"{FEATURE_DRAFT_MARK} (1 layer + the target's hidden states)")
+    assert not run_drafts_with_features("mcsd", config("mcsd", "default"), "distilled draft (3 layers)")
+    assert run_drafts_with_features("mcsd", config("mcsd", "features"), "")
+    assert not run_drafts_with_features("pld", config("pld", "default"), FEATURE_DRAFT_MARK), "no draft model"
+    pair = pairs.get(SETTINGS)
+    assert FEATURE_DRAFT_MARK in pair.feature_draft_label and FEATURE_DRAFT_MARK not in pair.draft_label
+    measured = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
+    assert measured.draft_kind == "tokens", "tiny-random's default draft is its token draft"
+
+
+def replace_conditions(costs):
+    from dataclasses import replace
+
+    return replace(costs, conditions=QUIET, ar_step_s=0.01)

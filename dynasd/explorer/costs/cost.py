@@ -53,6 +53,7 @@ class RunShape:
     tokens_per_s: float
     overhead_s: float                   # per step, outside the forwards: the walk, the commit, the trace
     draft_rows: float | None = None     # rows a draft forward reads on average: the parents of the drafted nodes
+    draft_kind: str = "tokens"          # whose forwards: the token draft's, or "features" (the feature draft's)
     nodes: float = 0.0                  # candidate nodes a step verified, on average
 
     @property
@@ -68,10 +69,11 @@ def warm_steps(run: RunTrace) -> list[StepTrace]:
 
 
 def run_shape(run: RunTrace) -> RunShape:
-    """The averages of a run's warm steps. A feature draft's forwards have no rows on the token draft's measured
-    line (draft_forward_s), so its shape says none."""
+    """The averages of a run's warm steps, with the kind of draft whose forwards they are (draft_forward_s reads a
+    measured line only for the draft it was measured for)."""
     shape = steps_shape(warm_steps(run), run.summary()["acceptance_rate"])
-    return replace(shape, draft_rows=None) if run_drafts_with_features(run.method, run.config) else shape
+    features = run_drafts_with_features(run.method, run.config, run.draft_label)
+    return replace(shape, draft_kind="features" if features else "tokens")
 
 
 def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:
@@ -356,6 +358,7 @@ class MeasuredCosts:
     refused: str = ""           # a measurement made now on a busy machine, refused: these kept costs stay
     busy: str = ""              # kept though measured on a busy machine (no quiet costs to keep instead): every view
                                 # reads this one table until a quiet measurement replaces it
+    draft_kind: str = "tokens"  # whose draft_timings: the pair's default draft's kind when measured
     seconds: float = 0.0        # how long the whole measurement took, models built and contexts read included (0:
                                 # not recorded), what the page says the next one will take
 
@@ -404,7 +407,8 @@ def read_kept_costs(path: Path) -> MeasuredCosts | None:
         return MeasuredCosts(timings, str(obj["measured_at"]), str(obj["how"]), str(obj["device"]), kept=True,
                              conditions=conditions, contradicted=str(obj.get("contradicted", "")),
                              draft_timings=draft, ar_step_s=None if ar_step is None else float(ar_step),
-                             busy=str(obj.get("busy", "")), seconds=float(obj.get("seconds", 0.0)))
+                             busy=str(obj.get("busy", "")), seconds=float(obj.get("seconds", 0.0)),
+                             draft_kind=str(obj.get("draft_kind", "tokens")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -419,7 +423,7 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
                                    "conditions": conditions, "contradicted": costs.contradicted,
                                    "draft_timings": {str(r): s for r, s in costs.draft_timings.items()},
                                    "ar_step_s": costs.ar_step_s, "ar_step_run_in": AR_STEP_RUN_IN,
-                                   "busy": costs.busy, "seconds": costs.seconds}))
+                                   "busy": costs.busy, "seconds": costs.seconds, "draft_kind": costs.draft_kind}))
     partial.replace(path)
 
 
@@ -431,12 +435,12 @@ def keep_costs(path: Path, costs: MeasuredCosts) -> None:
 DISAGREEMENT = 2.0
 
 
-def draft_forward_s(measured: MeasuredCosts | None, rows: float | None) -> float | None:
+def draft_forward_s(measured: MeasuredCosts | None, rows: float | None, kind: str = "tokens") -> float | None:
     """One draft forward over `rows` rows (a tree level's parents), read on the draft's line measured with the
     target's calibration, in the same interleaved rounds: the draft's share of a target forward then compares two
     forwards timed in the same conditions, not a run's own draft (timed while the page drew, or the machine was
-    busy) against a quiet calibration. None where the draft was not measured."""
-    if measured is None or not measured.draft_timings or not rows:
+    busy) against a quiet calibration. None where this `kind` of draft was not measured."""
+    if measured is None or not measured.draft_timings or not rows or measured.draft_kind != kind:
         return None
     return nearest_forward_s(measured.draft_timings, rows)
 

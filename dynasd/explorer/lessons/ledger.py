@@ -75,7 +75,7 @@ def run_ledger(run: RunTrace) -> list[StepLedger]:
     """The ledger of every step of `run`."""
     ledger: list[StepLedger] = []
     draft_len = None
-    feature = _uses_draft(run) and run_drafts_with_features(run.method, run.config)
+    feature = _uses_draft(run) and run_drafts_with_features(run.method, run.config, run.draft_label)
     previous_end = None
     for step in run.steps:
         target = _target_rows(step)

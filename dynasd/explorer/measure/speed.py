@@ -185,7 +185,7 @@ def run_speed(run: RunTrace, measured: MeasuredCosts | None, compared: ComparedS
     """The run's speed figures on this device's measured costs (`measured`; None: modelled from the run's own
     verify times) and Compare's measurement of its method (`compared`, compared_here)."""
     shape = run_shape(run)
-    draft_here = draft_forward_s(measured, shape.draft_rows)
+    draft_here = draft_forward_s(measured, shape.draft_rows, shape.draft_kind)
     costs = costs_from(shape, measured.timings if measured else None, draft_here,
                        measured.draft_timings if draft_here else None, measured.ar_step_s if measured else None)
     n = cost_numbers(shape, costs)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ...acceptance import acceptance_of
 from ...loading.embedded import cache_dir
+from ...options import drafts_with_features
 from ...speed.step_cost import break_even_acceptance, fit_line
 from ...trace import RunTrace, StepTrace
 from ...tree import TreeShape
@@ -322,7 +323,7 @@ def where_of_run(run: RunTrace, costs: WhereCosts, compared: ComparedSpeedup | N
     """The view of a run: its step shape and acceptance, on every target and device with costs, with what Compare
     measured for its method, settings and prompt here (`compared`, speed.compared_here)."""
     shape = run_shape(run)
-    measured_draft = draft_forward_s(costs.device, shape.draft_rows)
+    measured_draft = draft_forward_s(costs.device, shape.draft_rows, shape.draft_kind)
     view = where_it_pays(run.method, step_of_run(run), measured_draft or shape.draft_per_forward_s or 0.0,
                          costs.device, costs.targets, costs.draft_shape, read_gpu_check(gpu_check_file()))
     if measured_draft:
@@ -335,13 +336,13 @@ def where_of_run(run: RunTrace, costs: WhereCosts, compared: ComparedSpeedup | N
 
 
 def where_of_tree(method: str, branching: tuple[int, ...], draft_per_forward_s: float, costs: WhereCosts,
-                  ) -> WhereItPays:
+                  draft_kind: str = "tokens") -> WhereItPays:
     """The view of a tree before any run (no acceptance: no speed-up expected, the break-even only), for the
     sentence said when a run starts (tree_verdict)."""
     tree = TreeShape(tuple(branching))
     step = StepShape(tree.num_nodes + 1, len(branching), len(branching), None)
     parents = (1, *tree.level_sizes[:-1])  # a draft forward reads the level above the one it draws
-    draft_per_forward_s = draft_forward_s(costs.device, sum(parents) / len(parents)) or draft_per_forward_s
+    draft_per_forward_s = draft_forward_s(costs.device, sum(parents) / len(parents), draft_kind) or draft_per_forward_s
     return where_it_pays(method, step, draft_per_forward_s, costs.device, costs.targets, costs.draft_shape,
                          read_gpu_check(gpu_check_file()))
 
@@ -360,13 +361,14 @@ def kept_where_costs(pair) -> WhereCosts | None:
     return WhereCosts(device, targets, draft_shape_of(pair))
 
 
-def tree_sentence(method: str, branching: tuple[int, ...], pair, draft_per_forward_s: float) -> str:
+def tree_sentence(method: str, branching: tuple[int, ...], pair, draft_per_forward_s: float,
+                  draft_kind: str = "tokens") -> str:
     """The one sentence said when a run of this tree starts (tree_verdict of where_of_tree on the kept costs), or
     "" when this device's costs were never measured (Learn → Cost model or Where would it pay? measure them)."""
     costs = kept_where_costs(pair)
     if costs is None or not branching:
         return ""
-    return tree_verdict(where_of_tree(method, tuple(branching), draft_per_forward_s, costs))
+    return tree_verdict(where_of_tree(method, tuple(branching), draft_per_forward_s, costs, draft_kind))
 
 
 def tree_note(pair, settings, steps: list[StepTrace]) -> str:
@@ -379,4 +381,5 @@ def tree_note(pair, settings, steps: list[StepTrace]) -> str:
     if not drafted or not branching:
         return ""
     first = drafted[0]
-    return tree_sentence(settings.method, tuple(branching), pair, first.draft_seconds / first.draft_forwards)
+    kind = "features" if drafts_with_features(settings.options.for_method(), pair.default_draft_kind) else "tokens"
+    return tree_sentence(settings.method, tuple(branching), pair, first.draft_seconds / first.draft_forwards, kind)
