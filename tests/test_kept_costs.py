@@ -327,7 +327,7 @@ def test_a_measured_draft_line_is_read_only_for_the_draft_kind_it_was_measured_f
     pair = pairs.get(SETTINGS)
     assert FEATURE_DRAFT_MARK in pair.feature_draft_label and FEATURE_DRAFT_MARK not in pair.draft_label
     measured = measuring.calibrate_context(pairs, SETTINGS, pair.encode_prompt(PROMPT), again=True)
-    assert measured.draft_kind == "tokens", "tiny-random's default draft is its token draft"
+    assert measured.draft_kind == pair.default_draft_kind, "the kind of the draft the calibration timed"
 
 
 def replace_conditions(costs):

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ...device_info import device_line, emulated
-from ...loading.feature_model import is_feature_draft
 from ..inputs import Settings
 from ..pairs import PairCache
 from .cost import (
@@ -164,7 +163,7 @@ def _settled_device(pair, measuring: Measuring) -> MeasuredCosts:
         again_because=(f"the costs kept from {kept.measured_at} UTC disagreed with this device's own steps: "
                        f"{kept.contradicted}") if kept is not None and kept.contradicted else "",
         draft_timings=timings.get("draft", {}), ar_step_s=timings[AR_STEP][1], seconds=measuring.seconds,
-        draft_kind="features" if is_feature_draft(pair.default_draft()) else "tokens")
+        draft_kind=pair.default_draft_kind)
     if measuring.emulated:
         return replace(measured, not_kept="the GPU was emulated on this CPU")
     return settle(costs_file(pair), kept, measured)
