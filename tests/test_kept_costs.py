@@ -239,7 +239,7 @@ def test_a_measurement_in_parts_says_how_long_counts_its_rounds_and_keeps_nothin
     ids = pair.encode_prompt(PROMPT)
     path = cost.costs_file(pair)
     first = measuring.start_measuring(pairs, SETTINGS, ids)
-    assert first.parts == cost.CALIBRATION_ROUNDS and not first.complete
+    assert first.rounds_left == cost.CALIBRATION_ROUNDS and not first.targets_left and not first.complete
     assert "the first measurement here, so no earlier one to time it by" in first.how_long()
     stopped = measuring.measure_part(pairs, SETTINGS, measuring.measure_part(pairs, SETTINGS, first))
     assert stopped.progress() == f"Measuring this pair's costs: round 2 of {cost.CALIBRATION_ROUNDS} done."

@@ -238,14 +238,23 @@ def call(function: Callable, settings: Settings, *args, **kwargs):
     return result
 
 
+# The failures a view that can do without a model call falls back from, saying why (`why_without`): UserError
+# included; a bug still raises.
+DONE_WITHOUT = (ValueError, SessionFailed)
+
+
+def why_without(exc: BaseException) -> str:
+    """A DONE_WITHOUT failure as the one line the view says beside its fallback."""
+    return first_line(exc) or type(exc).__name__
+
+
 def attempt(function: Callable, settings: Settings, *args, **kwargs) -> tuple[Any, str]:
     """(`call`'s result, "") or, where the call failed for a reason a learner is told, (None, that reason in one
-    line): for a measurement a view can do without, falling back and saying why (Learn → Cost model). A bug still
-    raises."""
+    line): for a model call a view can do without (Compare's peer run), falling back and saying why."""
     try:
         return call(function, settings, *args, **kwargs), ""
-    except (ValueError, SessionFailed) as exc:  # UserError included
-        return None, first_line(exc) or type(exc).__name__
+    except DONE_WITHOUT as exc:
+        return None, why_without(exc)
 
 
 def no_gpu(exc: BaseException) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gradio as gr
 
-from dynasd.explorer.failures import SessionFailed
-from dynasd.explorer.inputs import first_line
 from dynasd.explorer.lessons import side_by_side
 
 from . import gpu
@@ -49,8 +47,8 @@ def on_cost(session, index, measure_again, **controls):
                                                                                       session_id=session.id),
                                                 again=bool(measure_again))
         device, why_not = measured.device, ""
-    except (ValueError, SessionFailed) as exc:  # UserError included: the view does without, and says why
-        device, why_not = None, first_line(exc) or type(exc).__name__
+    except gpu.DONE_WITHOUT as exc:  # the view does without: the run's own verify times, and says why
+        device, why_not = None, gpu.why_without(exc)
     yield CostViews.of(session, run, settings, device, why_not)
 
 

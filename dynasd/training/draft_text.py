@@ -31,8 +31,8 @@ HELDOUT, FILES, SELF, PASSAGES = "heldout", "prompt files", "self-instruct", "pa
 # Shard i is SHARD_KINDS[i % 6]. Self-instruct shards cost ~5x a prompt-file shard's time per token (the target
 # samples its instructions first), so they come once in six.
 SHARD_KINDS = (PASSAGES, FILES, SELF, FILES, FILES, FILES)
-PASSAGE_TOKENS = (24, 160)
-LOCAL_PREFIX = "train-local-"  # answers shorter than this are no passage; longer ones are cut to a sentence end
+PASSAGE_TOKENS = (24, 160)  # answers shorter than this are no passage; longer ones are cut to a sentence end
+LOCAL_PREFIX = "train-local-"  # the shards of --text-source local (never a passage task's source)
 
 
 def text_stage(args, log) -> None:

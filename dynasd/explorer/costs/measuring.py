@@ -54,11 +54,6 @@ class Measuring:
     def complete(self) -> bool:
         return self.rounds_left == 0 and not self.targets_left
 
-    @property
-    def parts(self) -> int:
-        """The parts left to take."""
-        return self.rounds_left + len(self.targets_left)
-
     def how_long(self) -> str:
         """Said before the first part: what will be measured and how long it took here the last time, or that
         nothing earlier times it ("" when nothing is left to measure)."""

@@ -176,7 +176,7 @@ def measure_targets(shapes: tuple[TargetShape, ...], rows: tuple[int, ...] = CAL
                     rounds: int = CALIBRATION_ROUNDS, context: int = CALIBRATION_CONTEXT, load=None,
                     ) -> dict[str, MeasuredCosts]:
     """Measure `shapes` on this device, all in the same interleaved rounds (whether each is kept is
-    target_costs's to say, by cost.settle's rule)."""
+    measuring.py's to say, by cost.settle's rule)."""
     load = load or load_average
     models: dict[str, torch.nn.Module] = {}
     for shape in shapes:
