@@ -19,7 +19,10 @@ from dynasd.kernels.block_weights import (
     FusedBlocks,
     block_kernel,
     dequantize,
+    in_row_slices,
     llama_rope_rows,
+    to_int8_panels,
+    to_panels,
     use_draft_blocks,
     use_gguf_blocks,
 )
@@ -152,6 +155,16 @@ def write_gguf(model, path, corrupt: str | None = None) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+@pytest.mark.parametrize("kind", [Q4_1, Q8_0])
+@pytest.mark.parametrize("rows", [64, 1024, 2080])
+def test_panels_made_in_row_slices_are_those_of_the_whole_layer(kind, rows):
+    """A layer's panels are made a slice of rows at a time (to bound a load's memory); a panel holds whole rows, so
+    every byte is the one a conversion of the whole layer gives, in either layout."""
+    raw = quantized(kind, torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows)))
+    for convert in (to_panels, to_int8_panels):
+        assert torch.equal(in_row_slices(convert, kind, raw), convert(kind, raw))
 
 
 def test_a_drafts_layers_become_blocks_of_their_own_weights(kernel):

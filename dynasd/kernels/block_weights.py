@@ -190,6 +190,28 @@ def to_int8_panels(kind: str, raw: torch.Tensor) -> torch.Tensor:
     return torch.cat([d, codes.reshape(*shape, -1)], dim=-1).contiguous()
 
 
+SLICE_ROWS = 1024  # rows converted at a time by in_row_slices: a whole number of panels of either layout
+
+
+def in_row_slices(convert, kind: str, raw: torch.Tensor) -> torch.Tensor:
+    """`convert(kind, raw)` (to_panels or to_int8_panels) computed SLICE_ROWS rows at a time into one output.
+
+    Why: a conversion's intermediate copies are several times its input, and all of them at once for the largest
+    layer (the token draft's 16,384-row head) were the top of a load's peak memory (~30 MB over it). A panel holds
+    whole rows, so each slice's panels are exactly those of the whole conversion."""
+    rows = raw.shape[0]
+    if rows <= SLICE_ROWS:
+        return convert(kind, raw)
+    first = convert(kind, raw[:SLICE_ROWS])
+    panel_rows = SLICE_ROWS // first.shape[0]
+    panels = first.new_empty((rows // panel_rows, *first.shape[1:]))
+    panels[:first.shape[0]] = first
+    for start in range(SLICE_ROWS, rows, SLICE_ROWS):
+        part = raw[start:start + SLICE_ROWS]
+        panels[start // panel_rows:(start + part.shape[0]) // panel_rows] = convert(kind, part)
+    return panels
+
+
 def llama_rope_rows(rows: int, heads: int) -> torch.Tensor:
     """The row order transformers gives a Llama GGUF's q/k weights (its reverse of llama.cpp's rope permutation)."""
     half = rows // heads // 2
@@ -218,7 +240,7 @@ class BlockLinear(torch.nn.Module):
         self.kind, self.kernel, self.arithmetic = kind, kernel, arithmetic
         self.format = INT8_FORMAT_CODE[kind] if arithmetic == INT8 else FORMAT_CODE[kind]
         self.out_features, self.in_features = raw.shape[0], raw.shape[1] * BLOCK
-        panels = to_int8_panels(kind, raw) if arithmetic == INT8 else to_panels(kind, raw)
+        panels = in_row_slices(to_int8_panels if arithmetic == INT8 else to_panels, kind, raw)
         # A buffer, not a parameter: code that reads a model's dtype from its first parameter must not see uint8.
         self.register_buffer("panels", panels, persistent=False)
 
@@ -312,17 +334,19 @@ def use_draft_blocks(model: torch.nn.Module, kernel, arithmetic: str = FLOAT32) 
     from gguf import GGMLQuantizationType
     from gguf.quants import quantize
 
-    swapped = 0
-    for path, module in list(model.named_modules()):
-        for name, child in list(module.named_children()):
-            if not fits_draft_blocks(child):
-                continue
-            kind = draft_block_kind(f"{path}.{name}" if path else name)
-            raw = quantize(child.weight.detach().float().numpy(), getattr(GGMLQuantizationType, kind))
-            raw = torch.from_numpy(raw.reshape(child.out_features, -1, RAW_BYTES[kind]))
-            setattr(module, name, BlockLinear(kind, raw, kernel, arithmetic))
-            swapped += 1
-    return swapped
+    # Held by name, not as modules: each float32 layer is freed as soon as its blocks replace it, so the blocks of
+    # one layer reuse the memory of the layers before it (a held list kept every one of them to the end).
+    fitting = [(path, name) for path, module in model.named_modules()
+               for name, child in module.named_children() if fits_draft_blocks(child)]
+    for path, name in fitting:
+        module = model.get_submodule(path)
+        weight = getattr(module, name).weight
+        kind = draft_block_kind(f"{path}.{name}" if path else name)
+        raw = quantize(weight.detach().float().numpy(), getattr(GGMLQuantizationType, kind))
+        raw = torch.from_numpy(raw.reshape(weight.shape[0], -1, RAW_BYTES[kind]))
+        del weight
+        setattr(module, name, BlockLinear(kind, raw, kernel, arithmetic))
+    return len(fitting)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -427,6 +451,8 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: Path, kernel, arithmetic:
         warnings.warn("dynasd: float32 weights kept for " + "; ".join(kept), stacklevel=2)
     else:
         _own_parameters(model)
+    del modules
+    return_freed_memory()  # the reads' and checks' copies (~30 MB), before the next swaps of this model add theirs
     return kept
 
 
