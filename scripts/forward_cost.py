@@ -1,4 +1,4 @@
-"""Cost of one target and one draft forward over q tree rows, per kernel variant, side by side (CPU).
+"""Cost of one target forward and one forward of each draft over q tree rows, per kernel variant, side by side (CPU).
 
 Why: a draft pays when its forward costs a small share of the target's for the same rows, and a tree when a row
 costs a small share of a forward (docs/benchmarks.md). The embedded pair is loaded once per entry of `--variants`
@@ -26,7 +26,7 @@ from dynasd.kernels.compile import VARIANT_ENV
 from dynasd.loading.models import DEFAULT_ARITHMETIC, load_pair
 
 ROWS = (1, 2, 4, 8, 16, 32)
-ROLES = ("target", "draft")
+ROLES = ("target", "draft", "feature_draft")  # those a pair has: tiny-random and embedded have all three
 
 
 def main() -> int:
@@ -49,22 +49,28 @@ def main() -> int:
                                    arithmetic=arithmetic or DEFAULT_ARITHMETIC)
     sentence = pairs[variants[0]].encode_prompt(
         "Explain how the water cycle works and why it matters for farming in dry regions.")
-    models = {(variant, role): CachedModel(getattr(pair, role)) for variant, pair in pairs.items() for role in ROLES}
+    roles = [role for role in ROLES if getattr(pairs[variants[0]], role) is not None]
+    models = {(variant, role): CachedModel(getattr(pair, role)) for variant, pair in pairs.items() for role in roles}
     seconds = time_chain_forwards(models, repeated(sentence, args.context), repeated(sentence, max(ROWS)), ROWS,
                                   args.rounds, clock)
     timing = "CPU time, one thread" if args.cpu_time else f"wall clock, {args.threads} threads"
     print(f"{args.pair} pair, {args.context} cached tokens, {timing}, {args.rounds} rounds: ms, min (median)")
     print("| model, variant | " + " | ".join(f"{rows} row{'s' * (rows > 1)}" for rows in ROWS) + " |")
     print("|---|" + "---|" * len(ROWS))
-    for role in ROLES:
+    for role in roles:
         for variant in variants:
-            cells = [f"{min(seconds[(variant, role), rows]) * 1e3:.1f} "
-                     f"({statistics.median(seconds[(variant, role), rows]) * 1e3:.1f})" for rows in ROWS]
-            print(f"| {role}, {variant} | " + " | ".join(cells) + " |")
-    for variant in variants:
-        ratios = [min(seconds[(variant, "draft"), rows]) / min(seconds[(variant, "target"), rows]) for rows in ROWS]
-        print(f"| draft / target, {variant} | " + " | ".join(f"{ratio:.3f}" for ratio in ratios) + " |")
+            cells = [f"{min(seconds[(variant, role), rows]) * 1e3:.2f} "
+                     f"({statistics.median(seconds[(variant, role), rows]) * 1e3:.2f})" for rows in ROWS]
+            print(f"| {_label(role)}, {variant} | " + " | ".join(cells) + " |")
+    for role in roles[1:]:
+        for variant in variants:
+            ratios = [min(seconds[(variant, role), rows]) / min(seconds[(variant, "target"), rows]) for rows in ROWS]
+            print(f"| {_label(role)} / target, {variant} | " + " | ".join(f"{ratio:.3f}" for ratio in ratios) + " |")
     return 0
+
+
+def _label(role: str) -> str:
+    return role.replace("_", " ")
 
 
 if __name__ == "__main__":

@@ -40,20 +40,30 @@ def time_chain_forwards(models: dict, prompt: list[int], nodes: list[int], sizes
                         clock=time.perf_counter) -> dict:
     """Seconds of each model's forward of a chain of q nodes after `prompt` (cached once), per (name, q): every
     (q, model) in interleaved rounds, so machine noise falls on all alike; each forward's nodes are dropped again,
-    so every one sees the same cache. scripts/forward_cost.py times target and draft with it."""
+    so every one sees the same cache. A feature draft gets one state row per input (seeded random rows: what they
+    hold does not change what a forward costs). scripts/forward_cost.py times target and drafts with it."""
     context = len(prompt)
-    for model in models.values():
-        model.prefill(prompt)
+    states = {name: torch.randn(context + max(sizes), model.model.config.hidden_size,
+                                generator=torch.Generator().manual_seed(0)) if model.reads_features else None
+              for name, model in models.items()}
+    for name, model in models.items():
+        model.forward(prompt, [], None, [], 1, _rows(states[name], 0, context))
     seconds = {(name, q): [] for name in models for q in sizes}
     for _ in range(rounds):
         for q in sizes:
             chain = torch.ones(q, q, dtype=torch.bool).tril()
             for name, model in models.items():
+                features = _rows(states[name], context, q)
                 started = clock()
-                model.forward([], nodes[:q], chain, list(range(context, context + q)), keep_logits=q)
+                model.forward([], nodes[:q], chain, list(range(context, context + q)), keep_logits=q,
+                              features=features)
                 seconds[name, q].append(clock() - started)
                 model.keep_path([], context)
     return seconds
+
+
+def _rows(states: torch.Tensor | None, start: int, count: int) -> torch.Tensor | None:
+    return None if states is None else states[start:start + count]
 
 
 def main() -> int:

@@ -57,11 +57,12 @@ def test_forward_cost_prints_each_model_and_variant_and_their_ratio():
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split(" | ")[0].removeprefix("| ") for line in out.stdout.splitlines()
             if line.count("|") == 8]  # a name and 6 row counts
-    expected = [f"{role}, {v}" for role in ("target", "draft") for v in variants.split(",")]
-    assert rows[2:] == expected + [f"draft / target, {v}" for v in variants.split(",")], rows
-    ratios = [float(x) for line in out.stdout.splitlines() if line.startswith("| draft / target")
+    roles = ("target", "draft", "feature draft")
+    expected = [f"{role}, {v}" for role in roles for v in variants.split(",")]
+    assert rows[2:] == expected + [f"{role} / target, {v}" for role in roles[1:] for v in variants.split(",")], rows
+    ratios = [float(x) for line in out.stdout.splitlines() if " / target" in line
               for x in line.strip(" |").split(" | ")[1:]]
-    assert len(ratios) == 6 * len(variants.split(",")) and all(ratio > 0 for ratio in ratios)
+    assert len(ratios) == 2 * 6 * len(variants.split(",")) and all(ratio > 0 for ratio in ratios)
 
 
 @pytest.mark.slow
