@@ -11,20 +11,20 @@ from viz.batching import batching_figure
 
 from .handler import handler
 from .measuring import measured_in_parts, run_for_show, stop_measuring_button, wire_stop
-from .views import MeasuredViews
+from .views import FigureViews
 
 
-@handler(MeasuredViews)
+@handler(FigureViews)
 def on_rows_and_batches(session, index, **controls):
     """Measures this device's target forward over 1 to 64 rows (kept costs are re-used; a measurement says how far
     it got: ui/measuring.py) and models batch sizes, beside what Compare measured for the run's method, settings
     and prompt."""
     run, settings = run_for_show(session, index, controls, "nothing to measure against yet")
-    measured = yield from measured_in_parts(run, settings, lambda line: MeasuredViews(text=line,
+    measured = yield from measured_in_parts(run, settings, lambda line: FigureViews(text=line,
                                                                                         session_id=session.id))
     view = batching.rows_and_batches(run, measured.device, compared_here(run, settings.controls(),
                                                                          settings.pair_key))
-    yield MeasuredViews(batching_figure(view.cost, view.points), view.text, session.id)
+    yield FigureViews(batching_figure(view.cost, view.points), view.text, session.id)
 
 
 def batching_section(session_id, scrubber, controls: dict) -> None:
@@ -39,6 +39,6 @@ def batching_section(session_id, scrubber, controls: dict) -> None:
     text = gr.Markdown("", elem_id="batch-text", label="rows and batches")
     figure = gr.Plot(label="Rows and batches", elem_id="batch-plot")
     measuring = button.click(on_rows_and_batches, [session_id, scrubber],
-                             MeasuredViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
+                             FigureViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
                              api_name="rows_and_batches", show_progress="hidden")
     wire_stop(stop, measuring, text)

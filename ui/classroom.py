@@ -24,7 +24,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import gradio as gr
 import segno
@@ -52,13 +52,15 @@ from .handler import handler, told
 from .page_scripts import figure_view
 from .play import controller
 from .status import status_line
-from .views import StepViews, Views, left_out
+from .views import StepViews, Views, marked, step_figures
 
 POLL_S = 0.5            # a learner's page asks this often whether the lecturer's step changed
 LECTURER_POLL_S = 1.0   # the lecturer's page asks this often for the answers in
 CLASS_PATH = "class"
 MAX_ADDRESS_CHARS = 300
 ASKS = {ask.value: ask for ask in Ask}
+LEARNER_FIGURES = ("tree", "mask", "pq")  # a learner's page draws these of the step's figures (no stop, no timeline)
+CLASS_PANEL = ("class_status", "answers", "class_summary")  # the lecturer's Class tab: lecturer_fields builds them
 
 CLASS_HELP = ("**Teach a class from this run.** Start a class: learners open the link (or scan the code) on their "
               "phones and pick a name. Each **Step** you take, here or with Step and the lecture keys above, shows "
@@ -172,11 +174,10 @@ class LearnerViews(Views):
 
 
 @dataclass
-class PollViews(LearnerViews):
+class PollViews(LearnerViews, named=("latest",)):
     """The key of what the learner's page should show (LearnerView.key); a failure is a key of its own."""
 
     SAID_IN = "latest"
-    latest: Any = left_out()
 
     @classmethod
     def said(cls, message: str, kind: str) -> "PollViews":
@@ -184,17 +185,10 @@ class PollViews(LearnerViews):
 
 
 @dataclass
-class JoinViews(LearnerViews):
+class JoinViews(LearnerViews, named=("token", "join_box", "status", "latest", "timer", "stored", "you")):
     """Joined: the join box gives way, the page starts asking, the browser keeps the code, the name and the
-    learner's rejoin token (the page's every request carries it)."""
-
-    token: Any = left_out()   # first: the views that `latest` asks for (its .change) go with the token
-    join_box: Any = left_out()
-    status: Any = left_out()
-    latest: Any = left_out()
-    timer: Any = left_out()
-    stored: Any = left_out()
-    you: Any = left_out()
+    learner's rejoin token (the page's every request carries it). The token comes first: the views that `latest`
+    asks for (its .change) go with the token."""
 
     @classmethod
     def of(cls, klass: Classroom, token: str) -> "JoinViews":
@@ -206,11 +200,8 @@ class JoinViews(LearnerViews):
 
 
 @dataclass
-class AnswerViews(LearnerViews):
+class AnswerViews(LearnerViews, named=("status", "latest")):
     """An answer counted: said at once; the views follow the new key."""
-
-    status: Any = left_out()
-    latest: Any = left_out()
 
     @classmethod
     def of(cls, klass: Classroom, view: LearnerView) -> "AnswerViews":
@@ -218,25 +209,12 @@ class AnswerViews(LearnerViews):
 
 
 @dataclass
-class ShowViews(LearnerViews):
+class ShowViews(LearnerViews, named=("status", "question", "outcome", "text", "story", *LEARNER_FIGURES, "asked",
+                                     "round_box", "answer_box", "choice", "answer_btn")):
     """What the learner sees now: the status, the question, the outcome and score, the step's text and figures (drawn
     once per round and phase for the class), the round on show (`asked`), the round's box (hidden while there is
     no round yet), the question's box (hidden once the class has ended), the answers to choose from (the learner's
     own chosen) and the Answer button (only while this learner's answer is open)."""
-
-    status: Any = left_out()
-    question: Any = left_out()
-    outcome: Any = left_out()
-    text: Any = left_out()
-    story: Any = left_out()
-    tree: Any = left_out()
-    mask: Any = left_out()
-    pq: Any = left_out()
-    asked: Any = left_out()
-    round_box: Any = left_out()
-    answer_box: Any = left_out()
-    choice: Any = left_out()
-    answer_btn: Any = left_out()
 
     @classmethod
     def of(cls, klass: Classroom, view: LearnerView) -> "ShowViews":
@@ -329,18 +307,15 @@ def _draw(klass: Classroom) -> dict:
     timeline, no stop scores); before the reveal the step's verdicts hidden, as Play hides them (viz/predict.py)."""
     current, run = klass.current, klass.run
     if current is None or run is None:
-        return dict(text=[], colours={}, story="", tree=None, mask=None, pq=None)
+        return dict(text=[], colours={}, story="", **dict.fromkeys(LEARNER_FIGURES))
     index, step = current.index, run.steps[current.index]
     if current.revealed:
-        root = viz.root_token(run, index)
-        figures = dict(tree=viz.tree_figure(step, root, lossy=not run.lossless),
-                       mask=viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes), root_label=root),
-                       pq=viz.pq_figure(step))
+        figures = step_figures(run, index)
         spans, story = viz.text_spans(run, index), viz.step_story(run, index)
     else:
         before = (viz.text_spans(run, index - 1), {}, "", "") if index else None
         spans, figures, _, story = hidden_step_views(run, index, phases.before_the_tests(step), before, "")
-    figures = {name: None if figures.get(name) is None else figures[name].to_json() for name in ("tree", "mask", "pq")}
+    figures = {name: None if figures.get(name) is None else figures[name].to_json() for name in LEARNER_FIGURES}
     return dict(text=spans, colours=text_colours(spans), story=story, **figures)
 
 
@@ -462,16 +437,12 @@ def learner_column(demo: gr.Blocks) -> None:
 # -- the lecturer's Class tab -----------------------------------------------------------------------------------------
 
 @dataclass
-class ClassPanel(Views):
+class ClassPanel(Views, named=(*CLASS_PANEL, "session_id")):
     """The lecturer's Class tab as each action updates it: its status line, the answers' bars and the summary. A
     failure is said in the class's status line (marked ⚠ or ✗), with a toast."""
 
     SAID_IN = "class_status"
     MARKED = True
-    class_status: Any = left_out()
-    answers: Any = left_out()
-    class_summary: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, klass: Classroom, said: str | None = None, **more) -> "ClassPanel":
@@ -480,38 +451,27 @@ class ClassPanel(Views):
 
 
 @dataclass
-class ClassStartViews(ClassPanel):
+class ClassStartViews(ClassPanel, named=("code", "token", "link", "qr")):
     """A class started (or ended): its panel, its code, the lecturer's token, the link and its QR code."""
-
-    code: Any = left_out()
-    token: Any = left_out()
-    link: Any = left_out()
-    qr: Any = left_out()
 
 
 @dataclass
-class ClassKeyViews(Views):
+class ClassKeyViews(Views, named=("key", "session_id")):
     """The lecturer's poll: the key of the answers in (lecturer_key); the panel follows only when it changed."""
 
     SAID_IN = "key"
     MARKED = True
     TOAST = False
-    key: Any = left_out()
-    session_id: Any = left_out()
 
 
 @dataclass
-class ClassStepViews(StepViews):
+class ClassStepViews(StepViews, named=CLASS_PANEL):
     """The lecturer's Step or Reveal for the class: the page's step views and the class's panel."""
-
-    class_status: Any = left_out()
-    answers: Any = left_out()
-    class_summary: Any = left_out()
 
     @classmethod
     def failure(cls, session: Session, message: str, kind: str) -> "ClassStepViews":
         views = super().failure(session, message, kind)
-        views.class_status = f"{'✗' if kind == 'error' else '⚠'} {message}"
+        views.class_status = marked(message, kind)
         return views
 
 
@@ -664,10 +624,8 @@ def on_class_second_vote(session, code, token):
 
 
 @dataclass
-class ClassResultsViews(ClassPanel):
+class ClassResultsViews(ClassPanel, named=("results",)):
     """The class's results as a CSV file to download."""
-
-    results: Any = left_out()
 
 
 # A spreadsheet reads a cell that starts with one of these as a formula: a learner's name must stay text

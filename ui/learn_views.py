@@ -24,7 +24,7 @@ from viz.residual import acceptance_figure, residual_explanation, residual_figur
 
 from .controls import settings_from
 from .status import status_line
-from .views import PhaseViews, Views, control_updates, left_out, step_on_show
+from .views import PhaseViews, Views, control_updates, step_on_show
 
 
 def learn_step(session: Session, index) -> tuple:
@@ -41,19 +41,12 @@ def _greedy(run) -> bool:
 
 
 @dataclass
-class LearnViews(Views):
+class LearnViews(Views, named=("guided", "phase_text", "phase", "residual", "residual_text", "acceptance", "status",
+                               "session_id")):
     """Every Learn view of the step on show: the guided step, the residual and the acceptance test."""
 
     CLEARED = {"guided": None, "phase_text": "", "residual": None, "residual_text": "", "acceptance": None}
     TOAST = False
-    guided: Any = left_out()
-    phase_text: Any = left_out()
-    phase: Any = left_out()
-    residual: Any = left_out()
-    residual_text: Any = left_out()
-    acceptance: Any = left_out()
-    status: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, index, at) -> "LearnViews":
@@ -69,16 +62,11 @@ class LearnViews(Views):
 
 
 @dataclass
-class CostViews(Views):
+class CostViews(Views, named=("plot", "budget", "text", "status", "session_id")):
     """Learn → Cost model: the speed-up curves, the best tree by budget, their words and the Learn status. Every
     number is the run's speed figures (dynasd/explorer/measure/speed.py)."""
 
     CLEARED = {"plot": None, "budget": None, "text": None}
-    plot: Any = left_out()
-    budget: Any = left_out()
-    text: Any = left_out()
-    status: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, run, settings, measured, why_not: str) -> "CostViews":
@@ -93,15 +81,13 @@ class CostViews(Views):
 
 
 @dataclass
-class SideBySideViews(Views):
-    """Two methods' trees and stories from the prefix of the step on show."""
+class SideBySideViews(Views, named=("tree_a", "story_a", "tree_b", "story_b", "status", "session_id")):
+    """Two methods' trees and stories from the prefix of the step on show (each empty unless given)."""
 
     tree_a: Any = None
     story_a: Any = None
     tree_b: Any = None
     story_b: Any = None
-    status: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, index: int, methods: tuple[str, str], runs: dict) -> "SideBySideViews":
@@ -116,13 +102,11 @@ class SideBySideViews(Views):
 
 
 @dataclass
-class LosslessViews(Views):
+class LosslessViews(Views, named=("figure", "text", "status", "session_id")):
     """The first token after the prompt, sampled by a lossless method and by ti-mcsd, against p."""
 
     figure: Any = None
     text: Any = None
-    status: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, result) -> "LosslessViews":
@@ -133,11 +117,11 @@ class LosslessViews(Views):
 
 
 @dataclass
-class LinkViews(Views):
+class LinkViews(Views, named=("link", "status", "session_id")):
+    """A link to this prompt, these settings and the step on show (link_of)."""
+
     TOAST = False
     link: Any = ""
-    status: Any = left_out()
-    session_id: Any = left_out()
 
 
 def side_by_side_settings(session: Session, controls: dict):

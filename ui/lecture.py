@@ -83,7 +83,7 @@ def on_lecture(session, on, index):
 
 
 @dataclass
-class NextViews(StepViews):
+class NextViews(StepViews, named=("press_step",)):
     """Lecture's →: a replayed run's next recorded step; on any other run no view but `press_step`, on which the
     page presses Step (which reads the page's prompt and controls, and says at once that it works)."""
 

@@ -5,8 +5,6 @@ me predict first' on they wait for the reveal as the step's other views do."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 
@@ -17,7 +15,7 @@ from viz.ledger import ledger_figure
 
 from .handler import handler
 from .status import RUNNING, status_line
-from .views import Views, left_out, step_on_show
+from .views import FigureViews, step_on_show
 
 LEDGER_HELP = ("**Where do the rejected branches' keys and values go?** Each model keeps a KV cache: one row per "
                "position it has read. A verify forward writes a row for every tree node after the committed text; "
@@ -35,19 +33,6 @@ LEDGER_FOLLOWS_JS = """
   if (button && button.offsetParent !== null && !running) button.click();
 }
 """ % json.dumps(status_line(RUNNING))
-
-
-@dataclass
-class FigureViews(Views):
-    """A figure and its words (a failure's message goes in the words, the figure cleared)."""
-
-    SAID_IN = "text"
-    MARKED = True
-    TOAST = False
-    CLEARED = {"figure": None}
-    figure: Any = left_out()
-    text: Any = left_out()
-    session_id: Any = left_out()
 
 
 @handler(FigureViews)

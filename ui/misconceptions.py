@@ -10,7 +10,7 @@ from dynasd.explorer.sessions.session import Session
 from viz.misconceptions import lab_figure, lab_markdown
 
 from .handler import handler
-from .ledger import FigureViews
+from .views import FigureViews
 
 
 @handler(FigureViews)

@@ -5,7 +5,6 @@ dynasd/explorer/lessons/predict.py, the hidden views viz/predict.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 
@@ -16,7 +15,7 @@ from dynasd.explorer.sessions.session import Session
 from .handler import handler
 from .ledger import LEDGER_FOLLOWS_JS
 from .play import controller
-from .views import PhaseViews, PredictViews, StepViews, ToggleViews, left_out, step_on_show
+from .views import PhaseViews, PredictViews, StepViews, ToggleViews, step_on_show
 
 
 @dataclass
@@ -87,13 +86,12 @@ def guided_controls() -> tuple[gr.Button, gr.Button, gr.Markdown]:
 
 
 @dataclass
-class GuessViews(PhaseViews):
+class GuessViews(PhaseViews, named=("reveal",)):
     """The guided step after a guess about its test on show, and the reveal's words."""
 
     SAID_IN = "reveal"
     MARKED = True
     CLEARED = {}
-    reveal: Any = left_out()
 
 
 def guess_views(session: Session, index, at, guess: int) -> GuessViews:

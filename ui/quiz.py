@@ -11,20 +11,18 @@ from dynasd.explorer.lessons import quiz
 from dynasd.explorer.sessions.session import Session
 
 from .handler import handler
-from .views import Views, left_out
+from .views import Views
 
 
 @dataclass
-class QuizViews(Views):
+class QuizViews(Views, named=("radios", "said", "marks", "session_id")):
     """One radio per question (unused ones hidden), what the quiz says, the marks."""
 
     SAID_IN = "said"
     MARKED = True
     TOAST = False
     radios: tuple = field(default_factory=lambda: tuple(gr.skip() for _ in range(quiz.QUESTIONS)))
-    said: Any = left_out()
     marks: Any = ""
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session) -> "QuizViews":
@@ -38,12 +36,12 @@ class QuizViews(Views):
 
 
 @dataclass
-class MarksViews(Views):
+class MarksViews(Views, named=("marks", "session_id")):
+    """The quiz's marks and score (a failure said in the marks)."""
+
     SAID_IN = "marks"
     MARKED = True
     TOAST = False
-    marks: Any = left_out()
-    session_id: Any = left_out()
 
 
 @handler(QuizViews)

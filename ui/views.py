@@ -34,16 +34,39 @@ def left_out() -> Any:
     return field(default_factory=gr.skip)
 
 
+def marked(message: str, kind: str) -> str:
+    """A failure's message with a plain mark, for a view that is not a status line: ✗ an error, ⚠ a warning."""
+    return f"{'✗' if kind == 'error' else '⚠'} {message}"
+
+
 @dataclass
 class Views:
     """Named outputs, in the order of the event's components. `SAID_IN` is the view a failure's message goes to,
     `MARKED` whether it goes there with a plain mark (⚠/✗) rather than as a status line, `CLEARED` the views a
-    failure empties, `TOAST` whether a toast says it too."""
+    failure empties, `TOAST` whether a toast says it too.
+
+    A subclass names the views it adds once, in their order: `class CostViews(Views, named=("plot", "budget",
+    "text", "status", "session_id"))`; each is left out (`left_out`) unless the class body declares it with another
+    default (`file: Any = None`), and @dataclass, applied next, makes them its fields. So a view set that grows from
+    another (a Step's views and the class's panel) adds a list of names, not a second copy of their declarations."""
 
     SAID_IN: ClassVar[str] = "status"
     MARKED: ClassVar[bool] = False
     CLEARED: ClassVar[dict] = {}
     TOAST: ClassVar[bool] = True
+
+    def __init_subclass__(cls, named: tuple[str, ...] = (), **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if not named:
+            return
+        declared = cls.__dict__.get("__annotations__", {})
+        unnamed = set(declared) - set(named)
+        if unnamed:
+            raise TypeError(f"{cls.__name__} declares {sorted(unnamed)} without naming them in `named`")
+        cls.__annotations__ = {name: declared.get(name, Any) for name in named}
+        for name in named:
+            if name not in cls.__dict__:
+                setattr(cls, name, left_out())
 
     def outputs(self) -> tuple:
         """The views as Gradio takes them: in field order, a tuple field (the controls) spread out."""
@@ -55,7 +78,7 @@ class Views:
 
     @classmethod
     def failure(cls, session: Session, message: str, kind: str) -> "Views":
-        said = f"{'✗' if kind == 'error' else '⚠'} {message}" if cls.MARKED else status_line(message, kind)
+        said = marked(message, kind) if cls.MARKED else status_line(message, kind)
         return cls(**{**cls.CLEARED, cls.SAID_IN: said, "session_id": session.id})
 
     @classmethod
@@ -67,29 +90,15 @@ class Views:
 # -- the step's views ------------------------------------------------------------------------------------------------
 
 @dataclass
-class SaveViews(Views):
+class SaveViews(Views, named=("file", "status", "session_id")):
     """A file to download and the status line."""
 
     file: Any = None
-    status: Any = left_out()
-    session_id: Any = left_out()
 
 
 @dataclass
-class StepViews(Views):
+class StepViews(Views, named=("text", *FIGURES, "summary", "status", "story", "scrubber", "session_id")):
     """Every view of the step on show (ui/layout.py's `views`)."""
-
-    text: Any = left_out()
-    tree: Any = left_out()
-    mask: Any = left_out()
-    pq: Any = left_out()
-    stop: Any = left_out()
-    timeline: Any = left_out()
-    summary: Any = left_out()
-    status: Any = left_out()
-    story: Any = left_out()
-    scrubber: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, outcome: Outcome, **more) -> "StepViews":
@@ -115,17 +124,14 @@ class StepViews(Views):
 
 
 @dataclass
-class RunViews(StepViews):
+class RunViews(StepViews, named=("tick",)):
     """A paced Run's step and the tick the page answers with its request for the next one (left out: no more)."""
-
-    tick: Any = left_out()
 
 
 @dataclass
-class LoadViews(StepViews):
+class LoadViews(StepViews, named=("prompt", "controls")):
     """A replayed run's views, and the prompt box and every control set to its prompt and settings."""
 
-    prompt: Any = left_out()
     controls: tuple = field(default_factory=lambda: tuple(gr.skip() for _ in CONTROL_NAMES))
 
     @classmethod
@@ -138,11 +144,8 @@ class LoadViews(StepViews):
 
 
 @dataclass
-class StopViews(Views):
+class StopViews(Views, named=("status", "session_id")):
     """Stop's reply: the status line only (left out when the page has said it already)."""
-
-    status: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, outcome: Outcome) -> "StopViews":
@@ -150,11 +153,8 @@ class StopViews(Views):
 
 
 @dataclass
-class PredictViews(StepViews):
+class PredictViews(StepViews, named=("reveal", "score")):
     """Play's reveal: the step, the reveal's words and the run's score."""
-
-    reveal: Any = left_out()
-    score: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, outcome: Outcome, **more) -> "PredictViews":
@@ -168,54 +168,40 @@ class PredictViews(StepViews):
 
 
 @dataclass
-class ToggleViews(StepViews):
+class ToggleViews(StepViews, named=("panel", "score")):
     """'Let me predict first' turned on or off: the step again, the panel shown or hidden, the score."""
 
-    panel: Any = left_out()
-    score: Any = left_out()
+
+@dataclass
+class LectureViews(StepViews, named=("box",)):
+    """Lecture mode turned on or off: the step again, the lecture's buttons shown or hidden."""
 
 
 @dataclass
-class LectureViews(StepViews):
-    box: Any = left_out()
-
-
-@dataclass
-class MeasuredViews(Views):
-    """A Learn view that measures this device and draws one figure with its words (Rows and batches, Where would it
-    pay?): a failure is said in the words, marked ⚠ or ✗, and empties the figure."""
+class FigureViews(Views, named=("figure", "text", "session_id")):
+    """One figure and its words: the KV cache ledger, the misconceptions lab, and the Learn views that measure this
+    device (Rows and batches, Where would it pay?). A failure is said in the words, marked ⚠ or ✗, and empties the
+    figure."""
 
     SAID_IN = "text"
     MARKED = True
     CLEARED = {"figure": None}
     TOAST = False
-    figure: Any = left_out()
-    text: Any = left_out()
-    session_id: Any = left_out()
 
 
 @dataclass
-class CompareViews(Views):
+class CompareViews(Views, named=("table", "plot", "status", "session_id")):
     """Compare's table, figure and status line, sent after every round. A failure is said in the status line (and a
     toast); the table and figure keep the rounds the page shows."""
 
-    table: Any = left_out()
-    plot: Any = left_out()
-    status: Any = left_out()
-    session_id: Any = left_out()
-
 
 @dataclass
-class PhaseViews(Views):
+class PhaseViews(Views, named=("figure", "text", "slider", "session_id")):
     """The guided step at one phase: its figure, its words and the phase slider."""
 
     SAID_IN = "text"
     CLEARED = {"figure": None}
     TOAST = False
-    figure: Any = left_out()
-    text: Any = left_out()
-    slider: Any = left_out()
-    session_id: Any = left_out()
 
     @classmethod
     def of(cls, session: Session, index, at) -> "PhaseViews":
@@ -233,12 +219,19 @@ def step_views(run, index: int, compared=None) -> tuple[list, dict, str, str]:
     """The text spans, figures, summary and story of step `index` of `run` (pure builders; nothing is sent);
     `compared`: what Compare measured for the run's method, settings and prompt, which the summary quotes."""
     step = run.steps[index]
-    root = viz.root_token(run, index)
-    figures = dict(tree=viz.tree_figure(step, root, lossy=not run.lossless),
-                   mask=viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes), root_label=root),
-                   pq=viz.pq_figure(step), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
+    figures = dict(step_figures(run, index), stop=viz.stop_figure(step), timeline=viz.timeline_figure(run, index))
     return (viz.text_spans(run, index), figures, viz.summary_markdown(run, index, compared),
             viz.step_story(run, index))
+
+
+def step_figures(run, index: int) -> dict:
+    """The tree, the verify mask and the decisions of step `index`, drawn the one way the page and a class's
+    learners see them (a learner's page shows these three only: ui/classroom.py)."""
+    step = run.steps[index]
+    root = viz.root_token(run, index)
+    return dict(tree=viz.tree_figure(step, root, lossy=not run.lossless),
+                mask=viz.mask_figure(step, viz.max_mask_rows(run, step.max_nodes), root_label=root),
+                pq=viz.pq_figure(step))
 
 
 def step_on_page(session: Session, index: int | None, status) -> dict:

@@ -12,24 +12,24 @@ from viz.where import where_figure, where_markdown
 from .handler import handler
 from .measuring import measured_in_parts, run_for_show, stop_measuring_button, wire_stop
 from .page_scripts import saying
-from .views import MeasuredViews
+from .views import FigureViews
 
 # the first use measures the bigger targets on this device: without a word the panel stayed blank for tens of seconds
 WHERE_FIRST = ("Carrying this run to bigger targets and a GPU… The first time measures the bigger targets on this "
                "device (tens of seconds on a CPU, then kept).")
 
 
-@handler(MeasuredViews)
+@handler(FigureViews)
 def on_where(session, index, **controls):
     """The run on show's acceptance carried to this device, to bigger targets measured here and to a GPU (what is
     not kept yet is measured part by part, saying how far it got: ui/measuring.py)."""
     run, settings = run_for_show(session, index, controls, "nothing to carry yet")
-    measured = yield from measured_in_parts(run, settings, lambda line: MeasuredViews(text=line,
+    measured = yield from measured_in_parts(run, settings, lambda line: FigureViews(text=line,
                                                                                         session_id=session.id),
                                             bigger_targets=True)
     view = where.where_of_run(run, where.where_costs_of(measured), compared_here(run, settings.controls(),
                                                                                  settings.pair_key))
-    yield MeasuredViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
+    yield FigureViews(where_figure(view), where_markdown(view, where.tree_verdict(view)), session.id)
 
 
 def where_section(session_id, scrubber, controls: dict) -> None:
@@ -48,6 +48,6 @@ def where_section(session_id, scrubber, controls: dict) -> None:
     # its words say at once what the click began, then the handler's replace them (in that order: .then)
     measuring = button.click(None, None, [text], js=saying(WHERE_FIRST), queue=False,
                              api_visibility="private").then(
-        on_where, [session_id, scrubber], MeasuredViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
+        on_where, [session_id, scrubber], FigureViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
         api_name="where_would_it_pay", show_progress="hidden")
     wire_stop(stop, measuring, text)
