@@ -3,14 +3,12 @@ target and the draft in rounds, part by part: ui/measuring.py) in one sentence, 
 batch size (dynasd/explorer/measure/batching.py, viz/batching.py); the `rows_and_batches` API endpoint."""
 from __future__ import annotations
 
-import gradio as gr
-
 from dynasd.explorer.measure import batching
 from dynasd.explorer.measure.speed import compared_here
 from viz.batching import batching_figure
 
 from .handler import handler
-from .measuring import measured_in_parts, run_for_show, stop_measuring_button, wire_stop
+from .measuring import measured_figure_panel, measured_in_parts, run_for_show, wire_stop
 from .views import FigureViews
 
 
@@ -20,8 +18,7 @@ def on_rows_and_batches(session, index, **controls):
     it got: ui/measuring.py) and models batch sizes, beside what Compare measured for the run's method, settings
     and prompt."""
     run, settings = run_for_show(session, index, controls, "nothing to measure against yet")
-    measured = yield from measured_in_parts(run, settings, lambda line: FigureViews(text=line,
-                                                                                        session_id=session.id))
+    measured = yield from measured_in_parts(run, settings, lambda line: FigureViews(text=line, session_id=session.id))
     view = batching.rows_and_batches(run, measured.device, compared_here(run, settings.controls(),
                                                                          settings.pair_key))
     yield FigureViews(batching_figure(view.cost, view.points), view.text, session.id)
@@ -29,15 +26,11 @@ def on_rows_and_batches(session, index, **controls):
 
 def batching_section(session_id, scrubber, controls: dict) -> None:
     """The tab's widgets and event, built inside the Learn tab's inner tabs."""
-    gr.Markdown("**Why can a tree of many tokens be verified for about the price of one, and where does that stop?** "
-                "Measures one target forward over 1 to 64 rows on this device (the page says how long it took here the "
-                "last time), then models a "
-                "server that decodes many sequences at once.", elem_classes="explain")
-    with gr.Row():
-        button = gr.Button("Measure the rows here and model the batch sizes", elem_id="batch-btn")
-        stop = stop_measuring_button("batch-stop-btn")
-    text = gr.Markdown("", elem_id="batch-text", label="rows and batches")
-    figure = gr.Plot(label="Rows and batches", elem_id="batch-plot")
+    button, stop, text, figure = measured_figure_panel(
+        "**Why can a tree of many tokens be verified for about the price of one, and where does that stop?** "
+        "Measures one target forward over 1 to 64 rows on this device (the page says how long it took here the "
+        "last time), then models a server that decodes many sequences at once.",
+        "Measure the rows here and model the batch sizes", "batch", "rows and batches", "Rows and batches")
     measuring = button.click(on_rows_and_batches, [session_id, scrubber],
                              FigureViews(figure, text, session_id).outputs(), inputs_kwargs=controls,
                              api_name="rows_and_batches", show_progress="hidden")

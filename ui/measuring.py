@@ -53,6 +53,21 @@ def stop_measuring_button(elem_id: str) -> gr.Button:
     return gr.Button("Stop measuring", variant="stop", size="sm", scale=0, min_width=150, elem_id=elem_id)
 
 
+def measured_figure_panel(explain: str, button: str, elem: str, words: str, title: str,
+                          **figure) -> tuple[gr.Button, gr.Button, gr.Markdown, gr.Plot]:
+    """The widgets of a Learn view that measures this device and draws one figure (Rows and batches, Where would it
+    pay?), in the order the page shows them: what it answers (`explain`), its button with Stop measuring beside it,
+    its words (labelled `words`) and its figure (`title`, and `figure`'s other settings); their ids start with
+    `elem`. The event is the view's own: `wire_stop` lets Stop cancel it."""
+    gr.Markdown(explain, elem_classes="explain")
+    with gr.Row():
+        start = gr.Button(button, elem_id=f"{elem}-btn")
+        stop = stop_measuring_button(f"{elem}-stop-btn")
+    text = gr.Markdown("", elem_id=f"{elem}-text", label=words)
+    plot = gr.Plot(label=title, elem_id=f"{elem}-plot", **figure)
+    return start, stop, text, plot
+
+
 def wire_stop(button: gr.Button, event, said_in) -> None:
     """`button` cancels `event` (between two parts of its measurement) and says so in `said_in`."""
     button.click(on_measuring_stopped, None, [said_in], cancels=[event], queue=False, api_visibility="private",
