@@ -706,6 +706,15 @@ def on_class_end(session, code, token):
                               "page).")
 
 
+def results_controls() -> tuple[gr.Checkbox, gr.Button, gr.File]:
+    """The Class tab's results as CSV: names left out or not, the button, and the file (shown once written)."""
+    with gr.Row():
+        without_names = gr.Checkbox(False, label="Leave names out (learner 1, 2, …)", elem_id="class-no-names")
+        export = gr.Button("Results as CSV", elem_id="class-export", min_width=100)
+    results = gr.File(None, label="Class results (CSV)", visible=False, interactive=False, elem_id="class-results")
+    return without_names, export, results
+
+
 def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: dict, views: StepViews) -> None:
     """The lecturer's Class tab, added to the step's view tabs, and its events."""
     with tabs, gr.Tab("Class", elem_id="class-tab"):
@@ -729,11 +738,7 @@ def class_section(demo: gr.Blocks, tabs: gr.Tabs, session_id, prompt, controls: 
             qr = gr.HTML("", label="QR code", elem_id="class-qr")
         answers = figure_view("Answers (no names)", "class-answers")
         summary = gr.Markdown("", label="class summary", elem_id="class-summary")
-        with gr.Row():
-            without_names = gr.Checkbox(False, label="Leave names out (learner 1, 2, …)", elem_id="class-no-names")
-            export = gr.Button("Results as CSV", elem_id="class-export", min_width=100)
-        results = gr.File(None, label="Class results (CSV)", visible=False, interactive=False,
-                          elem_id="class-results")
+        without_names, export, results = results_controls()
         follow_btn = gr.Button("Follow the page's step", elem_id="class-follow", size="sm")
         code = gr.Textbox("", visible=False, label="class code")
         token = gr.Textbox("", visible=False, label="lecturer token")
