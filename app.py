@@ -22,6 +22,7 @@ from pathlib import Path
 import gradio as gr
 
 from dynasd.explorer.inputs import CUSTOM, Settings, known_pairs
+from dynasd.explorer.model_thread import start_on_the_model_thread
 from dynasd.explorer.sessions.memory import start_heap_trimmer
 from ui import state
 from ui.class_address import listening
@@ -29,7 +30,6 @@ from ui.classroom import CLASS_CSS
 from ui.controls import pair_choices
 from ui.gpu import on_zero_gpu
 from ui.layout import QUEUE_PLACE_CSS, build_app
-from ui.model_thread import start_on_the_model_thread
 from ui.page_scripts import CLAMP_NOTE_JS, CSS, INTRO_JS, PLOTLY_JS
 
 MODEL_DIR = os.environ.get("DYNASD_MODEL_DIR", "") or None
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         _preload(warm)
     else:
         # Load the start-up pair in the background so the first Step does not wait for it, on the thread that runs
-        # every model call (ui/model_thread.py says why one thread).
+        # every model call (dynasd/explorer/model_thread.py says why one thread).
         start_on_the_model_thread(_preload, warm)
     serve(build_app(pair, args.target, args.draft), args.host, args.port)
 

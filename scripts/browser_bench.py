@@ -93,8 +93,10 @@ def serve(repo: Path, pair: str):
 
     # the checkout's server-side state: ui/state.py, or app.py itself in a checkout from before the ui package
     state = importlib.import_module("ui.state") if (repo / "ui" / "state.py").is_file() else app
-    # loaded where the app loads it: on the thread that runs its model calls (ui/model_thread.py), where it has one
-    model_thread = importlib.import_module("ui.model_thread") if (repo / "ui" / "model_thread.py").is_file() else None
+    # loaded where the app loads it: on the thread that runs its model calls (model_thread.py), where it has one
+    homes = ("dynasd/explorer/model_thread.py", "ui/model_thread.py")
+    home = next((path for path in homes if (repo / path).is_file()), None)
+    model_thread = importlib.import_module(home[:-3].replace("/", ".")) if home else None
     started = time.perf_counter()
     if model_thread is not None:
         model_thread.on_the_model_thread(state.PAIRS.get, Settings(pair=pair))

@@ -55,7 +55,7 @@ def ratios_of(result) -> dict[str, tuple[float, float, float, float | None]]:
 
 def headless_compare(state, settings, prompt: str) -> dict:
     from dynasd.explorer.measure import compare
-    from ui.model_thread import on_the_model_thread
+    from dynasd.explorer.model_thread import on_the_model_thread
 
     before, started = load_average(), time.perf_counter()
     final = on_the_model_thread(lambda: list(compare.run_compare(state.PAIRS, settings, prompt))[-1])

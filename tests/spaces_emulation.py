@@ -191,21 +191,21 @@ def scenario_engine(pair_name: str, only: list[str]) -> None:
         settings = Settings(pair=pair_name, max_new_tokens=10, **values)
 
         def run(settings=settings):
-            started = engine.start_run(pairs, settings, PROMPT, steps=2)
+            started = engine.serve(pairs, engine.StartRun(settings, PROMPT, 2))
             if started.error:
                 return started.error
             engine.LIVE.clear()  # the next call resumes from the snapshot alone
-            more = engine.advance(pairs, settings, started.snapshot, 1)
+            more = engine.serve(pairs, engine.Advance(settings, started.snapshot, 1))
             return more.error
         report(name, run)
 
     def follow_up():
         settings = Settings(pair=pair_name, max_new_tokens=6, method="mcsd")
-        done = engine.start_run(pairs, settings, PROMPT, steps=engine.UNTIL_DONE)
+        done = engine.serve(pairs, engine.StartRun(settings, PROMPT, engine.UNTIL_DONE))
         if done.error:
             return done.error
         engine.LIVE.clear()
-        return engine.follow_up(pairs, settings, done.snapshot, [PROMPT, "And a heap?"], steps=1).error
+        return engine.serve(pairs, engine.FollowUp(settings, done.snapshot, (PROMPT, "And a heap?"), 1)).error
 
     if only:
         return

@@ -360,6 +360,51 @@ def test_the_first_use_of_a_pair_says_the_models_are_loading(monkeypatch):
     assert len(said) == 1, "loaded: nothing said"
 
 
+def test_a_step_reaches_the_decoder_through_eight_functions_entering_ui_once(monkeypatch):
+    """A Step of a run under way, from the function Gradio calls to Decoder.step: the handler's decorator, the
+    handler, the Controller, the Session, the hand-over to the model thread (the transport), the engine's one door
+    and the decoder; ui/ only at the top (docs/ARCHITECTURE.md draws this path)."""
+    import traceback
+    from pathlib import Path
+
+    from dynasd.decoders.base import Decoder
+    from dynasd.explorer.sessions import calls
+    from ui import play, state
+
+    repo = Path(__file__).resolve().parent.parent
+
+    def ours(stack) -> list[str]:
+        return [f"{Path(frame.filename).relative_to(repo).as_posix()}:{frame.name}" for frame in stack
+                if Path(frame.filename).is_relative_to(repo) and not frame.filename.startswith(str(repo / "tests"))
+                and ".venv" not in frame.filename]
+
+    monkeypatch.setattr(state, "PAIRS", PairCache(loader=CountingLoader()))
+    session = state.SESSIONS.get(None)
+    controls = dict(pair="tiny-random", method="mcsd", max_new_tokens=8)
+    play.on_step(session.id, "hello", **controls)  # the run starts
+    serving, model = [], []
+    hand_over, step = calls.on_the_model_thread, Decoder.step
+
+    def handing_over(function, *args, **kwargs):
+        serving.extend(ours(traceback.extract_stack()) + ["dynasd/explorer/model_thread.py:on_the_model_thread"])
+        return hand_over(function, *args, **kwargs)
+
+    def stepping(self):
+        model.extend(ours(traceback.extract_stack()) + ["dynasd/decoders/base.py:step"])
+        return step(self)
+
+    monkeypatch.setattr(calls, "on_the_model_thread", handing_over)
+    monkeypatch.setattr(Decoder, "step", stepping)
+    assert play.on_step(session.id, "hello", **controls)[7].startswith("✓ Step 1")
+    path = serving + model
+    assert path == ["ui/handler.py:plain", "ui/handler.py:told", "ui/play.py:on_step",
+                    "dynasd/explorer/sessions/controller.py:step", "dynasd/explorer/sessions/session.py:step",
+                    "dynasd/explorer/model_thread.py:on_the_model_thread", "dynasd/explorer/engine.py:serve",
+                    "dynasd/decoders/base.py:step"], path
+    ui = [index for index, where in enumerate(path) if where.startswith("ui/")]
+    assert ui == list(range(len(ui))), "ui/ entered once, at the top"
+
+
 def test_a_step_sends_its_figures_to_the_page_once(explorer_inprocess, monkeypatch):
     """Every message Gradio queues for the page, counted: a Step's figures travel in one message (a generator
     handler's last update travels twice, once more as its result)."""
@@ -655,8 +700,8 @@ def test_the_page_keeps_no_run_history_in_the_browser(explorer_inprocess):
 
 def test_every_model_call_runs_on_the_one_model_thread():
     """ui/gpu.call runs the model calls of handlers on any of Gradio's worker threads on one thread of its own (one
-    OpenMP team: ui/model_thread.py), hands back results and exceptions, and a call made on that thread runs in
-    place instead of waiting for itself."""
+    OpenMP team: dynasd/explorer/model_thread.py), hands back results and exceptions, and a call made on that
+    thread runs in place instead of waiting for itself."""
     import threading
 
     from ui import gpu

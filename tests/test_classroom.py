@@ -10,7 +10,7 @@ import pytest
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.lessons import predict
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.sessions.calls import InProcess
+from dynasd.explorer.sessions.calls import in_process
 from dynasd.explorer.sessions.classroom import (
     CODE_ALPHABET,
     MAX_LEARNERS,
@@ -41,7 +41,7 @@ class Lecture:
 
     def __init__(self, pairs, registry=None):
         self.session = Session("lecturer")
-        self.controller = Controller(self.session, InProcess(pairs))
+        self.controller = Controller(self.session, in_process(pairs))
         self.registry = registry or ClassRegistry()
         self.klass = self.registry.start(self.session.id, self.session.run)
 
@@ -106,7 +106,7 @@ def test_the_class_follows_the_lecturers_page_and_a_step_past_an_open_round_reve
 
 def test_steps_shown_before_the_class_started_are_not_asked(pairs):
     session = Session("lecturer")
-    controller = Controller(session, InProcess(pairs))
+    controller = Controller(session, in_process(pairs))
     controller.step(SETTINGS, "hello there")
     controller.step(SETTINGS, "hello there")
     klass = ClassRegistry().start(session.id, session.run)
@@ -280,7 +280,7 @@ def test_the_lecturer_chooses_the_question_until_the_first_answer(pairs):
 
 def test_every_question_is_answerable_from_its_choices_on_every_step(pairs):
     session = Session("x")
-    controller = Controller(session, InProcess(pairs))
+    controller = Controller(session, in_process(pairs))
     for settings in (SETTINGS, replace(SETTINGS, method="ar"), replace(SETTINGS, method="sd", temperature=1.0),
                      replace(SETTINGS, method="ti-mcsd", width=2, depth=2)):
         session.reset()
@@ -369,7 +369,7 @@ def test_the_rejected_first_question_lists_only_the_candidates_tested_while_ever
     """The short list is known before the tests, and the right answer is always on it (every method, T = 0 and
     T > 0): the walk goes down from the first candidate that passes, and tries every target-rooted chain."""
     session = Session("x")
-    controller = Controller(session, InProcess(pairs))
+    controller = Controller(session, in_process(pairs))
     checked = 0
     for method in ("sd", "mcsd", "ti-mcsd", "pld", "dynamic"):
         for temperature in (0.0, 1.0):

@@ -12,7 +12,7 @@ import pytest
 
 from dynasd.explorer.inputs import Settings
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.sessions.calls import InProcess
+from dynasd.explorer.sessions.calls import in_process
 from dynasd.explorer.sessions.classroom import Ask, ClassRegistry, Phase
 from dynasd.explorer.sessions.controller import Controller
 from dynasd.explorer.sessions.session import Session
@@ -28,7 +28,7 @@ def classroom(tiny_pair, monkeypatch):
     registry = ClassRegistry()
     monkeypatch.setattr(state, "CLASSES", registry)
     session = Session("lecturer")
-    controller = Controller(session, InProcess(PairCache(loader=lambda *_, **__: tiny_pair)))
+    controller = Controller(session, in_process(PairCache(loader=lambda *_, **__: tiny_pair)))
     klass = registry.start(session.id, None)
     return session, controller, klass
 

@@ -8,7 +8,7 @@ import pytest
 from dynasd.explorer.failures import SessionFailed
 from dynasd.explorer.inputs import Settings, UserError
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.sessions.calls import InProcess
+from dynasd.explorer.sessions.calls import in_process
 from dynasd.explorer.sessions.controller import Controller, Show
 from dynasd.explorer.sessions.session import Mode, Session
 
@@ -21,7 +21,7 @@ def pairs(tiny_pair):
 
 
 def control(session: Session, pairs: PairCache) -> Controller:
-    return Controller(session, InProcess(pairs))
+    return Controller(session, in_process(pairs))
 
 
 def test_step_starts_a_run_goes_on_and_asks_before_replacing_the_finished_one(pairs):
@@ -122,7 +122,7 @@ def test_a_replayed_example_refuses_to_step_and_a_follow_up_waits_for_the_end(pa
     shown = control(session, pairs).example("sd-sampled")
     assert session.mode is Mode.REPLAYING and shown.loaded is session.run and shown.index == 0
     with pytest.raises(UserError, match="trace file"):
-        session.step(InProcess(pairs))
+        session.step(in_process(pairs))
     control(session, pairs).step(SETTINGS, "hello")
     with pytest.raises(UserError, match="after a finished run"):
         control(session, pairs).follow_up("and then?")

@@ -14,7 +14,7 @@ from dynasd.explorer import engine
 from dynasd.explorer.costs import cost, measuring
 from dynasd.explorer.inputs import Settings
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.sessions.calls import StartRun
+from dynasd.explorer.sessions.calls import in_process
 
 PROMPT = "Count to ten: one, two, three"
 QUIET = cost.Conditions(load_average=0.2, threads=1, cpu_s=1.0, wall_s=1.0)
@@ -42,7 +42,7 @@ def test_a_kept_cost_100x_too_slow_is_caught_by_the_first_step(pairs):
     cost.keep_costs(path, planted)
     assert measuring.calibrate_context(pairs, SETTINGS, ids).timings == planted.timings, "kept, and so shown"
 
-    progress = StartRun(PROMPT).on(pairs, SETTINGS, steps=1)  # a session's start, as the page makes it
+    progress = in_process(pairs).send(engine.StartRun(SETTINGS, PROMPT, 1))  # a session's start, as the page makes it
     assert not progress.error and len(progress.steps) == 1
     assert cost.read_kept_costs(path).contradicted.startswith("step 0's own verify over ")
 
@@ -178,7 +178,7 @@ def test_the_draft_is_timed_beside_the_target_and_a_runs_cost_model_reads_it(pai
     kept = cost.read_kept_costs(path)
     assert kept.draft_timings == measured.draft_timings
 
-    progress = engine.start_run(pairs, SETTINGS, PROMPT, steps=4)
+    progress = engine.serve(pairs, engine.StartRun(SETTINGS, PROMPT, 4))
     run = replace(progress.run, steps=[recorded.step for recorded in progress.steps])
     warm = cost.warm_steps(run)
     parents = sum(len({n.parent for n in s.nodes if n.origin == "draft"}) for s in warm)

@@ -15,7 +15,7 @@ from dynasd.explorer.lessons import predict
 from dynasd.explorer.lessons.ledger import run_ledger
 from dynasd.explorer.lessons.phases import draft_stages
 from dynasd.explorer.pairs import PairCache
-from dynasd.explorer.sessions.calls import InProcess
+from dynasd.explorer.sessions.calls import in_process
 from dynasd.explorer.sessions.controller import Controller
 from dynasd.explorer.sessions.session import Mode, Session
 from dynasd.explorer.sessions.share import example_traces, load_example
@@ -217,7 +217,7 @@ def pairs(tiny_pair):
 def test_a_live_runs_steps_stay_shown_and_a_run_shows_its_steps_for_good(pairs):
     settings = Settings(pair="tiny-random", method="sd", max_new_tokens=24)
     session = Session("live")
-    control = Controller(session, InProcess(pairs))
+    control = Controller(session, in_process(pairs))
     for _ in range(3):
         control.step(settings, "hello")
     control.predict_first(True, 1, "")  # scrolled back to step 1: steps 0-2 were each on show when taken

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from dynasd.explorer.engine import Advance, StartRun
 from dynasd.explorer.inputs import Settings
-from dynasd.explorer.sessions.calls import Advance, StartRun
 from dynasd.loading.models import tiny_random_pair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,7 +112,8 @@ class WatchedLoader:
         self.forwards.append((self.endpoint, self.fake.inside > 0))
 
 
-def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_gpu_app, tmp_path):
+def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_gpu_app, tmp_path, monkeypatch):
+    """On a ZeroGPU Space (elsewhere a session's requests go to the model thread with no spaces.GPU around them)."""
     from conftest import free_port
     from gradio_client import Client, handle_file
 
@@ -121,11 +122,12 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     fresh, fake = zero_gpu_app
     loader = WatchedLoader(fake)
     fresh.state.PAIRS = PairCache(loader=loader, device="cpu")
+    monkeypatch.setenv("SPACES_ZERO_GPU", "1")
     port = free_port()
     demo = fresh.app.serve(fresh.app.build_app("tiny-random"), "127.0.0.1", port, block=False)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        tiny = dict(pair="tiny-random", method="mcsd", max_new_tokens=12)
+        tiny = dict(pair="tiny-random", method="mcsd", max_new_tokens=40)  # more than one GPU call of a Step computes
         calls = {"/step": lambda: client.predict(prompt="hello", **tiny, api_name="/step"),
                  "/show_step": lambda: client.predict(0, api_name="/show_step"),
                  "/save_trace": lambda: client.predict(api_name="/save_trace"),
@@ -164,7 +166,7 @@ def test_every_model_running_handler_and_no_other_goes_through_spaces_gpu(zero_g
     assert ran_models == model_endpoints, "each of these endpoints runs a model, the others none"
     # The model calls are functions of data (ui/gpu.py), not handlers: a handler keeps its session's state in
     # the serving process, which a GPU process's changes would never reach.
-    calls = {"gpu_send", "gpu_compare_round", "gpu_compare_peer", "gpu_start_measuring", "gpu_measure_part",
+    calls = {"gpu_serve", "gpu_compare_round", "gpu_compare_peer", "gpu_start_measuring", "gpu_measure_part",
              "gpu_side_by_side", "gpu_target_p", "gpu_first_token_draws"}
     assert set(fake.wrapped) == calls, "only the model calls are wrapped"
 
@@ -178,13 +180,13 @@ def test_the_gpu_durations_follow_the_work_asked_for_and_each_fits_a_visitors_qu
     gpu = fresh.gpu
     assert gpu.GPU_MAX_S <= 60
     wrapped = fake.wrapped
-    run = wrapped["gpu_send"]
+    serve = wrapped["gpu_serve"]
 
-    def start(settings, prompt, **kwargs):
-        return run(settings, StartRun(prompt), **kwargs)
+    def start(settings, prompt, steps):
+        return serve(StartRun(settings, prompt, steps))
 
-    def advance(settings, snapshot, **kwargs):
-        return run(settings, Advance(snapshot), **kwargs)
+    def advance(settings, snapshot, steps, expected_s=0.0):
+        return serve(Advance(settings, snapshot, steps, expected_s))
 
     longest = Settings(pair="tiny-random", max_new_tokens=gpu.MAX_NEW_TOKENS_LIMIT)
     one, chunk, whole = (advance(longest, None, steps=n) for n in (1, gpu.GPU_STEP_CHUNK, gpu.UNTIL_DONE))
@@ -290,7 +292,7 @@ def test_zerogpus_own_failures_become_one_line_with_a_way_on(zero_gpu_app, monke
         def refuse(*args, message=message, **kwargs):
             raise gr.Error(message)
 
-        monkeypatch.setattr(fresh.gpu, "gpu_send", refuse)
+        monkeypatch.setattr(fresh.gpu, "gpu_serve", refuse)
         with pytest.warns(UserWarning):  # gradio's toast, outside a request
             said = play.on_step(session.id, "hello", **tiny)[OUT_STATUS]
         assert said.startswith("⚠ no GPU for this call") and message.splitlines()[0][:60] in said, said

@@ -333,7 +333,7 @@ def learner_handler(views: type[LearnerViews]) -> Callable:
     def wrap(body: Callable) -> Callable:
         @functools.wraps(body)
         def plain(code, *args, **kwargs):
-            *_, sent = told(views, None, lambda _: (body(state.CLASSES.find(code), *args, **kwargs),))
+            *_, sent = told(views, None, lambda _: body(state.CLASSES.find(code), *args, **kwargs))
             return sent[0] if len(sent) == 1 else sent  # one output: Gradio takes the value itself
         return plain
     return wrap

@@ -24,22 +24,24 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import gradio as gr
 
+from dynasd.explorer import engine
 from dynasd.explorer.costs import measuring
-from dynasd.explorer.engine import UNTIL_DONE, Progress
+from dynasd.explorer.engine import UNTIL_DONE, Progress, Request
 from dynasd.explorer.failures import Failed, SessionFailed, failures_as_data
 from dynasd.explorer.inputs import MAX_NEW_TOKENS_LIMIT, Settings, UserError, first_line
 from dynasd.explorer.lessons import losslessness, side_by_side
 from dynasd.explorer.measure import compare as compare_model
 from dynasd.explorer.measure.peer import run_peer
-from dynasd.explorer.sessions.calls import ModelCalls, RunRequest
+from dynasd.explorer.model_thread import on_the_model_thread
+from dynasd.explorer.sessions.calls import ModelCalls, on_model_thread, read_kept_costs
 from dynasd.options import METHODS
 
 from . import state
-from .model_thread import on_the_model_thread
 
 try:  # a Hugging Face ZeroGPU Space: every model call must run inside spaces.GPU (elsewhere it changes nothing)
     import spaces
@@ -76,8 +78,10 @@ def _tokens(settings, steps) -> float:
     return min(limit, steps) if isinstance(steps, (int, float)) else limit
 
 
-def _run_seconds(settings, *_, steps=0, expected_s=0.0, **__) -> int:
-    return _seconds(_tokens(settings, steps), expected_s if isinstance(expected_s, (int, float)) else 0.0)
+def _request_seconds(request: Request, *_, **__) -> int:
+    expected_s = getattr(request, "expected_s", 0.0)
+    return _seconds(_tokens(getattr(request, "settings", None), getattr(request, "steps", 0)),
+                    expected_s if isinstance(expected_s, (int, float)) else 0.0)
 
 
 def _run_whole_seconds(settings, *_, **__) -> int:
@@ -120,13 +124,13 @@ def on_gpu(duration: Callable[..., int]):
 
 # -- the model calls: functions of data --------------------------------------------------------------------------
 
-@on_gpu(_run_seconds)
-def gpu_send(settings: Settings, request: RunRequest, steps: int = 0, expected_s: float = 0.0) -> Progress:
-    """A run's model call where the models are: `request` is a StartRun, an Advance or a FollowUp
-    (dynasd/explorer/sessions/calls.py), which runs the engine. One GPU function for the three: ZeroGPU keeps a
-    worker per decorated function, and the live decoder a call leaves (engine.LIVE) spares the next call a prefill
-    only in the same worker."""
-    return request.on(state.PAIRS, settings, steps)
+@on_gpu(_request_seconds)
+def gpu_serve(request: Request) -> Progress:
+    """A session's request (a StartRun, an Advance or a FollowUp: dynasd/explorer/engine.py) served in a ZeroGPU
+    process, and this device's kept costs read there after its steps (sessions/calls.py). One GPU function for the
+    three: ZeroGPU keeps a worker per decorated function, and the live decoder a call leaves (engine.LIVE) spares
+    the next call a prefill only in the same worker."""
+    return engine.serve(state.PAIRS, request, after_steps=read_kept_costs)
 
 
 @on_gpu(_round_seconds)
@@ -228,7 +232,7 @@ def _from_serving_process(settings: Settings) -> Iterator[None]:
 
 def call(function: Callable, settings: Settings, *args, **kwargs):
     """`function(settings, *args, **kwargs)` from the serving process (_from_serving_process), on the model thread
-    where no ZeroGPU process runs it (model_thread.py); a failure it returned as data is raised here."""
+    where no ZeroGPU process runs it (dynasd/explorer/model_thread.py); a failure it returned as data is raised here."""
     with _from_serving_process(settings):
         # on ZeroGPU the call runs in a GPU process, started from this handler's thread (spaces reads its request)
         result = function(settings, *args, **kwargs) if on_zero_gpu() \
@@ -264,32 +268,28 @@ def no_gpu(exc: BaseException) -> str:
             "a while, or replay an example trace (Learn → Share & examples), which needs no GPU")
 
 
-class PageCalls(ModelCalls):
-    """The page's form of a session's model calls (calls.ModelCalls): each on the model thread, or on a ZeroGPU
-    Space in a GPU process (`call`), with no more steps than fit in one GPU call (fit_steps). On ZeroGPU a Step
-    computes GPU_STEP_CHUNK steps and a Run as many as fit; a run's start says in a toast when its pair loads first
-    (tens of seconds on a CPU): the toast goes at once, in the event's own stream and so before its update, which a
-    separate status event could not promise."""
-
-    def __init__(self) -> None:
-        self.gpu = on_zero_gpu()
-        self.chunk = GPU_STEP_CHUNK if self.gpu else 1
-        self.run_chunk = steps_per_run_call()
-
-    def start(self, settings: Settings, prompt: str, steps: int = 0, expected_s: float = 0.0) -> Progress:
-        if settings.pair_key not in state.PAIRS.loaded():
-            gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
-        return super().start(settings, prompt, steps, expected_s)
-
-    def send(self, settings: Settings, request: RunRequest, steps: int, expected_s: float) -> Progress:
-        steps, expected_s = fit_steps(settings, steps, expected_s)
-        return call(gpu_send, settings, request, steps=steps, expected_s=expected_s)
+def page_calls() -> ModelCalls:
+    """The page's form of a session's model calls (sessions/calls.py): on the model thread, one step a Step and a
+    Run's call (the page draws each as it comes); on a ZeroGPU Space in a GPU process (`send_to_gpu`), where a
+    Step computes GPU_STEP_CHUNK steps and a Run as many as fit in one call (the page plays them back)."""
+    if on_zero_gpu():
+        return ModelCalls(send_to_gpu, chunk=GPU_STEP_CHUNK, run_chunk=UNTIL_DONE, gpu=True)
+    return on_model_thread(state.PAIRS)
 
 
-def steps_per_run_call() -> int:
-    """How many steps a Run computes per model call: as many as fit in one call on ZeroGPU (fit_steps; the page
-    plays them back), one at a time elsewhere (the page draws each as it comes)."""
-    return UNTIL_DONE if on_zero_gpu() else 1
+def send_to_gpu(request: Request) -> Progress:
+    """`request` served in a ZeroGPU process (gpu_serve), with no more steps than fit in one GPU call (fit_steps),
+    ZeroGPU's own failures said as one line (_from_serving_process)."""
+    steps, expected_s = fit_steps(request.settings, request.steps, request.expected_s)
+    with _from_serving_process(request.settings):
+        return gpu_serve(replace(request, steps=steps, expected_s=expected_s))
+
+
+def say_pair_loads(settings: Settings) -> None:
+    """A toast when the settings' pair loads first (tens of seconds on a CPU), sent at once in the event's own
+    stream and so before its update, which a separate status event could not promise."""
+    if settings.pair_key not in state.PAIRS.loaded():
+        gr.Info(f"Loading the model pair {settings.pair_key[:80]} (first use: this can take a while on a CPU)…")
 
 
 def compare(settings: Settings, prompt: str) -> Iterator[compare_model.CompareState]:

@@ -30,30 +30,27 @@ def handler(views: type[Views]) -> Callable:
         if inspect.isgeneratorfunction(body):
             @functools.wraps(body)
             def stream(session_id, *args, **kwargs):
-                yield from _answer(views, session_id, lambda session: body(session, *args, **kwargs))
+                yield from told(views, state.SESSIONS.get(session_id), body, *args, **kwargs)
             return stream
 
         @functools.wraps(body)
         def plain(session_id, *args, **kwargs):
-            *_, last = _answer(views, session_id, lambda session: (body(session, *args, **kwargs),))
+            *_, last = told(views, state.SESSIONS.get(session_id), body, *args, **kwargs)
             return last
         return plain
     return wrap
 
 
-def _answer(views: type[Views], session_id, produce: Callable) -> Iterator[tuple]:
-    """The body's views for the event's session (told)."""
-    yield from told(views, state.SESSIONS.get(session_id), produce)
-
-
-def told(views: type[Views], session, produce: Callable) -> Iterator[tuple]:
-    """`produce(session)`'s views as outputs; on a failure, the failure in the views (`Views.failure`), or where
-    even those cannot be drawn (a run on show that a bug stops drawing), in the bare views (`Views.bare`). Every
-    handler of the app ends here, a class's learners' too (ui/classroom.py, with no session)."""
+def told(views: type[Views], session, produce: Callable, *args, **kwargs) -> Iterator[tuple]:
+    """`produce(session, *args, **kwargs)`'s views (one, or a generator's) as outputs; on a failure, the failure in
+    the views (`Views.failure`), or where even those cannot be drawn (a run on show that a bug stops drawing), in
+    the bare views (`Views.bare`). Every handler of the app ends here, a class's learners' too (ui/classroom.py,
+    with no session)."""
     words = None
     for attempt in (produce, views.failure, views.bare):
         try:
-            for sent in attempt(session) if words is None else (attempt(session, *words),):
+            made = attempt(session, *args, **kwargs) if words is None else attempt(session, *words)
+            for sent in made if inspect.isgenerator(made) else (made,):
                 yield sent.outputs() if isinstance(sent, Views) else sent
             return
         except Exception as exc:  # the one place a handler's failure becomes words for the learner

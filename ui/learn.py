@@ -84,14 +84,17 @@ def on_open_link(request: gr.Request):
 @handler(StepViews)
 def on_goto_step(session, prompt, target_step, **controls):
     """Start (or continue) the run of these settings until it has the linked step, then show that step."""
-    return StepViews.of(session, controller(session).goto_step(settings_from(controls), prompt, target_step))
+    settings = settings_from(controls)
+    return StepViews.of(session, controller(session, settings).goto_step(settings, prompt, target_step))
 
 
 @handler(StepViews)
 def on_linked_step(session, prompt, step, opened, **controls):
     """A shared link's step, once the page has set the link's controls (`opened`); nothing otherwise."""
-    goto = controller(session).goto_step(settings_from(controls), prompt, step) if opened else None
-    return StepViews() if goto is None else StepViews.of(session, goto)
+    if not opened:
+        return StepViews()
+    settings = settings_from(controls)
+    return StepViews.of(session, controller(session, settings).goto_step(settings, prompt, step))
 
 
 @handler(LoadViews)

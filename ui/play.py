@@ -14,7 +14,7 @@ import pandas as pd
 
 import viz
 from dynasd.device_info import machine_line
-from dynasd.explorer.inputs import CUSTOM, UserError
+from dynasd.explorer.inputs import CUSTOM, Settings, UserError
 from dynasd.explorer.measure import compare as compare_model
 from dynasd.explorer.measure.measured_here import KeptCompare, fastest_recipe_here, read_compares, recipe_here
 from dynasd.explorer.sessions.controller import Controller, Outcome
@@ -34,9 +34,12 @@ from .views import CompareViews, LoadViews, RunViews, SaveViews, StepViews, Stop
 STREAM_EVERY_S = 0.08  # the API's Run sends at most one update per this many seconds (and always the last step)
 
 
-def controller(session: Session) -> Controller:
-    """The session's controller, its model calls through ui/gpu.py (on ZeroGPU: GPU calls in chunks)."""
-    return Controller(session, gpu.PageCalls())
+def controller(session: Session, starting: Settings | None = None) -> Controller:
+    """The session's controller, its model calls through ui/gpu.py (on ZeroGPU: GPU calls in chunks). `starting`:
+    the settings of an action that may start a run, whose pair, when it loads first, is said in a toast."""
+    if starting is not None:
+        gpu.say_pair_loads(starting)
+    return Controller(session, gpu.page_calls())
 
 
 def paced(session: Session, outcome: Outcome, tick) -> RunViews:
@@ -46,13 +49,15 @@ def paced(session: Session, outcome: Outcome, tick) -> RunViews:
 
 @handler(StepViews)
 def on_step(session, prompt, **controls):
-    return StepViews.of(session, controller(session).step(settings_from(controls), prompt))
+    settings = settings_from(controls)
+    return StepViews.of(session, controller(session, settings).step(settings, prompt))
 
 
 @handler(RunViews)
 def on_run_begin(session, prompt, tick, **controls):
     """The browser's Run: its first step and a new `tick` (controller.run_begin says how the page paces it)."""
-    return paced(session, controller(session).run_begin(settings_from(controls), prompt), tick)
+    settings = settings_from(controls)
+    return paced(session, controller(session, settings).run_begin(settings, prompt), tick)
 
 
 @handler(RunViews)
@@ -63,8 +68,8 @@ def on_run_next(session, tick, stop_pressed=False):
 @handler(StepViews)
 def on_run(session, prompt, **controls):
     """The Run of API clients: a stream of updates (the browser's Run is paced by the page: on_run_begin)."""
-    yield from (StepViews.of(session, o) for o in controller(session).run(settings_from(controls), prompt,
-                                                                          STREAM_EVERY_S))
+    settings = settings_from(controls)
+    yield from (StepViews.of(session, o) for o in controller(session, settings).run(settings, prompt, STREAM_EVERY_S))
 
 
 @handler(StepViews)

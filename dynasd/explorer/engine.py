@@ -11,6 +11,9 @@ A live decoder whose state is exactly the snapshot's (the same fingerprint) is r
 Step in one process does not prefill the context again; that is an optimisation only: `resume` rebuilds the same
 decoder from the snapshot alone, and the results are the same either way (tests/test_snapshot.py).
 
+Every request (`StartRun`, `Advance`, `FollowUp`) comes through one door, `serve(pairs, request)`, whichever
+transport brought it (sessions/calls.py); Compare's rounds go through it too.
+
 Failures come back as data too (`Progress.error`), never as an exception: an exception raised in a GPU child
 reaches the page as the hosting library chooses to show it, not as this project's one clear line.
 """
@@ -20,6 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..decoders import Decoder, RequestError, make_decoder, resume
 from ..decoders.snapshot import DecoderSnapshot
@@ -209,49 +213,100 @@ def prepare(pairs: PairCache, settings: Settings, prompt: str | None = None) -> 
     return Prepared(pairs, settings, pair, [] if prompt is None else encode(pair, prompt), load_seconds)
 
 
-def start_run(pairs: PairCache, settings: Settings, prompt: str, steps: int = 0) -> Progress:
-    """A new run of `prompt` with `settings`: load the pair (when this process has not), prefill, then take up
-    to `steps` steps."""
-    return _call(lambda progress: _start(pairs, settings, prompt, steps, progress))
+@dataclass(frozen=True)
+class StartRun:
+    """A new run of `prompt`: load the pair where this process has not, prefill, take up to `steps` steps."""
+
+    settings: Settings
+    prompt: str
+    steps: int = 0
+    expected_s: float = 0.0  # the session's own estimate of the call's time: a ZeroGPU call asks for GPU time by it
 
 
-def advance(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, steps: int = 1) -> Progress:
+@dataclass(frozen=True)
+class Advance:
     """Up to `steps` more steps of the run whose decoder state is `snapshot` (fewer when the run ends)."""
-    return _call(lambda progress: _advance(pairs, settings, snapshot, steps, progress))
+
+    settings: Settings
+    snapshot: DecoderSnapshot
+    steps: int = 1
+    expected_s: float = 0.0
 
 
-def follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, turns: list[str],
-              steps: int = 0) -> Progress:
-    """The next turn of the conversation whose finished run is `snapshot`: `turns` are the user's messages so
-    far, the new one last. The new run reads only the tokens no forward has read (Decoder.continue_with), then
-    takes up to `steps` steps."""
-    return _call(lambda progress: _follow_up(pairs, settings, snapshot, turns, steps, progress))
+@dataclass(frozen=True)
+class FollowUp:
+    """The conversation's next turn after the finished run `snapshot`: `turns` are the user's messages, the new one
+    last. The new run reads only the tokens no forward has read (Decoder.continue_with)."""
+
+    settings: Settings
+    snapshot: DecoderSnapshot
+    turns: tuple[str, ...]
+    steps: int = 0
+    expected_s: float = 0.0
 
 
-def _call(body) -> Progress:
-    progress = Progress()
-    started = time.perf_counter()
+Request = StartRun | Advance | FollowUp
+AfterSteps = Callable[[ModelPair, Request, Progress], None]
+
+
+def serve(pairs: PairCache, request: Request, after_steps: AfterSteps | None = None) -> Progress:
+    """The engine's one door: `request` done with the models of `pairs`, as data. The decoder it needs (started,
+    the live one or one resumed from the snapshot, or going on with a follow-up turn), then up to `request.steps`
+    steps, each under the pair's lock (other sessions' steps interleave), recording the run's text after each;
+    then the snapshot, and the decoder kept live unless its run is over. A step that fails leaves the decoder half
+    way through it: no snapshot then, the steps before it still come back.
+
+    `after_steps(pair, request, progress)`, when given, runs once the steps are taken, where the models are: the
+    caller's own step (the sessions room reads this device's kept costs there), handed in because the engine reads
+    no measurement."""
+    progress, started = Progress(), time.perf_counter()
+    pair = None
     try:
-        body(progress)
+        if isinstance(request, FollowUp):  # refused before the live decoder is taken
+            check_prompt(request.turns[-1])
+        prepared = prepare(pairs, request.settings, request.prompt if isinstance(request, StartRun) else None)
+        pair = prepared.pair
+        decoder = _decoder_for(prepared, request, progress)
+        run = decoder.run
+        for _ in range(request.steps):
+            if decoder.done:
+                break
+            with prepared.lock:
+                FAULTS.raise_if_armed("step", run.prompt)
+                step = decoder.step()  # a failure leaves the decoder half way: no snapshot, the session fails
+            progress.steps.append(RecordedStep(step, run.text, run.finished))
+        progress.snapshot = decoder.snapshot()
+        if not decoder.done:
+            LIVE.keep(progress.snapshot.fingerprint, decoder)
     except (UserError, RequestError) as exc:
         progress.error = str(exc)
     except Exception as exc:  # a broken model must not take the app down: this one request fails, and says so
         progress.error, progress.failed = one_line(exc), True
     progress.seconds = time.perf_counter() - started
+    if after_steps is not None and pair is not None and progress.steps:
+        after_steps(pair, request, progress)
     return progress
 
 
-def _start(pairs: PairCache, settings: Settings, prompt: str, steps: int, progress: Progress) -> None:
-    prepared = prepare(pairs, settings, prompt)
-    progress.load_seconds = prepared.load_seconds
-    decoder = prepared.decoder()
+def _decoder_for(prepared: Prepared, request: Request, progress: Progress) -> Decoder:
+    """The decoder `request` goes on with, under the pair's lock: a new run prefilled, the live decoder at the
+    snapshot's state (or one resumed from it: one prefill), or that one going on with a follow-up turn; a new run's
+    header in `progress`."""
     with prepared.lock:
         prefilling = time.perf_counter()
-        FAULTS.raise_if_armed("prefill", prompt)
-        run = decoder.start(prepared.ids, prepared.settings.max_new_tokens, prompt)
+        if isinstance(request, StartRun):
+            decoder = prepared.decoder()
+            FAULTS.raise_if_armed("prefill", request.prompt)
+            run = decoder.start(prepared.ids, prepared.settings.max_new_tokens, request.prompt)
+        else:
+            decoder = _resumed(prepared, request.snapshot)
+            if isinstance(request, FollowUp):
+                run = _continued(prepared, decoder, request.turns)
         progress.prefill_seconds = time.perf_counter() - prefilling
-    progress.run = _header(run)
-    _steps(pairs, prepared.pair, decoder, steps, progress)
+    progress.load_seconds = prepared.load_seconds
+    if not isinstance(request, Advance):
+        progress.run = _header(run)
+    return decoder
 
 
 def _resumed(prepared: Prepared, snapshot: DecoderSnapshot) -> Decoder:
@@ -264,54 +319,20 @@ def _resumed(prepared: Prepared, snapshot: DecoderSnapshot) -> Decoder:
     return decoder
 
 
-def _advance(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, steps: int,
-             progress: Progress) -> None:
-    prepared = prepare(pairs, settings)
-    with prepared.lock:
-        resuming = time.perf_counter()
-        decoder = _resumed(prepared, snapshot)
-        progress.prefill_seconds = time.perf_counter() - resuming
-    _steps(pairs, prepared.pair, decoder, steps, progress)
-
-
-def _follow_up(pairs: PairCache, settings: Settings, snapshot: DecoderSnapshot, turns: list[str], steps: int,
-               progress: Progress) -> None:
+def _continued(prepared: Prepared, decoder: Decoder, turns: tuple[str, ...]) -> RunTrace:
+    """The follow-up turn's run: the conversation's tokens no forward has read, after the finished answer."""
     message = check_prompt(turns[-1])
-    prepared = prepare(pairs, settings)
-    pair = prepared.pair
-    with prepared.lock:
-        prefilling = time.perf_counter()
-        decoder = _resumed(prepared, snapshot)
-        messages = []
-        for user in turns[:-1]:
-            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
-        messages.append({"role": "user", "content": message})
-        try:
-            extra = follow_up_ids(pair.tokenizer, messages, decoder.run.new_token_ids, pair.eos_token_ids)
-        except Exception as exc:
-            raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
-        FAULTS.raise_if_armed("prefill", message)
-        run = decoder.continue_with(extra, prepared.settings.max_new_tokens, message)
-        progress.prefill_seconds = time.perf_counter() - prefilling
-    progress.run = _header(run)
-    _steps(pairs, pair, decoder, steps, progress)
-
-
-def _steps(pairs: PairCache, pair, decoder: Decoder, steps: int, progress: Progress) -> None:
-    """Take up to `steps` steps, each under the pair's lock (other sessions' steps interleave), recording the
-    run's text after each; then the snapshot, and the decoder kept live unless its run is over. A step that
-    fails leaves the decoder half way through it: no snapshot then, the steps before it still come back."""
-    run = decoder.run
-    for _ in range(steps):
-        if decoder.done:
-            break
-        with pairs.lock_for(pair):
-            FAULTS.raise_if_armed("step", run.prompt)
-            step = decoder.step()  # a failure leaves the decoder half way: no snapshot, the session fails
-        progress.steps.append(RecordedStep(step, run.text, run.finished))
-    progress.snapshot = decoder.snapshot()
-    if not decoder.done:
-        LIVE.keep(progress.snapshot.fingerprint, decoder)
+    messages = []
+    for user in turns[:-1]:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
+    messages.append({"role": "user", "content": message})
+    try:
+        extra = follow_up_ids(prepared.pair.tokenizer, messages, decoder.run.new_token_ids,
+                              prepared.pair.eos_token_ids)
+    except Exception as exc:
+        raise UserError(f"cannot go on with this conversation ({one_line(exc)})") from exc
+    FAULTS.raise_if_armed("prefill", message)
+    return decoder.continue_with(extra, prepared.settings.max_new_tokens, message)
 
 
 def _header(run: RunTrace) -> RunTrace:

@@ -196,10 +196,9 @@ def _chunk_of(pairs, state: CompareState, method_run: MethodRun, on_cpu: bool,
     steps = chunk_steps(method_run)
     starts = method_run.run is None
     cpu_started, wall_started = time.process_time(), time.perf_counter()
-    if starts:
-        progress = engine.start_run(pairs, replace(state.settings, method=method), state.prompt, steps)
-    else:
-        progress = engine.advance(pairs, replace(state.settings, method=method), method_run.snapshot, steps)
+    settings = replace(state.settings, method=method)
+    progress = engine.serve(pairs, engine.StartRun(settings, state.prompt, steps) if starts else
+                            engine.Advance(settings, method_run.snapshot, steps))
     cpu_s, call_s = time.process_time() - cpu_started, time.perf_counter() - wall_started
     _raise(progress, method)
     taken = _absorb(method_run, progress)
@@ -211,8 +210,8 @@ def _chunk_of(pairs, state: CompareState, method_run: MethodRun, on_cpu: bool,
 
 
 def compare_round(pairs, state: CompareState, load: Callable[[], float | None] = load_average) -> CompareState:
-    """One round: every unfinished method takes one chunk of steps, in this round's order (engine.start_run for
-    its first, engine.advance from its snapshot after), each chunk's steps checked against this device's kept
+    """One round: every unfinished method takes one chunk of steps, in this round's order (a StartRun for
+    its first, an Advance from its snapshot after: engine.serve), each chunk's steps checked against this device's kept
     costs as a session's are, and the load average is read before and after. A method whose own run is finished
     runs again from the prompt in its place in the order while `repeats_now` says so (ar: so that every round has an
     ar chunk to pair with; another: until it is timed for MIN_TIMED_S)."""

@@ -19,16 +19,16 @@ from pathlib import Path
 
 from ...decoders.snapshot import DecoderSnapshot
 from ...trace import RunTrace, StepTrace, TraceError, load_run
-from ..engine import Progress, RecordedStep
+from ..engine import Advance, FollowUp, Progress, RecordedStep, StartRun
 from ..failures import SessionFailed, failed_during
 from ..inputs import Settings, UserError, check_prompt
 from ..pairs import PairCache
-from .calls import InProcess, ModelCalls
+from .calls import ModelCalls, in_process
 
 
 def _calls(where: ModelCalls | PairCache) -> ModelCalls:
     """The calls a session's model work goes through: a pair cache alone means in this process (the tests)."""
-    return where if isinstance(where, ModelCalls) else InProcess(where)
+    return where if isinstance(where, ModelCalls) else in_process(where)
 
 
 # What a session is, as data: these fields travel with state() and make a session whole in another process.
@@ -152,7 +152,7 @@ class Session:
         anything the user can fix; the previous run stays on show until the new one has started."""
         settings = settings.normalised()  # a bad shape or sampling setting is refused before any model loads
         prompt = check_prompt(prompt)
-        progress = _calls(calls).start(settings, prompt, steps=steps, expected_s=self._expected(steps, settings))
+        progress = _calls(calls).send(StartRun(settings, prompt, steps, self._expected(steps, settings)))
         if progress.run is None:  # nothing started: the old run stays as it was
             self._raise(progress, settings, prompt, started=False)
         self.reset()
@@ -171,8 +171,8 @@ class Session:
         if self.replay or self.run is None or self.snapshot is None or not self.done:
             raise UserError("a follow-up message goes after a finished run: press Run (or Step to the end) first")
         turns = self.turns + [message]
-        progress = _calls(calls).follow_up(self.settings, self.snapshot, turns, steps=0,
-                                           expected_s=self._expected(0, self.settings))
+        progress = _calls(calls).send(FollowUp(self.settings, self.snapshot, tuple(turns), 0,
+                                               self._expected(0, self.settings)))
         if progress.run is None:
             self._raise(progress, self.settings, self.prompt, started=False)
         self.turns, self.ahead, self.mode = turns, [], Mode.STEPPING
@@ -195,8 +195,7 @@ class Session:
         if not self.ahead:
             calls = _calls(calls)
             count = calls.chunk if steps is None else steps
-            progress = calls.advance(self.settings, self.snapshot, steps=count,
-                                     expected_s=self._expected(count, self.settings))
+            progress = calls.send(Advance(self.settings, self.snapshot, count, self._expected(count, self.settings)))
             self._absorb(progress)
             if not self.ahead:
                 self._raise(progress, self.settings, self.prompt, started=True)
