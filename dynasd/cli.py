@@ -1,6 +1,6 @@
 """`python -m dynasd COMMAND`: generate, bench, train-draft, train-feature-draft, train-decision, build-kernels.
 
-Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`. Every error a user
+Each command lives in its own module exposing `add_arguments(parser)` and `execute(args) -> int`. Every error a user
 can cause ends as one line on stderr and a non-zero exit, never a traceback.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .prompts import follow_up_ids, read_prompts
 from .stopping.policies import load_decision_model
 from .trace import TraceError, save_run
 
-# command -> module; each module has add_arguments(parser) and run(args)
+# command -> module; each module has add_arguments(parser) and execute(args)
 COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
     "bench": ("dynasd.bench.command",
@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-out", default=None, help="write the run trace (JSON); with several runs FILE.N.json")
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     if bool(args.prompt is not None) == bool(args.prompts):
         raise ValueError("give exactly one of --prompt TEXT or --prompts FILE.jsonl")
     if args.runs < 1:
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return importlib.import_module(args.module).run(args)
+        return importlib.import_module(args.module).execute(args)
     except (ModelLoadError, RequestError, TraceError, ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

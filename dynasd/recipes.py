@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file", default=None, help="print the bench spec of a recipe file (dynasd best-tree --out)")
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     """Every recipe as `key  bench spec  label`, or one recipe's spec alone."""
     if args.spec:
         print(BY_KEY[args.spec].bench_spec())

@@ -315,7 +315,7 @@ def benchmark(args: argparse.Namespace, pairs: dict, prompts: list[dict], specs:
     return records
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     # Every mistake a user can make fails here, before a model is loaded.
     chosen = apply_preset(args)
     if chosen:

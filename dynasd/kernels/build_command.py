@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "AVX2 variant, which such a CPU cannot run")
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     """Build every engine kernel now, one line each, in the kernels' order; a kernel that cannot be built is not an
     error (the engine uses torch's products instead), so setup goes on.
 

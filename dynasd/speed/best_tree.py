@@ -55,7 +55,7 @@ def _shape(runs: list[RunTrace], steps: list[StepTrace]) -> cost_model.RunShape:
     return cost_model.steps_shape(steps, together.summary()["acceptance_rate"])
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     if not 1 <= args.budget <= 256 or not 1 <= args.max_depth <= 16:
         raise ValueError("--budget must lie in 1..256 and --max-depth in 1..16")
     pair = load_pair_from(args)

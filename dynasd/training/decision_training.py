@@ -182,7 +182,7 @@ def answered_sequences(args: argparse.Namespace, pair) -> list[Sequence]:
     return sequences
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)

@@ -122,7 +122,7 @@ def check_prompts(args: argparse.Namespace) -> None:
         raise ValueError("--label-prompts needs --prompts FILE_OR_DIR with reference answers ('correct_answer')")
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     check_prompts(args)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -29,7 +29,7 @@ from .layer_draft import (
 )
 from .sequences import Sequence, load_sequences
 from .teacher import cached_labels
-from .train_loop import TrainClock, batch_for_step, run_steps, save_checkpoint
+from .train_loop import TrainClock, batch_for_step, optimise, save_checkpoint
 
 
 def training_vocabulary(args, train: list[Sequence], eos: set[int], vocab_size: int
@@ -151,5 +151,5 @@ def train_stage(args, log) -> dict:
         return loss, int(keep.sum())
 
     clock = TrainClock(seconds_before)
-    step = run_steps(args, draft, opt, params, step, clock, loss_at, evaluate, log, desc="train-draft")
+    step = optimise(args, draft, opt, params, step, clock, loss_at, evaluate, log, desc="train-draft")
     return {"layers": layers, "step": step, "best_agreement": best}

@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--resume", action="store_true")
 
 
-def run(args: argparse.Namespace) -> int:
+def execute(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)

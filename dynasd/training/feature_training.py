@@ -25,7 +25,7 @@ from .batches import make_batches, vocabulary_rows
 from .export import keep_if_best, trainable_state
 from .feature_data import SELECT_PREFIX, FeatureSequence, batch_of, load_features
 from .layer_draft import draft_from_export, draft_from_target, parse_layers
-from .train_loop import TrainClock, batch_for_step, run_steps, save_checkpoint
+from .train_loop import TrainClock, batch_for_step, optimise, save_checkpoint
 
 
 def build_feature_draft(target, layers: list[int], init_from: str | None = None, state_scale: float = 1.0):
@@ -203,5 +203,5 @@ def train_stage(args, log) -> dict:
             loss = loss + args.state_weight * F.smooth_l1_loss(states, goal)
         return loss, len(labels)
 
-    step = run_steps(args, draft, opt, params, step, clock, loss_at, evaluate, log, desc="train-feature-draft")
+    step = optimise(args, draft, opt, params, step, clock, loss_at, evaluate, log, desc="train-feature-draft")
     return {"layers": layers, "step": step, "best_agreement": best}

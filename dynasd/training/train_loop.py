@@ -82,9 +82,9 @@ def save_checkpoint(path: Path, draft, opt: torch.optim.Optimizer, **fields) -> 
     torch.save({"draft": trainable_state(draft), "optimizer": opt.state_dict(), **fields}, path)
 
 
-def run_steps(args, draft, opt: torch.optim.Optimizer, params: list[torch.Tensor], step: int, clock: TrainClock,
-              loss_at: Callable[[int], tuple[torch.Tensor, int]], evaluate: Callable[[int], None], log,
-              desc: str) -> int:
+def optimise(args, draft, opt: torch.optim.Optimizer, params: list[torch.Tensor], step: int, clock: TrainClock,
+             loss_at: Callable[[int], tuple[torch.Tensor, int]], evaluate: Callable[[int], None], log,
+             desc: str) -> int:
     """Optimise from `step` to `--steps` (or until `--minutes` of training), returns the step reached.
 
     `loss_at(step)` gives the step's loss and the number of label tokens it averages; `evaluate(step)` measures and
