@@ -34,6 +34,7 @@ def zerogpu_app(tmp_path_factory):
     with served_app(["--pair", "tiny-random", "--device", "cpu"], env, log_path) as url:
         yield url, calls
     assert "CudaInMainProcess" not in log_path.read_text(), "CUDA was touched in the app's process"
+    assert "ModelInMainProcess" not in log_path.read_text(), "a model ran in the app's process"
 
 
 @pytest.fixture
@@ -53,6 +54,48 @@ def status(outputs) -> str:
 
 def figure(outputs, name: str) -> dict:
     return json.loads(outputs[OUT[name]])
+
+
+def test_every_model_running_endpoint_and_no_other_makes_gpu_calls(zerogpu_app, tmp_path):
+    """Every endpoint that runs a model runs it in GPU calls, and no other makes one: a model's forward in the
+    app's process raises in the double (ModelInMainProcess), so each endpoint answering without a failure shows
+    that none ran there; the double's log shows which endpoints made GPU calls."""
+    from gradio_client import Client, handle_file
+
+    url, log = zerogpu_app
+    client = Client(url, verbose=False)
+    tiny = dict(TINY, max_new_tokens=40)  # more than one GPU call of a Step computes
+    calls = {"/step": lambda: client.predict(prompt="hello", **tiny, api_name="/step"),
+             "/show_step": lambda: client.predict(0, api_name="/show_step"),
+             "/save_trace": lambda: client.predict(api_name="/save_trace"),
+             "/run": lambda: client.predict(prompt="hello", **tiny, api_name="/run"),
+             "/learn_step": lambda: client.predict(0, api_name="/learn_step"),
+             "/cost_model": lambda: client.predict(0, True, **tiny, api_name="/cost_model"),
+             "/side_by_side": lambda: client.predict(0, "sd", "mcsd", **tiny, api_name="/side_by_side"),
+             "/share_link": lambda: client.predict("hello", 0, **tiny, api_name="/share_link"),
+             "/follow_up": lambda: client.predict("and then?", api_name="/follow_up"),  # after the Run
+             "/goto_step": lambda: client.predict("hello", 1, **tiny, api_name="/goto_step"),
+             "/losslessness": lambda: client.predict("hello", "sd", 50, **dict(tiny, temperature=1.0),
+                                                     api_name="/losslessness"),
+             "/reset": lambda: client.predict(api_name="/reset"),
+             "/stop": lambda: client.predict(api_name="/stop"),
+             "/compare": lambda: client.predict(prompt="hello", pair="tiny-random", max_new_tokens=6,
+                                                api_name="/compare")}
+    results, made = {}, {}
+    for endpoint, call in calls.items():
+        before = len(gpu_calls(log))
+        results[endpoint] = call()
+        made[endpoint] = len(gpu_calls(log)) - before
+    results["/load_trace"] = Client(url, verbose=False).predict(handle_file(results["/save_trace"][0]),
+                                                                api_name="/load_trace")
+    assert status(results["/step"]).startswith("✓ Step 0"), status(results["/step"])
+    assert "Loaded" in status(results["/load_trace"]), "a trace replays with no model and no GPU call"
+    failed = {endpoint: result for endpoint, result in results.items()
+              if "went wrong" in json.dumps(result, ensure_ascii=False)}
+    assert not failed, f"failed (a model in the app's process?): {failed}"
+    model_endpoints = {"/step", "/run", "/compare", "/follow_up", "/cost_model", "/side_by_side", "/losslessness",
+                       "/goto_step"}
+    assert {endpoint for endpoint, count in made.items() if count} == model_endpoints, made
 
 
 def test_steps_advance_although_every_gpu_call_forgets_its_memory(client):

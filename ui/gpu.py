@@ -115,11 +115,17 @@ def fit_steps(settings, steps: int, expected_s: float) -> tuple[int, float]:
     return (min(steps, most) if isinstance(steps, int) else steps), expected_s
 
 
+# Every GPU call of the page by name, and the seconds it asks ZeroGPU for (its duration function): what runs in a
+# spaces.GPU process is this list and nothing else (tests/test_zerogpu.py).
+GPU_CALLS: dict[str, Callable[..., int]] = {}
+
+
 def on_gpu(duration: Callable[..., int]):
-    """`spaces.GPU(duration=...)` where `spaces` is importable, nothing elsewhere."""
-    if spaces is None:
-        return lambda function: function
-    return spaces.GPU(duration=duration)
+    """`spaces.GPU(duration=...)` where `spaces` is importable, nothing elsewhere; listed in GPU_CALLS."""
+    def decorate(function: Callable) -> Callable:
+        GPU_CALLS[function.__name__] = duration
+        return function if spaces is None else spaces.GPU(duration=duration)(function)
+    return decorate
 
 
 # -- the model calls: functions of data --------------------------------------------------------------------------

@@ -10,7 +10,9 @@ process; and CUDA must never be initialised in the app's process. This double do
   by ZEROGPU_DOUBLE_SEED), otherwise it forks a fresh one: an app that relied on memory left in a child, or on a
   child's memory being fresh, fails some of the time. As in the package, each decorated function has children of
   its own: what one function's call leaves in memory never reaches another function's call;
-- torch.cuda's lazy initialisation raises in the app's process;
+- torch.cuda's lazy initialisation raises in the app's process, and so does a model's forward there (a pair served
+  with `--device cpu` stands for one on "cuda", which only a GPU call may run): each language model's forward
+  starts at its token embedding, and an embedding's forward outside a GPU call raises ModelInMainProcess;
 - `duration` must give a positive number of seconds, at most ZEROGPU_DOUBLE_MAX_S (default 60: what a visitor
   who is not logged in may ask for in one call, with half the day's quota left);
 - each call appends one JSON line to ZEROGPU_DOUBLE_LOG (when set): the function, the bytes of its arguments and
@@ -50,6 +52,10 @@ calls = 0                                # calls made in this process
 
 class CudaInMainProcess(RuntimeError):
     """CUDA was about to be initialised in the app's process, which ZeroGPU forbids."""
+
+
+class ModelInMainProcess(RuntimeError):
+    """A model ran in the app's process: on ZeroGPU its pair is on "cuda", which only a GPU call may use."""
 
 
 def fail_next(message: str) -> None:
@@ -186,6 +192,8 @@ def _serve(requests) -> None:
 
     It ends when the app's process is gone: the app's end of the pipe cannot tell it (every child forked later
     holds a copy of that end, so no end of file comes), so it looks at its parent between calls."""
+    global _IN_GPU_PROCESS
+    _IN_GPU_PROCESS = True
     _allow_cuda()
     parent = os.getppid()
     while True:
@@ -239,4 +247,21 @@ def _allow_cuda() -> None:
         torch.cuda._lazy_init = _ORIGINAL_LAZY_INIT
 
 
+_IN_GPU_PROCESS = False  # set in each forked child: only there may a model run
+
+
+def _forbid_model_forwards() -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+
+    def refuse(module, inputs):
+        if not _IN_GPU_PROCESS and isinstance(module, torch.nn.Embedding):
+            raise ModelInMainProcess("a model ran in the app's process: on ZeroGPU only a spaces.GPU call may")
+
+    torch.nn.modules.module.register_module_forward_pre_hook(refuse)
+
+
 _forbid_cuda()
+_forbid_model_forwards()
