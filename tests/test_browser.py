@@ -551,6 +551,7 @@ def test_where_would_it_pay_says_what_it_measures_how_far_it_got_and_stops_betwe
     from dynasd.explorer.costs.cost import Conditions, MeasuredCosts
     from dynasd.explorer.costs.targets import BIGGER_TARGETS
     from dynasd.explorer.inputs import Settings
+    from dynasd.explorer.measure import where
 
     def stand_in(shapes):
         time.sleep(4)
@@ -560,8 +561,10 @@ def test_where_would_it_pay_says_what_it_measures_how_far_it_got_and_stops_betwe
     measuring.calibrate_context(explorer_inprocess.state.PAIRS, Settings(pair="tiny-random"), list(range(5, 40)))
     monkeypatch.setattr(measuring, "measure_targets", stand_in)
     # the bigger targets' costs kept in a folder of this test's own: none there yet, and the shared cache (which
-    # another worker's test plants them in) neither read nor written
-    monkeypatch.setattr(measuring, "target_costs_file", lambda shape: tmp_path / f"target-{shape.name}.json")
+    # another worker's test plants them in) neither read nor written, by the measurement nor by the view
+    own_file = lambda shape: tmp_path / f"target-{shape.name}.json"  # noqa: E731
+    monkeypatch.setattr(measuring, "target_costs_file", own_file)
+    monkeypatch.setattr(where, "target_costs_file", own_file)
     browser.get(explorer_inprocess.url)
     wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
     wait.until(lambda d: d.find_elements(By.ID, "step-btn"))[0].click()
