@@ -1,4 +1,4 @@
-"""`python -m dynasd COMMAND`: generate, bench, train-draft, train-feature-draft, train-decision, build-kernels.
+"""`python -m dynasd COMMAND`: generate, bench, costs, train-draft, train-feature-draft, train-decision, build-kernels.
 
 Each command lives in its own module exposing `add_arguments(parser)` and `execute(args) -> int`. Every error a user
 can cause ends as one line on stderr and a non-zero exit, never a traceback.
@@ -30,6 +30,8 @@ COMMANDS = {
     "generate": ("dynasd.cli", "Decode prompts with one method and print the text (or JSON Lines)."),
     "bench": ("dynasd.bench.command",
               "Benchmark methods side by side on Spec-Bench prompts (tokens/s, speedup, fidelity)."),
+    "costs": ("dynasd.bench.costs", "Time one forward over q rows at the levels asked for (weight products, target "
+                                    "and drafts, verify engines, the cost table under load), in one table."),
     "train-draft": ("dynasd.training.distill", "Distil a small draft from the target (generate data, train, export)."),
     "train-feature-draft": ("dynasd.training.feature_distill",
                             "Train a draft that also reads the target's hidden states (features, train, export)."),

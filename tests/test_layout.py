@@ -24,8 +24,8 @@ LAYERS = {"dynasd": 0, "viz": 0, "ui": 1, "app": 2}
 # every other top-level module, the engine's core). Why this order: the kernels are applied at load time, so the
 # model loading (core) imports them and they import only the cache and file helpers below them; the candidate
 # sources and decoders run on the core; the bench measures decoders; the explorer shows and measures them, its hall
-# under its rooms and the sessions on top; the commands (the CLI, the best-tree search's command, training) drive it
-# all.
+# under its rooms and the sessions on top; the commands (the CLI, the best-tree search's command, `dynasd costs`,
+# which times the explorer's cost table beside the bench's levels, training) drive it all.
 DYNASD_LAYERS = (
     ("what the kernels build on", ("dynasd.cache", "dynasd.loading.feature_model", "dynasd.loading.embedded",
                                    "dynasd.loading.shared_module")),
@@ -37,7 +37,8 @@ DYNASD_LAYERS = (
     ("the explorer's costs and lessons", ("dynasd.explorer.costs", "dynasd.explorer.lessons")),
     ("the explorer's measure", ("dynasd.explorer.measure",)),
     ("the explorer's sessions", ("dynasd.explorer.sessions",)),
-    ("commands", ("dynasd.cli", "dynasd.__main__", "dynasd.speed.best_tree", "dynasd.training")),
+    ("commands", ("dynasd.cli", "dynasd.__main__", "dynasd.speed.best_tree", "dynasd.bench.costs",
+                  "dynasd.training")),
 )
 # Rooms that stand side by side: neither imports the other (a lesson is arithmetic on a recorded run, never a cost or
 # a measurement).

@@ -41,31 +41,6 @@ def test_draft_agreement_prints_one_row_per_draft_with_every_category(tmp_path):
 
 
 @pytest.mark.slow
-def test_verify_cost_prints_a_row_per_tree_size(tmp_path):
-    out = run_script("verify_cost.py", "--pair", "tiny-random", "--reps", "1", "--contexts", "20", "--threads", "1")
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24, 32]
-
-
-def test_forward_cost_prints_each_model_and_variant_and_their_ratio():
-    from dynasd.kernels.compile import runnable_variants
-
-    variants = ",".join([*runnable_variants(), *[f"{v}/float32" for v in runnable_variants()], "torch"])
-    out = run_script("forward_cost.py", "--pair", "tiny-random", "--rounds", "1", "--context", "8",
-                     "--variants", variants, "--threads", "1")
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split(" | ")[0].removeprefix("| ") for line in out.stdout.splitlines()
-            if line.count("|") == 8]  # a name and 6 row counts
-    roles = ("target", "draft", "feature draft")
-    expected = [f"{role}, {v}" for role in roles for v in variants.split(",")]
-    assert rows[2:] == expected + [f"{role} / target, {v}" for role in roles[1:] for v in variants.split(",")], rows
-    ratios = [float(x) for line in out.stdout.splitlines() if " / target" in line
-              for x in line.strip(" |").split(" | ")[1:]]
-    assert len(ratios) == 2 * 6 * len(variants.split(",")) and all(ratio > 0 for ratio in ratios)
-
-
-@pytest.mark.slow
 def test_acceptance_ceiling_is_what_sd_measures_for_chains_and_grows_with_the_tree(tmp_path):
     """Width 1 is sd itself (gamma = depth), so its row must equal the decoder's own tokens per target forward on
     the same prompts, with and without prompt lookup; wider or deeper trees can only raise the ceiling."""
@@ -123,22 +98,6 @@ def test_class_mode_counts_every_answer_and_writes_its_figures(tmp_path):
     assert figures["memory_per_learner_mb"] is not None
 
 
-def test_product_cost_prints_a_row_per_variant_with_its_extra_row():
-    """On the tiny-random pair only the draft's layers are block layers (block_weights.use_draft_blocks)."""
-    from dynasd.kernels.compile import runnable_variants
-
-    variants = runnable_variants()
-    if not variants:
-        pytest.skip("no kernel variant here: no block layers to time")
-    out = run_script("product_cost.py", "--pair", "tiny-random", "--role", "draft", "--rounds", "1",
-                     "--variants", ",".join(variants), "--threads", "1")
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and line.endswith(" ms |")]
-    assert [row.split(" | ")[0].removeprefix("| ") for row in rows] == list(variants)
-    assert all(len(re.findall(r"\d+\.\d+", row)) == 7 for row in rows), rows
-    assert "weight products of one forward" in out.stdout
-
-
 @pytest.mark.slow
 def test_compare_agreement_reads_each_compare_against_the_others_ranges(tmp_path):
     """scripts/compare_agreement.py --landing: several headless Compares of the app served in the process, each
@@ -167,13 +126,3 @@ def test_example_traces_writes_runs_the_explorer_can_replay(tmp_path):
     assert runs["pld-copying-pays"].method == "pld" and runs["sd-sampled"].method == "sd"
     assert all(run.steps and run.new_token_ids for run in runs.values())
     assert out.stdout.count(" steps, ") == 2
-
-
-def test_cost_under_load_prints_the_table_quiet_loaded_and_quiet_again():
-    done = run_script("cost_under_load.py", "--pair", "tiny-random", "--busy", "1", "--rounds", "1", "--threads", "1",
-                      "--settle", "0.2")
-    out = done.stdout
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line for line in out.splitlines() if line.startswith("| ") and "ms)" not in line]
-    assert [row.split(" | ")[0] for row in rows] == ["| quiet", "| 1 busy loop(s)", "| quiet again"], out
-    assert rows[0].split(" | ")[2] == "1.00x" and all(("busy: refused" in r) or ("quiet: kept" in r) for r in rows)
