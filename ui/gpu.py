@@ -78,10 +78,8 @@ def _tokens(settings, steps) -> float:
     return min(limit, steps) if isinstance(steps, (int, float)) else limit
 
 
-def _request_seconds(request: Request, *_, **__) -> int:
-    expected_s = getattr(request, "expected_s", 0.0)
-    return _seconds(_tokens(getattr(request, "settings", None), getattr(request, "steps", 0)),
-                    expected_s if isinstance(expected_s, (int, float)) else 0.0)
+def _request_seconds(request: Request) -> int:
+    return _seconds(_tokens(request.settings, request.steps), request.expected_s)
 
 
 def _run_whole_seconds(settings, *_, **__) -> int:

@@ -4,7 +4,7 @@ the steps taken (`read_kept_costs`), a step of its own that the engine runs wher
 
 Why one callable: a session asks for model work and absorbs what comes back as data; where that work runs is not
 its business. `in_process(pairs)` serves the requests here, on the caller's thread (the command line, the tests, a
-notebook); `on_the_model_thread(pairs)` on the serving process's one model thread (model_thread.py says why one);
+notebook); `on_model_thread(pairs)` on the serving process's one model thread (model_thread.py says why one);
 on a ZeroGPU Space the page's form (ui/gpu.py: `page_calls`) sends each request to a `spaces.GPU` process, where
 only data crosses. Every form ends in `engine.serve`, the engine's one door.
 
