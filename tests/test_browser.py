@@ -542,33 +542,42 @@ def test_where_would_it_pay_says_what_it_measures_how_far_it_got_and_stops_betwe
         browser, explorer_inprocess, monkeypatch, tmp_path):
     """Where would it pay? with no bigger target kept: it says up front what it measures (the first time here, no
     earlier one to time it by), then each part done with the seconds so far, and Stop measuring ends it between
-    two parts: the page says so and draws nothing. (The device's own costs are kept first, and the bigger targets
-    are measured by a stand-in that takes 4 s a shape: what is checked is the page, not those costs.)"""
+    two parts: the page says so and draws nothing. The costs are kept in a cache folder of this test's own (the
+    shared one is another worker's to write), the device's measured after the run's last step (a step on a busy
+    machine may contradict them, and a calibration would then run first), and the bigger targets by a stand-in
+    that holds each part until the page has been read: what is checked is the page, not those costs, nor how fast
+    a browser polls a busy machine."""
+    import threading
+
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     from dynasd.explorer.costs import measuring
     from dynasd.explorer.costs.cost import Conditions, MeasuredCosts
-    from dynasd.explorer.costs.targets import BIGGER_TARGETS
+    from dynasd.explorer.costs.targets import BIGGER_TARGETS, target_costs_file
     from dynasd.explorer.inputs import Settings
-    from dynasd.explorer.measure import where
+
+    # the first part ends once the up-front line was read, the second once Stop was pressed (a part under way)
+    read_ahead, stop_pressed = threading.Event(), threading.Event()
+    holds = iter([read_ahead, stop_pressed])
+    started = []
 
     def stand_in(shapes):
-        time.sleep(4)
+        started.extend(s.name for s in shapes)
+        hold = next(holds, None)
+        assert hold is None or hold.wait(WAIT_S), "the page was never read"
         return {s.name: MeasuredCosts({1: 0.02, 64: 0.2}, "2026-12-07 00:00", "the test's stand-in", "here",
                                       conditions=Conditions(0.1, 2, 1.0, 1.0)) for s in shapes}
 
-    measuring.calibrate_context(explorer_inprocess.state.PAIRS, Settings(pair="tiny-random"), list(range(5, 40)))
+    monkeypatch.setenv("DYNASD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(measuring, "measure_targets", stand_in)
-    # the bigger targets' costs kept in a folder of this test's own: none there yet, and the shared cache (which
-    # another worker's test plants them in) neither read nor written, by the measurement nor by the view
-    own_file = lambda shape: tmp_path / f"target-{shape.name}.json"  # noqa: E731
-    monkeypatch.setattr(measuring, "target_costs_file", own_file)
-    monkeypatch.setattr(where, "target_costs_file", own_file)
     browser.get(explorer_inprocess.url)
-    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05)
+    # a Markdown redrawn between finding it and reading it is read again at the next poll
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,))
     wait.until(lambda d: d.find_elements(By.ID, "step-btn"))[0].click()
     wait.until(lambda d: "Step 0" in d.find_element(By.ID, "status").text, "the first step")
+    measuring.calibrate_context(explorer_inprocess.state.PAIRS, Settings(pair="tiny-random"), list(range(5, 40)))
 
     def tab(name: str) -> None:
         button = wait.until(lambda d: next((b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
@@ -587,19 +596,22 @@ def test_where_would_it_pay_says_what_it_measures_how_far_it_got_and_stops_betwe
 
     wait.until(lambda d: d.find_elements(By.ID, "where-btn"))[0].click()
     said = until(lambda _: next((t for t in [text()] if "Stop measuring" in t), None), "the up-front line")
+    read_ahead.set()
     assert said.startswith(f"→ Measuring {len(BIGGER_TARGETS)} bigger targets (SmolLM2-360M"), said
     assert "no earlier one to time it by" in said, said
     done = rf"Measuring the bigger targets: 1 of {len(BIGGER_TARGETS)} done, next \S+\. \d+ s so far"
     until(lambda _: re.search(done, text()), "the first part done")
     browser.find_element(By.ID, "where-stop-btn").click()
     until(lambda _: "Measuring stopped between two parts" in text(), "the stop said")
-    # a part under way when Stop was pressed (it takes 4 s) finishes and is kept, in this test's folder before the
-    # test ends; none after it starts
-    kept = [tmp_path / f"target-{shape.name}.json" for shape in BIGGER_TARGETS]
-    deadline = time.monotonic() + 10
+    stop_pressed.set()
+    # the part under way when Stop was pressed finishes and is kept, in this test's cache before the test ends;
+    # none after it starts
+    kept = [target_costs_file(shape) for shape in BIGGER_TARGETS]
+    deadline = time.monotonic() + WAIT_S
     while not kept[1].exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(3)  # a measurement that went on would have drawn its figure by now
+    assert kept[1].exists(), "the part under way at the stop was kept"
+    time.sleep(3)  # a measurement that went on would have started its next part and drawn its figure by now
     assert "Measuring stopped" in text() and not browser.find_elements(By.CSS_SELECTOR, "#where-plot .main-svg")
-    assert not any(path.exists() for path in kept[2:]), "no part after the stop"
+    assert started == [shape.name for shape in BIGGER_TARGETS[:2]], "no part after the stop"
     browser.save_screenshot(str(tmp_path / "where-stopped.png"))
