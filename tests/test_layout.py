@@ -11,6 +11,7 @@ engine and the figures must work without the page (the bench, the CLI, a noteboo
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -321,6 +322,18 @@ def test_no_room_of_the_explorer_is_too_big_to_read_through():
     sizes = {name: sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files) for name, files in rooms.items()}
     assert set(sizes) >= {"hall", "costs", "measure", "lessons", "sessions"}
     assert {name: lines for name, lines in sizes.items() if lines > ROOM_MOST_LINES} == {}
+
+
+def test_the_architecture_page_names_every_module():
+    """docs/ARCHITECTURE.md is where a newcomer finds a module's one job: every module of dynasd, ui, viz and
+    scripts is named there by its file name (a package's __init__.py by its folder)."""
+    page = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    modules = [path for folder in ("dynasd", "ui", "viz", "scripts") for path in (ROOT / folder).rglob("*.py")
+               if path.name != "__init__.py" and "__pycache__" not in path.parts]
+    assert len(modules) > 100
+    # a whole file name: cost.py is not named by step_cost.py
+    unnamed = [path for path in modules if not re.search(rf"(?<![\w.]){re.escape(path.name)}", page)]
+    assert [str(path.relative_to(ROOT)) for path in unnamed] == []
 
 
 def function_level_imports() -> list[tuple[str, int, str]]:
