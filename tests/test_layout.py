@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+FUNCTION_MOST_LINES = 60
 TRAINING = "dynasd.training"
 # The one place the runtime names the training commands: cli.py's command table (module names as strings).
 COMMAND_TABLE = "dynasd.cli"
@@ -334,6 +335,24 @@ def test_the_architecture_page_names_every_module():
     # a whole file name: cost.py is not named by step_cost.py
     unnamed = [path for path in modules if not re.search(rf"(?<![\w.]){re.escape(path.name)}", page)]
     assert [str(path.relative_to(ROOT)) for path in unnamed] == []
+
+
+def test_the_page_and_the_explorer_read_in_short_functions_and_ui_catches_everything_once():
+    """A function of ui/, viz/ or dynasd/explorer/ fits on a screen (at most FUNCTION_MOST_LINES, its decorators
+    aside), and ui/ has one `except Exception`: the handler decorator's, which logs the traceback and says the
+    failure in one line (every other handler failure is a named one)."""
+    long_ones, catch_alls = [], []
+    for folder in ("ui", "viz", "dynasd/explorer"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            long_ones += [f"{path.relative_to(ROOT)}:{node.name} {node.end_lineno - node.lineno + 1} lines"
+                          for node in ast.walk(ast.parse(text))
+                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and node.end_lineno - node.lineno + 1 > FUNCTION_MOST_LINES]
+            if folder == "ui":
+                catch_alls += [path.name for line in text.splitlines() if line.strip().startswith("except Exception")]
+    assert long_ones == []
+    assert catch_alls == ["handler.py"]
 
 
 def function_level_imports() -> list[tuple[str, int, str]]:
