@@ -43,7 +43,7 @@ return points;
 
 @pytest.mark.slow(seconds=40)
 def test_a_class_reaches_two_phones_and_counts_their_answers(browser, phones, explorer_url, tmp_path):  # noqa: F811
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import ElementClickInterceptedException, StaleElementReferenceException
     from selenium.webdriver.common.actions.action_builder import ActionBuilder
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -59,8 +59,11 @@ def test_a_class_reaches_two_phones_and_counts_their_answers(browser, phones, ex
     lecturer, (ana, ben) = browser, phones
 
     lecturer.get(explorer_url)
-    wait(lecturer, lambda d: next((t for t in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
-                                   if t.text.strip() == "Class"), None)).click()
+    class_tab = wait(lecturer, lambda d: next((t for t in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
+                                               if t.text.strip() == "Class"), None))
+    # a person's click, tried again while the page still lays itself out (a text drawn over the tab for a moment)
+    WebDriverWait(lecturer, WAIT_S, poll_frequency=0.1, ignored_exceptions=[ElementClickInterceptedException]).until(
+        lambda _: class_tab.click() or True)
     wait(lecturer, ready.element_to_be_clickable((By.ID, "class-start"))).click()
     code = wait(lecturer, lambda d: text(d, "class-code-big").strip())
     link = lecturer.find_element(By.CSS_SELECTOR, "#class-link a").get_attribute("href")
