@@ -429,22 +429,23 @@ def options_of_run(method: str, config: dict) -> DecoderOptions:
 FEATURE_DRAFT_MARK = "feature draft"
 
 
-def drafts_with_features(options: DecoderOptions, default_kind: str = "tokens") -> bool:
-    """Whether these options run the pair's feature draft: "features", or "default" on a pair whose default draft
-    kind (ModelPair.default_draft_kind) is "features" (the embedded pair's)."""
+def draft_that_runs(options: DecoderOptions, default_kind: str = "tokens") -> str:
+    """The kind of draft these options run, "features" (the pair's feature draft) or "tokens": "features" asked
+    for, or "default" on a pair whose default draft kind (ModelPair.default_draft_kind) is "features" (the
+    embedded pair's); "tokens" for a method that runs no draft model."""
     kind = default_kind if options.draft_kind == "default" else options.draft_kind
-    return OPTIONS["draft_kind"].read_by(options.method) and kind == "features"
+    return "features" if OPTIONS["draft_kind"].read_by(options.method) and kind == "features" else "tokens"
 
 
-def run_drafts_with_features(method: str, config: dict, draft_label: str = "") -> bool:
-    """Whether a run's draft forwards were the feature draft's (it reads the target's hidden states), not the
-    pair's token draft's: its options say so, or, for draft kind "default", its draft label does; a trace whose
-    options cannot be read counts as a token draft (the only kind it had)."""
+def draft_that_ran(method: str, config: dict, draft_label: str = "") -> str:
+    """The kind of draft whose forwards a run's were (draft_that_runs): "features" (it reads the target's hidden
+    states) or "tokens"; its options say so, or, for draft kind "default", its draft label does; a trace whose
+    options cannot be read ran a token draft (the only kind it had)."""
     try:
         options = options_of_run(method, config)
     except OptionsError:
-        return False
-    return drafts_with_features(options, "features" if FEATURE_DRAFT_MARK in draft_label else "tokens")
+        return "tokens"
+    return draft_that_runs(options, "features" if FEATURE_DRAFT_MARK in draft_label else "tokens")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -307,7 +307,7 @@ def test_a_measured_draft_line_is_read_only_for_the_draft_kind_it_was_measured_f
     figure from that line (its own draft forwards speak for it), and a trace of draft kind "default" says by its
     draft label which draft it ran (the embedded pair's default is its feature draft, tiny-random's its token
     draft)."""
-    from dynasd.options import FEATURE_DRAFT_MARK, DecoderOptions, run_drafts_with_features
+    from dynasd.options import FEATURE_DRAFT_MARK, DecoderOptions, draft_that_ran
 
     kept = cost.MeasuredCosts({1: 0.01}, "2026-12-07 00:00", "kept", "here", draft_timings={1: 0.002, 4: 0.003},
                               draft_kind="features")
@@ -319,11 +319,13 @@ def test_a_measured_draft_line_is_read_only_for_the_draft_kind_it_was_measured_f
     def config(method: str, kind: str) -> dict:  # a trace's config, as every decoder records it
         return {"options": DecoderOptions(method=method, draft_kind=kind).validate().to_record()}
 
-    assert run_drafts_with_features("mcsd", config("mcsd", "default"),
-                                    f"{FEATURE_DRAFT_MARK} (1 layer + the target's hidden states)")
-    assert not run_drafts_with_features("mcsd", config("mcsd", "default"), "distilled draft (3 layers)")
-    assert run_drafts_with_features("mcsd", config("mcsd", "features"), "")
-    assert not run_drafts_with_features("pld", config("pld", "default"), FEATURE_DRAFT_MARK), "no draft model"
+    assert draft_that_ran("mcsd", config("mcsd", "default"),
+                          f"{FEATURE_DRAFT_MARK} (1 layer + the target's hidden states)") == "features"
+    assert draft_that_ran("mcsd", config("mcsd", "default"), "distilled draft (3 layers)") == "tokens"
+    assert draft_that_ran("mcsd", config("mcsd", "features"), "") == "features"
+    assert draft_that_ran("mcsd", config("mcsd", "tokens"), FEATURE_DRAFT_MARK) == "tokens", "asked for by name"
+    assert draft_that_ran("pld", config("pld", "default"), FEATURE_DRAFT_MARK) == "tokens", "no draft model"
+    assert draft_that_ran("mcsd", {"options": "not a record"}, FEATURE_DRAFT_MARK) == "tokens", "options unread"
     pair = pairs.get(SETTINGS)
     assert FEATURE_DRAFT_MARK in pair.feature_draft_label and FEATURE_DRAFT_MARK not in pair.draft_label
     path.unlink()  # (the planted table, quiet, would stand against a measurement the busy suite makes busy)

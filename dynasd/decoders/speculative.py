@@ -33,7 +33,7 @@ import torch
 from ..cache import CachedModel
 from ..loading.feature_model import is_feature_draft
 from ..loading.models import ModelPair
-from ..options import DecoderOptions, drafts_with_features
+from ..options import DecoderOptions, draft_that_runs
 from ..sampling import (
     WalkResult,
     argmax_rows,
@@ -106,7 +106,7 @@ class TreeDecoder(Decoder):
 
     def __init__(self, pair: ModelPair, options: DecoderOptions, decision_model: DecisionModel | None = None) -> None:
         super().__init__(pair, options)
-        feature_draft = drafts_with_features(options, pair.default_draft_kind)
+        feature_draft = draft_that_runs(options, pair.default_draft_kind) == "features"
         if feature_draft and pair.feature_draft is None:
             raise ValueError(f"the pair '{pair.name}' has no feature draft")
         self.method = options.method

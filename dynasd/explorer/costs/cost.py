@@ -23,7 +23,7 @@ import torch
 from ...cache import CachedModel
 from ...device_info import device_key
 from ...loading.embedded import cache_dir
-from ...options import run_drafts_with_features
+from ...options import draft_that_ran
 from ...origins import DRAFT
 from ...speed.step_cost import (
     StepCosts,
@@ -72,8 +72,7 @@ def run_shape(run: RunTrace) -> RunShape:
     """The averages of a run's warm steps, with the kind of draft whose forwards they are (draft_forward_s reads a
     measured line only for the draft it was measured for)."""
     shape = steps_shape(warm_steps(run), run.summary()["acceptance_rate"])
-    features = run_drafts_with_features(run.method, run.config, run.draft_label)
-    return replace(shape, draft_kind="features" if features else "tokens")
+    return replace(shape, draft_kind=draft_that_ran(run.method, run.config, run.draft_label))
 
 
 def steps_shape(steps: list[StepTrace], acceptance: float) -> RunShape:

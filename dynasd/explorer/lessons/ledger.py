@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...options import run_drafts_with_features
+from ...options import draft_that_ran
 from ...origins import DRAFT, TARGET_ROOT
 from ...trace import RunTrace, StepTrace
 
@@ -75,7 +75,7 @@ def run_ledger(run: RunTrace) -> list[StepLedger]:
     """The ledger of every step of `run`."""
     ledger: list[StepLedger] = []
     draft_len = None
-    feature = _uses_draft(run) and run_drafts_with_features(run.method, run.config, run.draft_label)
+    feature = _uses_draft(run) and draft_that_ran(run.method, run.config, run.draft_label) == "features"
     previous_end = None
     for step in run.steps:
         target = _target_rows(step)

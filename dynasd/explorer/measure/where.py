@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...acceptance import acceptance_of
 from ...loading.embedded import cache_dir
-from ...options import drafts_with_features
+from ...options import draft_that_runs
 from ...speed.step_cost import break_even_acceptance, fit_line
 from ...trace import RunTrace, StepTrace
 from ...tree import TreeShape
@@ -381,5 +381,5 @@ def tree_note(pair, settings, steps: list[StepTrace]) -> str:
     if not drafted or not branching:
         return ""
     first = drafted[0]
-    kind = "features" if drafts_with_features(settings.options.for_method(), pair.default_draft_kind) else "tokens"
+    kind = draft_that_runs(settings.options.for_method(), pair.default_draft_kind)
     return tree_sentence(settings.method, tuple(branching), pair, first.draft_seconds / first.draft_forwards, kind)
