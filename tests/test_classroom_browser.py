@@ -58,13 +58,14 @@ def test_a_class_reaches_two_phones_and_counts_their_answers(browser, phones, ex
                                                ignored_exceptions=[StaleElementReferenceException]).until(until)
     lecturer, (ana, ben) = browser, phones
 
+    # a person's click, tried again while the page still lays itself out (a text drawn over a button for a moment)
+    click = lambda driver, element: WebDriverWait(  # noqa: E731
+        driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=[ElementClickInterceptedException]).until(
+        lambda _: element.click() or True)
     lecturer.get(explorer_url)
-    class_tab = wait(lecturer, lambda d: next((t for t in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
-                                               if t.text.strip() == "Class"), None))
-    # a person's click, tried again while the page still lays itself out (a text drawn over the tab for a moment)
-    WebDriverWait(lecturer, WAIT_S, poll_frequency=0.1, ignored_exceptions=[ElementClickInterceptedException]).until(
-        lambda _: class_tab.click() or True)
-    wait(lecturer, ready.element_to_be_clickable((By.ID, "class-start"))).click()
+    click(lecturer, wait(lecturer, lambda d: next((t for t in d.find_elements(By.CSS_SELECTOR, "button[role=tab]")
+                                                   if t.text.strip() == "Class"), None)))
+    click(lecturer, wait(lecturer, ready.element_to_be_clickable((By.ID, "class-start"))))
     code = wait(lecturer, lambda d: text(d, "class-code-big").strip())
     link = lecturer.find_element(By.CSS_SELECTOR, "#class-link a").get_attribute("href")
     assert link == f"{explorer_url}class?code={code}", "the app listens on 127.0.0.1: the page's own address"
