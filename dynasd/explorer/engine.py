@@ -321,7 +321,7 @@ def _resumed(prepared: Prepared, snapshot: DecoderSnapshot) -> Decoder:
 
 def _continued(prepared: Prepared, decoder: Decoder, turns: tuple[str, ...]) -> RunTrace:
     """The follow-up turn's run: the conversation's tokens no forward has read, after the finished answer."""
-    message = check_prompt(turns[-1])
+    message = turns[-1]  # checked by serve, before the live decoder was taken
     messages = []
     for user in turns[:-1]:
         messages += [{"role": "user", "content": user}, {"role": "assistant", "content": "..."}]
